@@ -1,0 +1,1 @@
+"""Commands of the fleet core: validate, plan, hash-key."""

@@ -1,0 +1,244 @@
+"""Validate: cross-field checks of a FleetSpec against the catalogue, the plugin registries and itself.
+
+`check_spec` never raises: it returns every `Problem` found (errors and warnings) so a user fixes a stack
+file in one pass. Each problem names the full key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+
+from fleet.capacity import (
+    ACTIVATION_RESERVE_GIB,
+    KV_BLOCK_TOKENS,
+    concurrency_that_fits,
+    kv_budget_bytes,
+    model_facts,
+    plan_pool,
+    pool_gpu,
+)
+from fleet.catalog import GIB, GPUS, INSTANCES, MODELS
+from fleet.errors import Problem
+from fleet.perf import kv_bytes_per_token
+from fleet.plugins import PLUGIN_MODULES, registered_names
+from fleet.spec import FleetSpec, PoolSpec
+
+__all__ = ["DEMO_API_KEY", "check_spec", "hash_api_key"]
+
+# The local stack's demo key. Local-only: any other stack carrying its hash is rejected.
+DEMO_API_KEY = "sk-llmfleet-demo"
+
+
+def hash_api_key(key: str) -> str:
+    """The form in which keys are stored: ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def _err(path: str, message: str, value: object = None) -> Problem:
+    return Problem(f"llmfleet:{path}", message, value=value)
+
+
+def _warn(path: str, message: str) -> Problem:
+    return Problem(f"llmfleet:{path}", message, level="warning")
+
+
+def check_spec(spec: FleetSpec) -> list[Problem]:
+    """Every cross-field problem of ``spec`` (errors first are not guaranteed; order follows the file)."""
+    problems = list(_check_plugins(spec))
+    problems += _check_zones_and_groups(spec)
+    for index, pool in enumerate(spec.pools):
+        problems += _check_pool(spec, index, pool)
+    problems += _check_unique(spec)
+    problems += _check_tenants(spec)
+    problems += _check_gateway(spec)
+    return problems
+
+
+def _check_plugins(spec: FleetSpec) -> Iterator[Problem]:
+    refs: list[tuple[str, str, str]] = []  # (kind, path, name)
+    routing = spec.gateway.routing
+    refs += [("routing filter", f"gateway.routing.filters[{i}].name", f.name) for i, f in enumerate(routing.filters)]
+    refs += [("routing scorer", f"gateway.routing.scorers[{i}].name", s.name) for i, s in enumerate(routing.scorers)]
+    refs.append(("routing picker", "gateway.routing.picker.name", routing.picker.name))
+    refs.append(("scaling policy", "autoscaling.policy.name", spec.autoscaling.policy.name))
+    refs.append(("actuator", "autoscaling.actuator", spec.autoscaling.actuator))
+    refs += [("engine kind", f"pools[{i}].engine.kind", p.engine.kind) for i, p in enumerate(spec.pools)]
+    known: dict[str, list[str]] = {}
+    for kind, path, name in refs:
+        if kind not in known:
+            try:
+                known[kind] = registered_names(kind)
+            except ModuleNotFoundError as exc:
+                # Only a registry module that is not installed at all is skipped (a slim install without
+                # that component); tests/fleet/test_plugins.py asserts every registry imports in this tree.
+                if exc.name is None or not PLUGIN_MODULES[kind].startswith(exc.name):
+                    raise
+                continue
+        if kind in known and name not in known[kind]:
+            yield _err(path, f"unknown {kind}; registered: {', '.join(known[kind])}", name)
+
+
+def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:
+    zones = spec.availability_zones
+    if len(set(zones)) != len(zones):
+        yield _err("availabilityZones", "zones must be distinct", zones)
+    if spec.target == "aws":
+        for i, zone in enumerate(zones):
+            if not zone.startswith(spec.region):
+                yield _err(f"availabilityZones[{i}]", f"zone is not in region {spec.region!r}", zone)
+    if spec.target == "aws" and spec.cpu_node_group.instance_type.startswith(("p", "g")):
+        yield _warn("cpuNodeGroup.instanceType", "a GPU instance type for the CPU node group wastes GPUs")
+    if spec.cpu_node_group.min_nodes > spec.cpu_node_group.max_nodes:
+        yield _err("cpuNodeGroup.minNodes", f"must be <= maxNodes ({spec.cpu_node_group.max_nodes})")
+    names: set[str] = set()
+    for i, group in enumerate(spec.gpu_node_groups):
+        path = f"gpuNodeGroups[{i}]"
+        if group.name in names:
+            yield _err(f"{path}.name", "node group names must be unique", group.name)
+        names.add(group.name)
+        if group.instance_type not in INSTANCES:
+            yield _err(
+                f"{path}.instanceType", f"unknown GPU instance type; catalogue: {', '.join(INSTANCES)}",
+                group.instance_type,
+            )
+        for j, zone in enumerate(group.zones or []):
+            if zone not in zones:
+                yield _err(f"{path}.zones[{j}]", f"not one of the stack's zones ({', '.join(zones)})", zone)
+        if group.min_nodes_per_az > group.max_nodes_per_az:
+            yield _err(f"{path}.minNodesPerAz", f"must be <= maxNodesPerAz ({group.max_nodes_per_az})")
+
+
+def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem]:
+    path = f"pools[{index}]"
+    engine = pool.engine
+    if pool.node_group is not None and pool.node_group not in {g.name for g in spec.gpu_node_groups}:
+        known = ", ".join(g.name for g in spec.gpu_node_groups) or "none declared"
+        yield _err(f"{path}.nodeGroup", f"no such GPU node group; gpuNodeGroups: {known}", pool.node_group)
+        return
+    if pool.node_group is None and spec.target == "aws":
+        yield _err(f"{path}.nodeGroup", "required on target 'aws': name one of gpuNodeGroups")
+        return
+    if pool.node_group is not None and spec.node_group(pool.node_group).instance_type not in INSTANCES:
+        return  # reported on the node group
+    if pool.gpu is not None and pool.gpu not in GPUS:
+        yield _err(f"{path}.gpu", f"unknown GPU; catalogue: {', '.join(GPUS)}", pool.gpu)
+        return
+    if engine.sim.gpu_profile not in GPUS:
+        yield _err(f"{path}.engine.sim.gpuProfile", f"unknown GPU profile; catalogue: {', '.join(GPUS)}",
+                   engine.sim.gpu_profile)
+        return
+    if pool.model_facts is None and pool.model not in MODELS:
+        yield _err(f"{path}.model", f"not in the model catalogue ({', '.join(MODELS)}); add {path}.modelFacts",
+                   pool.model)
+        return
+    if spec.target == "aws" and engine.kind == "sim":
+        yield _warn(f"{path}.engine.kind", "simulated engines on GPU nodes serve no real tokens")
+    facts = model_facts(pool)
+    gpu = pool_gpu(spec, pool)
+    tp = engine.tensor_parallel_size
+    if pool.node_group is not None:
+        per_node = INSTANCES[spec.node_group(pool.node_group).instance_type].gpu_count
+        if tp > per_node or per_node % tp:
+            yield _err(f"{path}.engine.tensorParallelSize",
+                       f"must divide the node's {per_node} GPUs and be at most {per_node}", tp)
+            return
+    budget = kv_budget_bytes(gpu, facts, tp, engine.gpu_memory_utilization)
+    if budget <= 0:
+        need = facts.parameters * 2 / GIB / tp + ACTIVATION_RESERVE_GIB
+        yield _err(
+            f"{path}.engine.tensorParallelSize",
+            f"the model does not fit: it needs ~{need:.1f} GiB per GPU at TP {tp} but {gpu.name} offers "
+            f"{gpu.memory_gib * engine.gpu_memory_utilization:.1f} GiB at gpuMemoryUtilization "
+            f"{engine.gpu_memory_utilization}; raise TP or use a larger GPU",
+            tp,
+        )
+        return
+    kv_tokens = int(budget // kv_bytes_per_token(facts))
+    if engine.max_model_len > facts.max_position:
+        yield _err(f"{path}.engine.maxModelLen", f"must be <= the model's context length {facts.max_position}",
+                   engine.max_model_len)
+    if kv_tokens < engine.max_model_len:
+        yield _err(f"{path}.engine.maxModelLen",
+                   f"one full-length sequence needs {engine.max_model_len} tokens of KV but only {kv_tokens} fit",
+                   engine.max_model_len)
+    if engine.max_num_batched_tokens < engine.max_num_seqs:
+        yield _err(f"{path}.engine.maxNumBatchedTokens",
+                   f"must be >= maxNumSeqs ({engine.max_num_seqs})", engine.max_num_batched_tokens)
+    work = pool.workload
+    if work.mean_prompt_tokens + work.mean_output_tokens > engine.max_model_len:
+        yield _err(f"{path}.workload.meanPromptTokens",
+                   f"prompt + output ({work.mean_prompt_tokens}+{work.mean_output_tokens}) exceeds maxModelLen "
+                   f"{engine.max_model_len}")
+        return
+    mean_context = work.mean_prompt_tokens + work.mean_output_tokens
+    fits = concurrency_that_fits(kv_tokens // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, mean_context, engine.max_num_seqs)
+    if fits < engine.max_num_seqs:
+        yield _warn(f"{path}.engine.maxNumSeqs",
+                    f"{engine.max_num_seqs} sequences of {mean_context} tokens exceed the KV budget "
+                    f"({kv_tokens} tokens); about {fits} fit before preemption")
+    window = pool.restart_window
+    if window.enabled and window.max_unavailable >= max(1, pool.replicas.min):
+        yield _warn(f"{path}.restartWindow.maxUnavailable",
+                    f"{window.max_unavailable} of a minimum of {pool.replicas.min} replicas may restart at once")
+    if pool.drain.propagation_seconds + 5 >= pool.drain.grace_seconds:
+        yield _err(f"{path}.drain.graceSeconds",
+                   f"must exceed propagationSeconds + 5 ({pool.drain.propagation_seconds + 5:g})",
+                   pool.drain.grace_seconds)
+    plan = plan_pool(spec, pool)
+    for note in plan.notes:
+        if "cannot reach" in note:
+            yield _warn(f"{path}.workload.peakQps", note)
+    ceiling = spec.cost.monthly_ceiling_usd
+    if ceiling is not None and plan.monthly_cost_peak_usd > ceiling:
+        yield _warn(f"{path}.replicas.max",
+                    f"peak cost ${plan.monthly_cost_peak_usd:,.0f}/month is above cost.monthlyCeilingUsd")
+    if math.isclose(engine.gpu_memory_utilization, 0.98):
+        yield _warn(f"{path}.engine.gpuMemoryUtilization", "0.98 leaves no room for other processes on the GPU")
+
+
+def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
+    seen: dict[str, int] = {}
+    served: dict[str, int] = {}
+    for i, pool in enumerate(spec.pools):
+        if pool.name in seen:
+            yield _err(f"pools[{i}].name", f"duplicate of pools[{seen[pool.name]}]", pool.name)
+        seen.setdefault(pool.name, i)
+        if pool.served_name in served:
+            yield _err(f"pools[{i}].servedModelName",
+                       f"pools[{served[pool.served_name]}] already serves this name", pool.served_name)
+        served.setdefault(pool.served_name, i)
+
+
+def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
+    models = {p.served_name for p in spec.pools}
+    names: set[str] = set()
+    demo = hash_api_key(DEMO_API_KEY)
+    for i, tenant in enumerate(spec.tenants):
+        path = f"tenants[{i}]"
+        if tenant.name in names:
+            yield _err(f"{path}.name", "tenant names must be unique", tenant.name)
+        names.add(tenant.name)
+        if not tenant.api_key_hashes and tenant.api_keys_secret is None:
+            yield _err(f"{path}.apiKeyHashes", "a tenant needs apiKeyHashes or apiKeysSecret")
+        if spec.target != "local" and demo in tenant.api_key_hashes:
+            yield _err(f"{path}.apiKeyHashes", "the demo key is for the local stack only; issue a real key")
+        for j, model in enumerate(tenant.allowed_models):
+            if model != "*" and model not in models:
+                yield _err(f"{path}.allowedModels[{j}]", f"no pool serves it; served: {', '.join(sorted(models))}",
+                           model)
+
+
+def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
+    gateway = spec.gateway
+    if gateway.quota_backend == "redis" and gateway.redis_url is None:
+        yield _err("gateway.redisUrl", "required when quotaBackend is 'redis' (e.g. redis://host:6379/0)")
+    if not gateway.routing.filters and not gateway.routing.scorers:
+        yield _warn("gateway.routing", "no filters and no scorers: routing ignores load and health")
+    for i, scorer in enumerate(gateway.routing.scorers):
+        if scorer.weight == 0:
+            yield _warn(f"gateway.routing.scorers[{i}].weight", "a weight of 0 disables this scorer")
+    if spec.target != "local" and gateway.replicas < 2:
+        yield _warn("gateway.replicas", "one gateway replica is a single point of failure")
+
