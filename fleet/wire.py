@@ -1,0 +1,72 @@
+"""Wire: the JSON bodies exchanged between agents, the control plane and gateways.
+
+    agent -> control plane   POST /v1/reports                LoadReport
+    gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
+    agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
+                             DELETE /v1/leases/restart/{pool}/{replica}   release
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AgentState", "LeaseGrant", "LeaseRequest", "LoadReport", "ReplicaInfo", "ReplicaList"]
+
+AgentState = Literal["starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class LoadReport(Wire):
+    """What an agent pushes about once a second. Load fields are None when the last scrape failed."""
+
+    replica: str
+    pool: str
+    engine_url: str
+    agent_url: str | None = None
+    state: AgentState
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
+    ttft_p99_s: float | None = None
+    tokens_per_s: float | None = None
+    model: str
+    engine_version: str
+    uptime_s: float = 0.0
+    restarts: int = 0
+    ts: float = Field(description="agent wall-clock time of the report, seconds since the epoch")
+
+
+class ReplicaInfo(Wire):
+    """One replica as the control plane knows it; ``stale`` when its last report is too old."""
+
+    replica: str
+    pool: str
+    engine_url: str
+    state: AgentState
+    stale: bool
+    last_report: LoadReport
+
+
+class ReplicaList(Wire):
+    pool: str
+    model: str
+    replicas: list[ReplicaInfo]
+    generated_at: float
+
+
+class LeaseRequest(Wire):
+    pool: str
+    replica: str
+    ttl_s: float | None = None  # default: the control plane's leaseTtlS
+
+
+class LeaseGrant(Wire):
+    pool: str
+    replica: str
+    expires_at: float
+    holders: list[str]
