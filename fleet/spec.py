@@ -25,6 +25,7 @@ __all__ = [
     "FleetSpec",
     "GatewaySpec",
     "GpuNodeGroupSpec",
+    "ImagesSpec",
     "ModelFactsSpec",
     "PluginRef",
     "PoolSpec",
@@ -304,6 +305,15 @@ class ControlPlaneSpec(Spec):
     lease_ttl_s: float = Field(default=600.0, gt=0, le=86_400)
 
 
+class ImagesSpec(Spec):
+    """Container images. ``engine`` runs ``llmfleet agent`` supervising vLLM (vLLM's image plus llmfleet);
+    ``control`` runs the gateway, the control plane and simulator engines."""
+
+    engine: str = "ghcr.io/llmfleet/llmfleet-vllm:0.1.0-vllm0.33.0"
+    control: str = "ghcr.io/llmfleet/llmfleet:0.1.0"
+    pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+
+
 class CostSpec(Spec):
     gpu_hour_usd: float | None = Field(default=None, ge=0.0, le=1000.0)  # default: the GPU's catalogue price
     monthly_ceiling_usd: float | None = Field(default=None, ge=0.0)
@@ -324,6 +334,7 @@ class FleetSpec(Spec):
     tenants: list[TenantSpec] = Field(min_length=1)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     control_plane: ControlPlaneSpec = Field(default_factory=ControlPlaneSpec)
+    images: ImagesSpec = Field(default_factory=ImagesSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
 
     def pool(self, name: str) -> PoolSpec:
