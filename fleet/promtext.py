@@ -74,9 +74,7 @@ def gauge_value(samples: Mapping[str, list[Sample]], name: str, labels: Mapping[
     return sum(s.value for s in samples[name] if _matches(s, labels))
 
 
-def counter_value(
-    samples: Mapping[str, list[Sample]], name: str, labels: Mapping[str, str] | None = None
-) -> float:
+def counter_value(samples: Mapping[str, list[Sample]], name: str, labels: Mapping[str, str] | None = None) -> float:
     """Counter ``name`` (with or without the ``_total`` suffix) summed over matching samples."""
     key = name if name.endswith("_total") else f"{name}_total"
     return gauge_value(samples, key, labels)
@@ -113,9 +111,7 @@ def histogram_quantile(buckets: Iterable[tuple[float, float]], q: float) -> floa
     return prev_bound
 
 
-def diff_buckets(
-    now: list[tuple[float, float]], before: list[tuple[float, float]]
-) -> list[tuple[float, float]]:
+def diff_buckets(now: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Buckets of the observations made between two scrapes (for a recent, not lifetime, quantile)."""
     old = dict(before)
     return [(bound, max(0.0, count - old.get(bound, 0.0))) for bound, count in now]

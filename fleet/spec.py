@@ -210,9 +210,7 @@ class PoolSpec(Spec):
     @model_validator(mode="after")
     def _min_le_max(self) -> PoolSpec:
         if self.replicas.min > self.replicas.max:
-            raise ValueError(
-                f"replicas.min ({self.replicas.min}) must be <= replicas.max ({self.replicas.max})"
-            )
+            raise ValueError(f"replicas.min ({self.replicas.min}) must be <= replicas.max ({self.replicas.max})")
         return self
 
 
@@ -234,9 +232,7 @@ class RetrySpec(Spec):
 
 
 class RoutingSpec(Spec):
-    filters: list[PluginRef] = Field(
-        default_factory=lambda: [PluginRef(name="ready"), PluginRef(name="serves-model")]
-    )
+    filters: list[PluginRef] = Field(default_factory=lambda: [PluginRef(name="ready"), PluginRef(name="serves-model")])
     scorers: list[PluginRef] = Field(
         default_factory=lambda: [PluginRef(name="queue-depth", weight=2.0), PluginRef(name="kv-usage")]
     )

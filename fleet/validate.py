@@ -100,7 +100,8 @@ def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:
         names.add(group.name)
         if group.instance_type not in INSTANCES:
             yield _err(
-                f"{path}.instanceType", f"unknown GPU instance type; catalogue: {', '.join(INSTANCES)}",
+                f"{path}.instanceType",
+                f"unknown GPU instance type; catalogue: {', '.join(INSTANCES)}",
                 group.instance_type,
             )
         for j, zone in enumerate(group.zones or []):
@@ -126,12 +127,18 @@ def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem
         yield _err(f"{path}.gpu", f"unknown GPU; catalogue: {', '.join(GPUS)}", pool.gpu)
         return
     if engine.sim.gpu_profile not in GPUS:
-        yield _err(f"{path}.engine.sim.gpuProfile", f"unknown GPU profile; catalogue: {', '.join(GPUS)}",
-                   engine.sim.gpu_profile)
+        yield _err(
+            f"{path}.engine.sim.gpuProfile",
+            f"unknown GPU profile; catalogue: {', '.join(GPUS)}",
+            engine.sim.gpu_profile,
+        )
         return
     if pool.model_facts is None and pool.model not in MODELS:
-        yield _err(f"{path}.model", f"not in the model catalogue ({', '.join(MODELS)}); add {path}.modelFacts",
-                   pool.model)
+        yield _err(
+            f"{path}.model",
+            f"not in the model catalogue ({', '.join(MODELS)}); add llmfleet:{path}.modelFacts",
+            pool.model,
+        )
         return
     if spec.target == "aws" and engine.kind == "sim":
         yield _warn(f"{path}.engine.kind", "simulated engines on GPU nodes serve no real tokens")
@@ -141,8 +148,11 @@ def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem
     if pool.node_group is not None:
         per_node = INSTANCES[spec.node_group(pool.node_group).instance_type].gpu_count
         if tp > per_node or per_node % tp:
-            yield _err(f"{path}.engine.tensorParallelSize",
-                       f"must divide the node's {per_node} GPUs and be at most {per_node}", tp)
+            yield _err(
+                f"{path}.engine.tensorParallelSize",
+                f"must divide the node's {per_node} GPUs and be at most {per_node}",
+                tp,
+            )
             return
     budget = kv_budget_bytes(gpu, facts, tp, engine.gpu_memory_utilization)
     if budget <= 0:
@@ -157,43 +167,61 @@ def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem
         return
     kv_tokens = int(budget // kv_bytes_per_token(facts))
     if engine.max_model_len > facts.max_position:
-        yield _err(f"{path}.engine.maxModelLen", f"must be <= the model's context length {facts.max_position}",
-                   engine.max_model_len)
+        yield _err(
+            f"{path}.engine.maxModelLen",
+            f"must be <= the model's context length {facts.max_position}",
+            engine.max_model_len,
+        )
     if kv_tokens < engine.max_model_len:
-        yield _err(f"{path}.engine.maxModelLen",
-                   f"one full-length sequence needs {engine.max_model_len} tokens of KV but only {kv_tokens} fit",
-                   engine.max_model_len)
+        yield _err(
+            f"{path}.engine.maxModelLen",
+            f"one full-length sequence needs {engine.max_model_len} tokens of KV but only {kv_tokens} fit",
+            engine.max_model_len,
+        )
     if engine.max_num_batched_tokens < engine.max_num_seqs:
-        yield _err(f"{path}.engine.maxNumBatchedTokens",
-                   f"must be >= maxNumSeqs ({engine.max_num_seqs})", engine.max_num_batched_tokens)
+        yield _err(
+            f"{path}.engine.maxNumBatchedTokens",
+            f"must be >= maxNumSeqs ({engine.max_num_seqs})",
+            engine.max_num_batched_tokens,
+        )
     work = pool.workload
     if work.mean_prompt_tokens + work.mean_output_tokens > engine.max_model_len:
-        yield _err(f"{path}.workload.meanPromptTokens",
-                   f"prompt + output ({work.mean_prompt_tokens}+{work.mean_output_tokens}) exceeds maxModelLen "
-                   f"{engine.max_model_len}")
+        yield _err(
+            f"{path}.workload.meanPromptTokens",
+            f"prompt + output ({work.mean_prompt_tokens}+{work.mean_output_tokens}) exceeds maxModelLen "
+            f"{engine.max_model_len}",
+        )
         return
     mean_context = work.mean_prompt_tokens + work.mean_output_tokens
     fits = concurrency_that_fits(kv_tokens // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS, mean_context, engine.max_num_seqs)
     if fits < engine.max_num_seqs:
-        yield _warn(f"{path}.engine.maxNumSeqs",
-                    f"{engine.max_num_seqs} sequences of {mean_context} tokens exceed the KV budget "
-                    f"({kv_tokens} tokens); about {fits} fit before preemption")
+        yield _warn(
+            f"{path}.engine.maxNumSeqs",
+            f"{engine.max_num_seqs} sequences of {mean_context} tokens exceed the KV budget "
+            f"({kv_tokens} tokens); about {fits} fit before preemption",
+        )
     window = pool.restart_window
     if window.enabled and window.max_unavailable >= max(1, pool.replicas.min):
-        yield _warn(f"{path}.restartWindow.maxUnavailable",
-                    f"{window.max_unavailable} of a minimum of {pool.replicas.min} replicas may restart at once")
+        yield _warn(
+            f"{path}.restartWindow.maxUnavailable",
+            f"{window.max_unavailable} of a minimum of {pool.replicas.min} replicas may restart at once",
+        )
     if pool.drain.propagation_seconds + 5 >= pool.drain.grace_seconds:
-        yield _err(f"{path}.drain.graceSeconds",
-                   f"must exceed propagationSeconds + 5 ({pool.drain.propagation_seconds + 5:g})",
-                   pool.drain.grace_seconds)
+        yield _err(
+            f"{path}.drain.graceSeconds",
+            f"must exceed propagationSeconds + 5 ({pool.drain.propagation_seconds + 5:g})",
+            pool.drain.grace_seconds,
+        )
     plan = plan_pool(spec, pool)
     for note in plan.notes:
         if "cannot reach" in note:
             yield _warn(f"{path}.workload.peakQps", note)
     ceiling = spec.cost.monthly_ceiling_usd
     if ceiling is not None and plan.monthly_cost_peak_usd > ceiling:
-        yield _warn(f"{path}.replicas.max",
-                    f"peak cost ${plan.monthly_cost_peak_usd:,.0f}/month is above cost.monthlyCeilingUsd")
+        yield _warn(
+            f"{path}.replicas.max",
+            f"peak cost ${plan.monthly_cost_peak_usd:,.0f}/month is above cost.monthlyCeilingUsd",
+        )
     if math.isclose(engine.gpu_memory_utilization, 0.98):
         yield _warn(f"{path}.engine.gpuMemoryUtilization", "0.98 leaves no room for other processes on the GPU")
 
@@ -206,8 +234,11 @@ def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
             yield _err(f"pools[{i}].name", f"duplicate of pools[{seen[pool.name]}]", pool.name)
         seen.setdefault(pool.name, i)
         if pool.served_name in served:
-            yield _err(f"pools[{i}].servedModelName",
-                       f"pools[{served[pool.served_name]}] already serves this name", pool.served_name)
+            yield _err(
+                f"pools[{i}].servedModelName",
+                f"pools[{served[pool.served_name]}] already serves this name",
+                pool.served_name,
+            )
         served.setdefault(pool.served_name, i)
 
 
@@ -226,8 +257,11 @@ def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
             yield _err(f"{path}.apiKeyHashes", "the demo key is for the local stack only; issue a real key")
         for j, model in enumerate(tenant.allowed_models):
             if model != "*" and model not in models:
-                yield _err(f"{path}.allowedModels[{j}]", f"no pool serves it; served: {', '.join(sorted(models))}",
-                           model)
+                yield _err(
+                    f"{path}.allowedModels[{j}]",
+                    f"no pool serves it; served: {', '.join(sorted(models))}",
+                    model,
+                )
 
 
 def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
@@ -241,4 +275,3 @@ def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
             yield _warn(f"gateway.routing.scorers[{i}].weight", "a weight of 0 disables this scorer")
     if spec.target != "local" and gateway.replicas < 2:
         yield _warn("gateway.replicas", "one gateway replica is a single point of failure")
-

@@ -1,9 +1,9 @@
 """Wire: the JSON bodies exchanged between agents, the control plane and gateways.
 
-    agent -> control plane   POST /v1/reports                LoadReport
-    gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
-    agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
-                             DELETE /v1/leases/restart/{pool}/{replica}   release
+agent -> control plane   POST /v1/reports                LoadReport
+gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
+agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
+                         DELETE /v1/leases/restart/{pool}/{replica}   release
 """
 
 from __future__ import annotations

@@ -48,15 +48,23 @@ def render_plan(plans: list[PoolPlan]) -> str:
             ("weights", f"{plan.weight_gib:.1f} GiB"),
             ("kv per token", f"{plan.kv_bytes_per_token / 1024:.0f} KiB"),
             ("kv cache per replica", f"{plan.kv_budget_gib:.1f} GiB = {plan.kv_tokens:,} tokens"),
-            ("concurrency per replica", f"{plan.concurrency_per_replica} at {plan.mean_context} tokens/request"),
+            (
+                "concurrency per replica",
+                f"{plan.concurrency_per_replica} at {plan.mean_context} tokens/request",
+            ),
             ("qps per replica", f"{plan.per_replica_qps:.1f} ({plan.qps_source})"),
             ("idle prefill (mean prompt)", f"{plan.idle_prefill_ms:.0f} ms"),
             ("peak qps", f"{plan.peak_qps:g}"),
-            ("replicas min/needed/peak/max",
-             f"{plan.replicas_min} / {plan.replicas_needed} / {plan.replicas_peak} / {plan.replicas_max}"),
+            (
+                "replicas min/needed/peak/max",
+                f"{plan.replicas_min} / {plan.replicas_needed} / {plan.replicas_peak} / {plan.replicas_max}",
+            ),
             ("gpus at peak", str(plan.gpus_peak)),
             ("nodes per az at peak", f"{plan.nodes_per_az_peak} x {len(plan.zones)} zones"),
-            ("monthly cost min/peak", f"${plan.monthly_cost_min_usd:,.0f} / ${plan.monthly_cost_peak_usd:,.0f}"),
+            (
+                "monthly cost min/peak",
+                f"${plan.monthly_cost_min_usd:,.0f} / ${plan.monthly_cost_peak_usd:,.0f}",
+            ),
         ]
         width = max(len(k) for k, _ in rows)
         lines.append(f"\npool {plan.pool}")
