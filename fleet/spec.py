@@ -55,6 +55,7 @@ class Spec(BaseModel):
         extra="forbid",
         frozen=True,
         validate_default=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -68,27 +69,39 @@ class PluginRef(Spec):
 
 class ClusterSpec(Spec):
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    """EKS Kubernetes version."""
     namespace: Name = "llmfleet"
-    kubeconfig: str | None = None  # target=kubernetes: path or context of an existing cluster
+    """Namespace of every llmfleet workload."""
+    kubeconfig: str | None = None
+    """Target=kubernetes: path or context of an existing cluster."""
     public_endpoint_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
+    """CIDRs allowed to reach the EKS API endpoint."""
 
 
 class GpuNodeGroupSpec(Spec):
     """A GPU managed node group, created once per availability zone it spans."""
 
     name: Name
+    """Node group name, referenced by pools[].nodeGroup."""
     instance_type: str
-    zones: list[str] | None = None  # default: every zone of the stack
+    """GPU instance type from the catalogue (p4d/p4de.24xlarge, p5/p5e.48xlarge, g5.*, g6.*, g6e.*)."""
+    zones: list[str] | None = None
+    """Default: every zone of the stack."""
     min_nodes_per_az: int = Field(default=0, ge=0, le=100)
+    """Nodes kept in each zone."""
     max_nodes_per_az: int = Field(default=2, ge=0, le=100)
+    """Most nodes in each zone (the autoscaler's ceiling)."""
     capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
+    """Purchase option of the nodes."""
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
+    """Root volume size (model cache lives on the instance NVMe)."""
 
 
 class CpuNodeGroupSpec(Spec):
     """The CPU node group for gateways and the control plane, spread over every zone."""
 
     instance_type: str = "m6i.xlarge"
+    """Instance type of the CPU node group (gateways, control plane)."""
     min_nodes: int = Field(default=2, ge=1, le=100)
     max_nodes: int = Field(default=6, ge=1, le=100)
 
@@ -111,7 +124,8 @@ class SimSpec(Spec):
     """Simulator-only settings (engine kind ``sim``)."""
 
     gpu_profile: str = "a100-80gb"
-    time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)  # >1 runs the model clock faster
+    time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)
+    """>1 runs the model clock faster."""
     startup_seconds: float = Field(default=2.0, ge=0.0, le=3600.0)
     jitter: float = Field(default=0.0, ge=0.0, le=0.5)
     degradation_per_72h: float = Field(default=0.0, ge=0.0, le=0.9)
@@ -120,48 +134,75 @@ class SimSpec(Spec):
 
 class EngineSpec(Spec):
     kind: str = "vllm"
+    """Engine launcher: `vllm` or `sim` (the simulator)."""
     version: str = "0.33.0"
+    """Engine release the agent builds arguments for."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=8)
+    """GPUs per replica (`--tensor-parallel-size`)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.98)
+    """Fraction of GPU memory the engine may use (`--gpu-memory-utilization`)."""
     max_model_len: int = Field(default=8192, ge=256, le=1_048_576)
+    """Longest prompt + output (`--max-model-len`)."""
     max_num_seqs: int = Field(default=256, ge=1, le=4096)
+    """Most sequences in one batch (`--max-num-seqs`)."""
     max_num_batched_tokens: int = Field(default=2048, ge=16, le=262_144)
+    """Token budget per engine step (`--max-num-batched-tokens`)."""
     enable_prefix_caching: bool = True
+    """Automatic prefix caching (`--enable-prefix-caching`)."""
     dtype: Literal["auto", "bfloat16", "float16"] = "auto"
     extra_args: list[str] = Field(default_factory=list)
+    """Further engine arguments, appended verbatim."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 
 class ReplicasSpec(Spec):
     min: int = Field(default=1, ge=0, le=1000)
+    """Fewest replicas the autoscaler keeps."""
     max: int = Field(default=4, ge=1, le=1000)
+    """Most replicas the autoscaler starts."""
 
 
 class SloSpec(Spec):
     ttft_p99_ms: float = Field(default=300.0, gt=0, le=60_000)
+    """Time to first token, 99th percentile."""
     decode_tokens_per_s_p99: float = Field(default=30.0, gt=0, le=10_000)
+    """Per-stream decode speed the slowest 1% must still reach."""
     availability: float = Field(default=0.999, gt=0.9, lt=1.0)
+    """Fraction of successful requests over 30 days."""
     error_rate: float = Field(default=0.005, gt=0.0, lt=0.5)
+    """End-to-end error rate ceiling."""
 
 
 class WorkloadSpec(Spec):
     mean_prompt_tokens: int = Field(default=200, ge=1, le=1_000_000)
+    """Mean prompt length of the traffic."""
     mean_output_tokens: int = Field(default=80, ge=1, le=1_000_000)
+    """Mean output length of the traffic."""
     cached_prompt_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Share of prompt tokens expected to hit the prefix cache."""
     peak_qps: float = Field(default=10.0, ge=0.0, le=1_000_000)
+    """Peak requests/s (e.g. from the last 90 days)."""
     capacity_buffer: float = Field(default=0.3, ge=0.0, le=3.0)
-    per_replica_qps: float | None = Field(default=None, gt=0)  # measured figure; overrides the model
+    """Head-room over the peak: replicas = ceil(peak / per-replica x (1 + buffer))."""
+    per_replica_qps: float | None = Field(default=None, gt=0)
+    """Measured figure; overrides the model."""
 
 
 class RestartWindowSpec(Spec):
     """A daily window in which replicas past ``minUptimeHours`` restart, ``maxUnavailable`` at a time."""
 
     enabled: bool = False
+    """Restart long-running engines in a daily window."""
     start: time = time(3, 0)
+    """Window start, local time of `timezone`."""
     duration_minutes: int = Field(default=120, ge=1, le=1440)
+    """Window length."""
     timezone: str = "UTC"
+    """IANA time zone of `start`."""
     min_uptime_hours: float = Field(default=24.0, ge=0.0, le=24 * 365)
+    """Restart only engines up at least this long."""
     max_unavailable: int = Field(default=1, ge=1, le=100)
+    """Replicas of the pool restarting at once (restart leases)."""
 
     @field_validator("timezone")
     @classmethod
@@ -179,7 +220,9 @@ class DrainSpec(Spec):
     """Drain contract: stop routing, wait ``propagationSeconds``, then give the engine the rest of the grace."""
 
     grace_seconds: int = Field(default=120, ge=10, le=3600)
+    """TerminationGracePeriodSeconds: the whole drain."""
     propagation_seconds: float = Field(default=10.0, ge=0.0, le=300.0)
+    """PreStop delay: time for gateways to stop routing before the engine is told to stop."""
 
     @property
     def engine_shutdown_timeout(self) -> int:
@@ -189,11 +232,17 @@ class DrainSpec(Spec):
 
 class PoolSpec(Spec):
     name: Name
+    """Pool name (Deployment and label value)."""
     model: str
+    """Model id as the engine loads it (e.g. Qwen/Qwen2.5-7B-Instruct)."""
     served_model_name: str | None = None
+    """The name clients send as `model` (default: model)."""
     model_facts: ModelFactsSpec | None = None
-    node_group: str | None = None  # GPU node group; required on aws and kubernetes targets
-    gpu: str | None = None  # GPU type when there is no node group (local, kubernetes)
+    """Model shape for the memory math when the model is not in the catalogue."""
+    node_group: str | None = None
+    """GPU node group; required on aws and kubernetes targets."""
+    gpu: str | None = None
+    """GPU type when there is no node group (local, kubernetes)."""
     engine: EngineSpec = Field(default_factory=EngineSpec)
     replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
@@ -201,7 +250,9 @@ class PoolSpec(Spec):
     restart_window: RestartWindowSpec = Field(default_factory=RestartWindowSpec)
     drain: DrainSpec = Field(default_factory=DrainSpec)
     cold_start_seconds: float = Field(default=120.0, gt=0, le=3600)
-    static_replicas: list[str] = Field(default_factory=list)  # engine URLs for a gateway without discovery
+    """Budget for an engine to become ready (weights, warm-up): the agent's deadline, the autoscaler's horizon."""
+    static_replicas: list[str] = Field(default_factory=list)
+    """Engine URLs for a gateway without discovery."""
 
     @property
     def served_name(self) -> str:
@@ -216,54 +267,82 @@ class PoolSpec(Spec):
 
 class QueueSpec(Spec):
     per_replica_threshold: int = Field(default=8, ge=0, le=10_000)
+    """Requests in flight per ready replica before new ones wait in the gateway queue."""
     max_waiting: int = Field(default=256, ge=0, le=1_000_000)
+    """Waiting requests before 429."""
     timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Longest wait in the queue before 503."""
 
 
 class TimeoutSpec(Spec):
     connect_s: float = Field(default=2.0, gt=0, le=60)
+    """Connect timeout to an engine."""
     first_token_s: float = Field(default=30.0, gt=0, le=600)
+    """Time to the first byte from the engine before 504."""
     total_s: float = Field(default=600.0, gt=0, le=7200)
+    """Whole request."""
 
 
 class RetrySpec(Spec):
     max_attempts: int = Field(default=3, ge=1, le=10)
+    """Attempts per request, first included (retries only before the first byte)."""
     budget_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    """Retries allowed as a fraction of recent requests."""
 
 
 class RoutingSpec(Spec):
     filters: list[PluginRef] = Field(default_factory=lambda: [PluginRef(name="ready"), PluginRef(name="serves-model")])
+    """Routing filters by name (ready, serves-model, not-ejected, fresh-metrics)."""
     scorers: list[PluginRef] = Field(
         default_factory=lambda: [PluginRef(name="queue-depth", weight=2.0), PluginRef(name="kv-usage")]
     )
+    """Routing scorers by name and weight (queue-depth, kv-usage, in-flight, prefix-affinity, session-affinity)."""
     picker: PluginRef = Field(default_factory=lambda: PluginRef(name="p2c"))
+    """Routing picker by name (p2c, max-score, random, round-robin)."""
     stale_after_s: float = Field(default=5.0, gt=0, le=300)
+    """Engine metrics older than this are stale."""
     scrape_interval_s: float = Field(default=0.5, gt=0, le=60)
+    """How often the gateway refreshes engine load."""
 
 
 class GatewaySpec(Spec):
     replicas: int = Field(default=2, ge=1, le=100)
+    """Gateway Deployment replicas."""
     port: int = Field(default=8080, ge=1, le=65535)
+    """Gateway listen port."""
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     session_header: str = "x-session-id"
+    """Request header carrying a session id for session affinity."""
     queue: QueueSpec = Field(default_factory=QueueSpec)
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    """Largest request body before 413."""
     quota_backend: Literal["memory", "redis"] = "memory"
+    """Where tenant quotas are counted: per process or shared through Redis."""
     redis_url: str | None = None
+    """Redis for shared quotas."""
     public: bool = True
+    """Expose the gateway through a public load balancer."""
 
 
 class TenantSpec(Spec):
     name: Name
-    api_key_hashes: list[str] = Field(default_factory=list)  # "sha256:<hex>" of each key
-    api_keys_secret: str | None = None  # Pulumi secret config key holding a list of keys
-    priority: int = Field(default=1, ge=0, le=9)  # higher is served first
+    """Tenant name."""
+    api_key_hashes: list[str] = Field(default_factory=list)
+    """"sha256:<hex>' of each key."""
+    api_keys_secret: str | None = None
+    """Pulumi secret config key holding a list of keys."""
+    priority: int = Field(default=1, ge=0, le=9)
+    """Higher is served first."""
     requests_per_second: float = Field(default=10.0, gt=0, le=1_000_000)
+    """Request rate quota."""
     tokens_per_minute: int = Field(default=200_000, gt=0)
+    """Token quota (prompt + max_tokens reserved at admission, reconciled after)."""
     max_concurrency: int = Field(default=32, ge=1, le=1_000_000)
+    """Requests in flight at once."""
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
+    """Served model names the tenant may use, or `*`."""
 
     @field_validator("api_key_hashes")
     @classmethod
@@ -280,25 +359,42 @@ class TenantSpec(Spec):
 
 class AutoscalingSpec(Spec):
     policy: PluginRef = Field(default_factory=lambda: PluginRef(name="target-tracking"))
+    """Scaling policy by name (target-tracking, threshold) with parameters."""
     actuator: str = "local"
+    """What carries decisions out: local, kubernetes, aws."""
     dry_run: bool = False
+    """Log decisions without acting."""
     interval_s: float = Field(default=5.0, gt=0, le=600)
+    """Control loop period."""
     target_queue_per_replica: float = Field(default=4.0, gt=0, le=10_000)
+    """Waiting requests per replica the policy aims for."""
     target_kv_usage: float = Field(default=0.75, gt=0, le=1.0)
+    """KV cache usage the policy aims for."""
     target_utilisation: float = Field(default=0.75, gt=0, le=1.0)
+    """Busy fraction the policy aims for (the seed's 70-85% band)."""
     scale_up_stabilization_s: float = Field(default=0.0, ge=0, le=3600)
+    """How long a higher desired count must persist before scaling up."""
     scale_down_stabilization_s: float = Field(default=300.0, ge=0, le=86_400)
+    """How long a lower desired count must persist before scaling down."""
     max_scale_up_step: int = Field(default=4, ge=1, le=1000)
+    """Most replicas added per decision."""
     max_scale_down_step: int = Field(default=1, ge=1, le=1000)
+    """Most replicas removed per decision."""
     predictive: bool = False
+    """Add the request-rate trend over the cold-start horizon."""
 
 
 class ControlPlaneSpec(Spec):
     port: int = Field(default=8090, ge=1, le=65535)
-    url: str | None = None  # where agents and gateways reach it; default derived per target
+    """Control plane listen port."""
+    url: str | None = None
+    """Where agents and gateways reach it; default derived per target."""
     report_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """How often agents report."""
     stale_after_s: float = Field(default=5.0, gt=0, le=600)
+    """A replica whose last report is older is stale (never read as idle)."""
     lease_ttl_s: float = Field(default=600.0, gt=0, le=86_400)
+    """A restart lease expires after this if its holder does not release it."""
 
 
 class ImagesSpec(Spec):
@@ -306,22 +402,30 @@ class ImagesSpec(Spec):
     ``control`` runs the gateway, the control plane and simulator engines."""
 
     engine: str = "ghcr.io/llmfleet/llmfleet-vllm:0.1.0-vllm0.33.0"
+    """Image of engine pods (vLLM plus llmfleet)."""
     control: str = "ghcr.io/llmfleet/llmfleet:0.1.0"
+    """Image of the gateway, control plane and simulator pods."""
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
 
 
 class CostSpec(Spec):
-    gpu_hour_usd: float | None = Field(default=None, ge=0.0, le=1000.0)  # default: the GPU's catalogue price
+    gpu_hour_usd: float | None = Field(default=None, ge=0.0, le=1000.0)
+    """Default: the GPU's catalogue price."""
     monthly_ceiling_usd: float | None = Field(default=None, ge=0.0)
+    """Warn (and fail the policy pack) above this monthly cost."""
 
 
 class FleetSpec(Spec):
     """The whole fleet as declared in ``stacks/Pulumi.<env>.yaml`` (keys ``llmfleet:<key>``)."""
 
     environment: Name
+    """Environment name."""
     target: Literal["local", "kubernetes", "aws"]
+    """Where the fleet runs: this machine, an existing Kubernetes cluster, or AWS (EKS)."""
     region: str = "us-east-1"
+    """AWS region (also read from `aws:region`)."""
     availability_zones: list[str] = Field(min_length=1, max_length=6)
+    """Zones the fleet spreads over."""
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     cpu_node_group: CpuNodeGroupSpec = Field(default_factory=CpuNodeGroupSpec)
     gpu_node_groups: list[GpuNodeGroupSpec] = Field(default_factory=list)

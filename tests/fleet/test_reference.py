@@ -1,0 +1,20 @@
+"""docs/configuration.md documents every key of the fleet spec with its default and range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleet.reference import BEGIN, END, render_reference
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def test_configuration_reference_is_current() -> None:
+    text = DOC.read_text()
+    generated = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert generated == render_reference(), "run: python -m fleet.reference --write"
+
+
+def test_reference_lists_nested_keys_with_ranges() -> None:
+    reference = render_reference()
+    assert "| `llmfleet:pools[].engine.gpuMemoryUtilization` | float | `0.9` | > 0.0, <= 0.98 |" in reference
