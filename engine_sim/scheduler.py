@@ -1,0 +1,329 @@
+"""Scheduler: vLLM V1's continuous-batching step loop as a pure object on an injected clock.
+
+One step, as in ``vllm/v1/core/sched/scheduler.py``:
+
+1. RUNNING requests in order each get ``min(uncomputed tokens, remaining budget)`` tokens (1 for a decode, a
+   chunk for an unfinished prefill). When the KV cache cannot hold them, the *last* running request is
+   preempted (recompute: blocks freed, progress reset, put at the front of WAITING), repeatedly, until the
+   allocation fits or the request preempted itself.
+2. Only if nothing was preempted, WAITING requests (FCFS) are admitted while budget and ``max_num_seqs``
+   allow: the prefix cache supplies their longest cached prefix, the rest is prefilled in chunks.
+3. When a request's computed tokens catch up with its tokens, it samples one output token.
+
+The object never reads a clock or sleeps: ``schedule(now)`` returns a `StepPlan` with the step's duration
+and ``complete(plan)`` applies it at ``plan.end``. A real-time driver sleeps in between; a discrete-event
+simulator just adds the duration. ``abort`` may be called between the two and frees blocks at once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine_sim.kv import KVCacheManager
+from engine_sim.timing import StepTimer, StepWork
+from engine_sim.tokenizer import filler_ids
+
+__all__ = [
+    "FinishReason",
+    "RequestStatus",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerStats",
+    "SimRequest",
+    "StepPlan",
+    "StepResult",
+    "TokenEvent",
+]
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One generation request; ``stop_after`` models the EOS of a natural answer (None: run to max_tokens)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    stop_after: int | None = None
+    output_seed: int = 0
+    # Scheduler state (times are in the scheduler's clock).
+    status: RequestStatus = RequestStatus.WAITING
+    token_ids: list[int] = field(default_factory=list)  # prompt + generated
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = -1  # prefix hit at first admission; -1 until admitted
+    num_preemptions: int = 0
+    arrival_time: float = 0.0
+    scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finish_time: float | None = None
+    finish_reason: FinishReason | None = None
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            self.token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[len(self.prompt_token_ids) :]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 8192
+    long_prefill_token_threshold: int = 0  # 0: a single request may take the whole budget
+
+
+@dataclass
+class SchedulerStats:
+    """Cumulative counters, as vLLM's Prometheus counters count them (tokens, not requests, for the cache)."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    busy_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    start: float
+    duration: float
+    scheduled: tuple[tuple[SimRequest, int], ...]
+    work: StepWork
+    preempted: tuple[SimRequest, ...]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One sampled token; ``finished`` is set on the request's last token."""
+
+    request: SimRequest
+    token_id: int
+    finished: FinishReason | None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    plan: StepPlan
+    events: tuple[TokenEvent, ...]
+
+
+class Scheduler:
+    """Continuous batching over a `KVCacheManager`, timed by a `StepTimer`; ``started_at`` anchors uptime."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, timer: StepTimer, started_at: float = 0.0) -> None:
+        self.config = config
+        self.kv = kv
+        self.timer = timer
+        self.started_at = started_at
+        self.stats = SchedulerStats()
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self._requests: dict[str, SimRequest] = {}
+
+    # -- queries ---------------------------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv.pool.usage
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def get(self, request_id: str) -> SimRequest | None:
+        return self._requests.get(request_id)
+
+    # -- inputs ----------------------------------------------------------------------------------------
+    def add(self, request: SimRequest, now: float) -> None:
+        """Queue a request; ValueError when it cannot fit ``max_model_len`` or has nothing to generate."""
+        room = self.config.max_model_len - request.num_prompt_tokens
+        if request.num_prompt_tokens < 1 or room < 1:
+            raise ValueError(f"prompt of {request.num_prompt_tokens} tokens leaves no room to generate")
+        if request.request_id in self._requests:
+            raise ValueError(f"duplicate request id {request.request_id}")
+        request.max_tokens = max(1, min(request.max_tokens, room))
+        request.arrival_time = now
+        request.status = RequestStatus.WAITING
+        self._requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort(self, request_id: str, now: float) -> SimRequest | None:
+        """Finish a request with ``abort`` and free its blocks; None when unknown or already finished."""
+        request = self._requests.get(request_id)
+        if request is None:
+            return None
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self._finish(request, FinishReason.ABORT, now)
+        return request
+
+    def abort_all(self, now: float) -> list[SimRequest]:
+        return [r for r in (self.abort(rid, now) for rid in list(self._requests)) if r is not None]
+
+    # -- the step ----------------------------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan | None:
+        """Pick this step's tokens per request; None when there is nothing to run."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = self._chunk(request, request.num_tokens - request.num_computed_tokens, budget)
+            while not self.kv.allocate_slots(request.request_id, request.num_computed_tokens + num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if request.status is not RequestStatus.RUNNING:
+                break
+            scheduled.append((request, num_new))
+            budget -= num_new
+            i += 1
+
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            hits, hit_tokens = self.kv.computed_blocks(request.request_id, request.token_ids)
+            num_new = self._chunk(request, request.num_tokens - hit_tokens, budget)
+            if not self.kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
+                break
+            self.waiting.popleft()
+            self.stats.prefix_queries += request.num_tokens
+            self.stats.prefix_hits += hit_tokens
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = hit_tokens
+            if request.scheduled_time is None:
+                request.scheduled_time = now
+            request.num_computed_tokens = hit_tokens
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled.append((request, num_new))
+            budget -= num_new
+
+        if not scheduled:
+            return None
+        work = _work_of(scheduled)
+        duration = self.timer.seconds(work, uptime_s=now - self.started_at)
+        return StepPlan(now, duration, tuple(scheduled), work, tuple(preempted))
+
+    def complete(self, plan: StepPlan) -> StepResult:
+        """Apply a planned step at ``plan.end``: advance computed tokens, sample, finish, cache blocks."""
+        now = plan.end
+        self.stats.steps += 1
+        self.stats.busy_seconds += plan.duration
+        events: list[TokenEvent] = []
+        for request, num_new in plan.scheduled:
+            if request.status is not RequestStatus.RUNNING:
+                continue  # aborted or preempted while the step ran
+            request.num_computed_tokens += num_new
+            self.kv.cache_computed(request.request_id, request.token_ids, request.num_computed_tokens)
+            if request.num_computed_tokens < request.num_tokens:
+                continue  # mid-prefill chunk: nothing sampled yet
+            n_out = request.num_output_tokens
+            (token,) = filler_ids(request.output_seed, n_out, 1)
+            request.token_ids.append(token)
+            if request.first_token_time is None:
+                request.first_token_time = now
+                self.stats.prompt_tokens += request.num_prompt_tokens
+            request.last_token_time = now
+            self.stats.generation_tokens += 1
+            reason = self._finish_reason(request)
+            if reason is not None:
+                self.running.remove(request)
+                self._finish(request, reason, now)
+            events.append(TokenEvent(request, token, reason))
+        return StepResult(plan, tuple(events))
+
+    def step(self, now: float) -> StepResult | None:
+        """Schedule and complete one step at once (virtual time)."""
+        plan = self.schedule(now)
+        return None if plan is None else self.complete(plan)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _chunk(self, request: SimRequest, remaining: int, budget: int) -> int:
+        threshold = self.config.long_prefill_token_threshold
+        if threshold > 0 and remaining > threshold:
+            remaining = threshold
+        return min(remaining, budget)
+
+    def _finish_reason(self, request: SimRequest) -> FinishReason | None:
+        n_out = request.num_output_tokens
+        if request.stop_after is not None and n_out >= request.stop_after:
+            return FinishReason.STOP
+        if n_out >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    def _preempt(self, request: SimRequest) -> None:
+        self.kv.free(request.request_id)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(request)
+
+    def _finish(self, request: SimRequest, reason: FinishReason, now: float) -> None:
+        self.kv.forget(request.request_id)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        request.finish_time = now
+        self._requests.pop(request.request_id, None)
+
+
+def _work_of(scheduled: Iterable[tuple[SimRequest, int]]) -> StepWork:
+    tokens, decode_ctx, attn = 0, 0, 0.0
+    for request, n in scheduled:
+        tokens += n
+        end = request.num_computed_tokens + n
+        if n == 1 and end == request.num_tokens and request.num_output_tokens > 0:
+            decode_ctx += end
+        else:
+            attn += float(n) * end
+    return StepWork(tokens, decode_ctx, attn)
