@@ -1,0 +1,1 @@
+"""Autoscaler: the control plane (reports, discovery, leases) and the scaling loop (policies, actuators)."""

@@ -1,0 +1,92 @@
+"""CLI: ``llmfleet control-plane --stack NAME --port PORT [--host H] [--dry-run]``.
+
+Serves the control-plane API and runs the autoscaling loop with the stack's actuator. SIGINT or SIGTERM stops
+the loop, then closes the actuator (the local actuator drains and stops every agent it started), then the
+HTTP server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from autoscaler.actuators import ActuatorEnv, build_actuator
+from autoscaler.loop import ControlLoop
+from autoscaler.registry import ReplicaRegistry
+from autoscaler.service import ControlPlane, create_app
+from fleet.errors import SpecError
+from fleet.loader import load_spec
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger("llmfleet.autoscaler")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", required=True, help="stack name (local, dev, ...) or path to a stack file")
+    parser.add_argument("--port", type=int, default=None, help="listen port (default: controlPlane.port)")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--url", default=None, help="URL agents use to reach this control plane")
+    parser.add_argument("--dry-run", action="store_true", help="log scaling decisions without acting on them")
+    parser.add_argument("--actuator", default=None, help="override autoscaling.actuator")
+    parser.add_argument("--log-dir", type=Path, default=None, help="where local agents write their logs")
+
+
+def _stack_ref(stack: str) -> str:
+    """Agents get the same stack; a file path is made absolute so it works from any directory."""
+    path = Path(stack)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else stack
+
+
+async def serve(args: argparse.Namespace) -> int:
+    loaded = load_spec(args.stack)
+    spec = loaded.spec
+    port = args.port if args.port is not None else spec.control_plane.port
+    url_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = args.url or spec.control_plane.url or f"http://{url_host}:{port}"
+    env = ActuatorEnv(stack=_stack_ref(args.stack), control_plane_url=url, log_dir=args.log_dir)
+    actuator = build_actuator(spec, env, name=args.actuator, dry_run=True if args.dry_run else None)
+    registry = ReplicaRegistry(spec.control_plane.stale_after_s)
+    loop = ControlLoop(spec, registry, actuator, clock=time.time)
+    cp = ControlPlane.build(spec, time.time, loop)
+    runner = web.AppRunner(create_app(cp), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, port).start()
+    log.info(
+        "control plane for stack %s on %s (actuator %s%s)",
+        loaded.name,
+        url,
+        spec.autoscaling.actuator,
+        ", dry-run" if args.dry_run or spec.autoscaling.dry_run else "",
+    )
+    print(f"control plane listening on {url}", flush=True)
+
+    stopping = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
+    task = asyncio.create_task(loop.run())
+    await stopping.wait()
+    log.info("stopping: draining replicas")
+    loop.stop()
+    with contextlib.suppress(Exception):
+        await task
+    await actuator.close()
+    await runner.cleanup()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return asyncio.run(serve(args))
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2

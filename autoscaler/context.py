@@ -1,0 +1,142 @@
+"""ScalingContext: the frozen snapshot of one pool that policies and guard-rails decide from.
+
+Built once per loop tick by `build_context`; nothing in it performs I/O and ``now`` is passed in, so the same
+policy code runs live, in tests with explicit times, and in simulation.
+
+Replica states seen here: an agent state (``starting``, ``warming``, ``ready``, ``draining``, ``stopped``,
+``restarting``, ``failed``) or ``launching`` (the actuator started it and no report has arrived yet). A replica
+whose last report is older than the stale limit is ``stale``: its load is *unknown*, which is never the same
+as zero; it counts neither as idle capacity nor as load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ARRIVING_STATES", "ReplicaLoad", "ScalingContext"]
+
+# States of replicas that will take traffic soon: capacity already on its way (cold-start awareness).
+ARRIVING_STATES = frozenset({"launching", "starting", "warming", "restarting"})
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """One replica as the loop sees it. Load fields are None when unknown (no report or failed scrape)."""
+
+    replica: str
+    state: str
+    stale: bool = False
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
+    ttft_p99_s: float | None = None
+    tokens_per_s: float | None = None
+    report_age_s: float | None = None
+
+    @property
+    def has_metrics(self) -> bool:
+        return self.waiting is not None and self.running is not None
+
+    @property
+    def load(self) -> float:
+        """Requests in the replica (running + waiting); +inf when unknown so it is never picked as 'idle'."""
+        if not self.has_metrics:
+            return math.inf
+        assert self.waiting is not None and self.running is not None
+        return self.waiting + self.running
+
+
+@dataclass(frozen=True)
+class ScalingContext:
+    """Everything a scaling policy may read about one pool at time ``now``."""
+
+    # identity and time
+    pool: str
+    now: float
+    # current state: every replica the pool runs, including ones still launching and ones draining
+    replicas: tuple[ReplicaLoad, ...]
+    # bounds
+    min_replicas: int
+    max_replicas: int
+    # targets (from the stack's autoscaling and pool specs)
+    target_queue_per_replica: float = 4.0
+    target_kv_usage: float = 0.75
+    target_utilisation: float = 0.75
+    max_num_seqs: int = 256
+    ttft_slo_s: float = 0.3
+    # timing
+    cold_start_s: float = 120.0
+    # demand (running + waiting over fresh replicas) per past tick: ((t, value), ...) oldest first
+    demand_history: tuple[tuple[float, float], ...] = ()
+    # the policy's parameters (PluginRef.params) and the state it returned last tick
+    params: Mapping[str, Any] = field(default_factory=dict)
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- replica groups -------------------------------------------------------------------------------------
+    @property
+    def fresh_ready(self) -> tuple[ReplicaLoad, ...]:
+        """Ready replicas with a recent report: the only ones whose load the policies may read."""
+        return tuple(r for r in self.replicas if r.state == "ready" and not r.stale)
+
+    @property
+    def arriving(self) -> tuple[ReplicaLoad, ...]:
+        """Replicas starting up (not stale): capacity that is on its way."""
+        return tuple(r for r in self.replicas if r.state in ARRIVING_STATES and not r.stale)
+
+    @property
+    def draining(self) -> tuple[ReplicaLoad, ...]:
+        return tuple(r for r in self.replicas if r.state in ("draining", "stopped"))
+
+    @property
+    def unknown(self) -> tuple[ReplicaLoad, ...]:
+        """Replicas whose health or load is unknown or bad: stale, failed, or ready without metrics."""
+        return tuple(
+            r
+            for r in self.replicas
+            if r.state not in ("draining", "stopped")
+            and (r.stale or r.state == "failed" or (r.state == "ready" and not r.has_metrics))
+        )
+
+    @property
+    def current(self) -> int:
+        """Replicas the pool runs and will keep (everything but draining ones)."""
+        return sum(1 for r in self.replicas if r.state not in ("draining", "stopped"))
+
+    @property
+    def capacity(self) -> int:
+        """Replicas that serve or will soon serve: fresh ready ones with metrics plus arriving ones."""
+        return sum(1 for r in self.fresh_ready if r.has_metrics) + len(self.arriving)
+
+    # -- aggregate load over fresh replicas with metrics ---------------------------------------------------
+    def _measured(self) -> Sequence[ReplicaLoad]:
+        return [r for r in self.fresh_ready if r.has_metrics]
+
+    @property
+    def has_metrics(self) -> bool:
+        return bool(self._measured())
+
+    @property
+    def queue_depth(self) -> float:
+        return sum(r.waiting or 0.0 for r in self._measured())
+
+    @property
+    def running(self) -> float:
+        return sum(r.running or 0.0 for r in self._measured())
+
+    @property
+    def kv_usage_total(self) -> float:
+        """Sum of KV usage fractions (1.0 = one full replica) over replicas that report it."""
+        return sum(r.kv_usage for r in self._measured() if r.kv_usage is not None)
+
+    @property
+    def ttft_p99_s(self) -> float | None:
+        """Worst P99 TTFT over fresh replicas, None when no replica reports one."""
+        values = [r.ttft_p99_s for r in self._measured() if r.ttft_p99_s is not None]
+        return max(values) if values else None
+
+    @property
+    def demand(self) -> float:
+        return self.queue_depth + self.running

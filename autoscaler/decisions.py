@@ -1,0 +1,61 @@
+"""Decisions: what the loop decided for a pool, as plain values an actuator carries out.
+
+A decision never performs I/O; it records the target, the inputs it was computed from and a human reason, so
+the decision log (``GET /v1/decisions``) says why each change happened and dry-run mode is just "log, don't act".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Decision", "Hold", "ScaleDown", "ScaleUp", "decision_to_json"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Common fields: ``current`` is replicas the pool has (ready + starting), ``target`` what it should have."""
+
+    pool: str
+    current: int
+    target: int
+    reason: str
+    at: float
+    inputs: dict[str, Any] = field(default_factory=dict)
+    policy: str = ""
+
+    kind: Literal["hold", "scale-up", "scale-down"] = "hold"
+
+    @property
+    def delta(self) -> int:
+        return self.target - self.current
+
+
+@dataclass(frozen=True)
+class Hold(Decision):
+    kind: Literal["hold", "scale-up", "scale-down"] = "hold"
+
+
+@dataclass(frozen=True)
+class ScaleUp(Decision):
+    """Start ``target - current`` replicas."""
+
+    kind: Literal["hold", "scale-up", "scale-down"] = "scale-up"
+
+
+@dataclass(frozen=True)
+class ScaleDown(Decision):
+    """Remove ``victims`` (least-loaded first). With ``drain`` each leaves rotation and finishes its in-flight
+    requests before it stops."""
+
+    victims: tuple[str, ...] = ()
+    drain: bool = True
+    kind: Literal["hold", "scale-up", "scale-down"] = "scale-down"
+
+
+def decision_to_json(decision: Decision) -> dict[str, Any]:
+    """JSON-ready dict of a decision (tuples become lists)."""
+    out = asdict(decision)
+    if "victims" in out:
+        out["victims"] = list(out["victims"])
+    return out

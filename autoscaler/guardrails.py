@@ -1,0 +1,171 @@
+"""Guard-rails: the one wrapper applied to every policy's proposal before it becomes a decision.
+
+Order (each step sees the previous one's number; the first that binds is named in the reason):
+
+1. round the proposal up;
+2. predictive term (``autoscaling.predictive``): project demand over the cold-start horizon from its linear
+   trend and raise the proposal by the same factor (never lowers it);
+3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
+   while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
+   zero). TTFT: P99 above the SLO adds one replica unless capacity is already arriving (cold start), and
+   blocks shrinking while P99 is within 80% of the SLO. Throughput: the policy's own number. A lower
+   priority can never undo a higher one, so two triggers never act against each other;
+4. bounds ``[min, max]``;
+5. stabilisation: a scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more", a
+   scale-down waits ``scaleDownStabilizationS`` of continuous "want less" and then goes to the highest count
+   recommended inside that window;
+6. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``.
+
+Capacity (fresh ready + arriving replicas) is what the proposal is compared against; replicas still starting
+count as capacity on its way, so a burst during a cold start does not launch a second wave. The result is
+translated back to a replica target: stale or failed replicas stay in ``current`` but not in capacity, so a
+pool with a dead replica grows to replace it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.context import ScalingContext
+from autoscaler.policies import Proposal
+from fleet.spec import AutoscalingSpec
+
+__all__ = ["Verdict", "apply_guardrails", "demand_trend"]
+
+_EPS = 1e-9  # proposals like 2.0000000001 from float sums must not round up to 3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guarded answer: ``target`` replicas for the pool (what the actuator should run), and why."""
+
+    target: int
+    capacity_target: int
+    reason: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def demand_trend(history: tuple[tuple[float, float], ...]) -> float:
+    """Least-squares slope (per second) of ``(t, demand)`` samples; 0.0 with fewer than 3 samples."""
+    if len(history) < 3:
+        return 0.0
+    n = len(history)
+    mean_t = sum(t for t, _ in history) / n
+    mean_v = sum(v for _, v in history) / n
+    var = sum((t - mean_t) ** 2 for t, _ in history)
+    if var == 0:
+        return 0.0
+    return sum((t - mean_t) * (v - mean_v) for t, v in history) / var
+
+
+def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSpec) -> Verdict:
+    """Turn ``proposal`` into a bounded, stabilised, SLO-ordered replica target (see module docstring)."""
+    state: dict[str, Any] = dict(ctx.state)
+    capacity = ctx.capacity
+    inputs: dict[str, Any] = {
+        "capacity": capacity,
+        "current": ctx.current,
+        "ready": len(ctx.fresh_ready),
+        "arriving": len(ctx.arriving),
+        "draining": len(ctx.draining),
+        "unknown": [r.replica for r in ctx.unknown],
+        "queue_depth": ctx.queue_depth,
+        "running": ctx.running,
+        "kv_usage_total": round(ctx.kv_usage_total, 4),
+        "ttft_p99_s": ctx.ttft_p99_s,
+        "ttft_slo_s": ctx.ttft_slo_s,
+        "proposal": round(proposal.desired, 4),
+        **dict(proposal.inputs),
+    }
+    desired = max(0, math.ceil(proposal.desired - _EPS))
+    reason = proposal.reason
+
+    # 2. predictive term
+    if cfg.predictive and ctx.demand > 0:
+        slope = demand_trend(ctx.demand_history)
+        projected = ctx.demand + slope * ctx.cold_start_s
+        inputs["projected_demand"] = round(projected, 3)
+        if projected > ctx.demand:
+            predicted = math.ceil(proposal.desired * projected / ctx.demand - _EPS)
+            if predicted > desired:
+                desired = predicted
+                reason = (
+                    f"predictive: demand {ctx.demand:g} trending to {projected:.1f} within the "
+                    f"{ctx.cold_start_s:g}s cold start; {reason}"
+                )
+
+    # 3. SLO priority: availability, then TTFT, then throughput (the policy's number).
+    no_shrink: str | None = None
+    if capacity < ctx.min_replicas:
+        desired = max(desired, ctx.min_replicas)
+        reason = f"availability: capacity {capacity} below min {ctx.min_replicas}"
+    elif ctx.unknown:
+        names = ", ".join(sorted(r.replica for r in ctx.unknown))
+        no_shrink = f"availability: load of {names} unknown (stale, failed or no metrics), not counted as capacity"
+    elif not ctx.has_metrics and capacity > 0:
+        no_shrink = "availability: no fresh metrics; unknown load is not zero load"
+    ttft = ctx.ttft_p99_s
+    if ttft is not None and ttft > ctx.ttft_slo_s:
+        if ctx.arriving:
+            no_shrink = no_shrink or f"ttft: P99 {ttft * 1000:.0f}ms over SLO, {len(ctx.arriving)} replica(s) arriving"
+            desired = max(desired, capacity)
+        elif desired <= capacity:
+            desired = capacity + 1
+            reason = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms: add one"
+    elif ttft is not None and ttft > 0.8 * ctx.ttft_slo_s and desired < capacity:
+        no_shrink = no_shrink or f"ttft: P99 {ttft * 1000:.0f}ms within 20% of the SLO"
+    if no_shrink and desired < capacity:
+        desired = capacity
+        reason = f"{no_shrink}; scale-down blocked"
+
+    # 4. bounds
+    if desired > ctx.max_replicas:
+        desired, reason = ctx.max_replicas, f"{reason}; capped at max {ctx.max_replicas}"
+    elif desired < ctx.min_replicas:
+        desired = ctx.min_replicas
+
+    # 5. stabilisation
+    window = max(cfg.scale_down_stabilization_s, cfg.scale_up_stabilization_s)
+    recs = [(t, d) for t, d in state.get("recommendations", []) if ctx.now - t <= window]
+    recs.append((ctx.now, desired))
+    state["recommendations"] = recs
+    new_capacity = capacity
+    if desired > capacity:
+        state["below_since"] = None
+        since = ctx.now if state.get("above_since") is None else float(state["above_since"])
+        state["above_since"] = since
+        if ctx.now - since >= cfg.scale_up_stabilization_s:
+            in_window = [d for t, d in recs if ctx.now - t <= cfg.scale_up_stabilization_s]
+            new_capacity = max(capacity, min(in_window))
+        else:
+            reason = f"{reason}; scale-up waits {cfg.scale_up_stabilization_s - (ctx.now - since):.0f}s more"
+    elif desired < capacity:
+        state["above_since"] = None
+        since = ctx.now if state.get("below_since") is None else float(state["below_since"])
+        state["below_since"] = since
+        waited = ctx.now - since
+        if waited >= cfg.scale_down_stabilization_s:
+            in_window = [d for t, d in recs if ctx.now - t <= cfg.scale_down_stabilization_s]
+            new_capacity = min(capacity, max(in_window))
+            reason = f"{reason}; low for {waited:.0f}s >= {cfg.scale_down_stabilization_s:g}s window"
+        else:
+            left = cfg.scale_down_stabilization_s - waited
+            reason = f"{reason}; stabilising: scale-down waits {left:.0f}s more"
+    else:
+        state["above_since"] = state["below_since"] = None
+
+    # 6. step limits
+    if new_capacity > capacity + cfg.max_scale_up_step:
+        new_capacity = capacity + cfg.max_scale_up_step
+        reason = f"{reason}; step limited to +{cfg.max_scale_up_step}"
+    elif new_capacity < capacity - cfg.max_scale_down_step:
+        new_capacity = capacity - cfg.max_scale_down_step
+        reason = f"{reason}; step limited to -{cfg.max_scale_down_step}"
+
+    target = max(0, ctx.current + (new_capacity - capacity))
+    target = min(target, max(ctx.max_replicas, ctx.current))
+    inputs["desired"] = desired
+    return Verdict(target, new_capacity, reason, inputs, state)

@@ -1,0 +1,185 @@
+"""ControlLoop: every ``autoscaling.intervalS``, turn each pool's reports into a decision and act on it.
+
+    reports (registry) + actuator view -> ScalingContext -> policy -> guard-rails -> Decision -> actuator
+
+``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
+until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from autoscaler.actuators import Actuator, FleetView
+from autoscaler.context import ReplicaLoad, ScalingContext
+from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
+from autoscaler.guardrails import apply_guardrails
+from autoscaler.policies import make_policy
+from autoscaler.registry import ReplicaRegistry, Seen
+from fleet.spec import FleetSpec, PoolSpec
+
+__all__ = ["ControlLoop", "pick_victims"]
+
+log = logging.getLogger("llmfleet.autoscaler.loop")
+
+
+def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
+    """The ``count`` replicas to remove: ones still launching first (no traffic, nothing to drain), then ready
+    ones by least load (running + waiting, then KV usage). Unknown-load replicas are never chosen as 'idle'."""
+    candidates = [r for r in ctx.replicas if r.state not in ("draining", "stopped")]
+
+    def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
+        rank = 0 if r.state == "launching" else 1 if r.state != "ready" and not r.stale else 2
+        return (rank, r.load, r.kv_usage if r.kv_usage is not None else 1.0, r.replica)
+
+    return tuple(r.replica for r in sorted(candidates, key=order)[:count])
+
+
+def _load(seen: Seen) -> ReplicaLoad:
+    r = seen.report
+    return ReplicaLoad(
+        replica=r.replica,
+        state=r.state,
+        stale=seen.stale,
+        waiting=r.waiting,
+        running=r.running,
+        kv_usage=r.kv_usage,
+        ttft_p99_s=r.ttft_p99_s,
+        tokens_per_s=r.tokens_per_s,
+        report_age_s=round(seen.age_s, 3),
+    )
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        spec: FleetSpec,
+        registry: ReplicaRegistry,
+        actuator: Actuator,
+        clock: Callable[[], float],
+        history: int = 500,
+    ) -> None:
+        self.spec = spec
+        self.registry = registry
+        self.actuator = actuator
+        self.clock = clock
+        self.policy = make_policy(spec.autoscaling.policy.name)
+        self.decisions: deque[Decision] = deque(maxlen=history)
+        self.last: dict[str, Decision] = {}
+        self._state: dict[str, dict[str, Any]] = {}
+        self._demand: dict[str, deque[tuple[float, float]]] = {}
+        self._stop = asyncio.Event()
+
+    def replicas(self, pool: PoolSpec, view: FleetView, now: float) -> tuple[ReplicaLoad, ...]:
+        """Merge the actuator's view with the registry: the actuator says which replicas exist (when it can),
+        the reports say how they are doing; a launched replica with no report yet is 'launching'."""
+        seen = {s.report.replica: s for s in self.registry.seen(pool.name, now)}
+        if view.replicas is not None:
+            return tuple(_load(seen[r]) if r in seen else ReplicaLoad(r, "launching") for r in view.replicas)
+        loads = [_load(s) for s in seen.values() if s.report.state != "stopped"]
+        live = sum(1 for r in loads if r.state != "draining")
+        loads += [ReplicaLoad(f"pending-{i}", "launching") for i in range(max(0, view.target - live))]
+        return tuple(loads)
+
+    def context(self, pool: PoolSpec, replicas: tuple[ReplicaLoad, ...], now: float) -> ScalingContext:
+        cfg = self.spec.autoscaling
+        return ScalingContext(
+            pool=pool.name,
+            now=now,
+            replicas=replicas,
+            min_replicas=pool.replicas.min,
+            max_replicas=pool.replicas.max,
+            target_queue_per_replica=cfg.target_queue_per_replica,
+            target_kv_usage=cfg.target_kv_usage,
+            target_utilisation=cfg.target_utilisation,
+            max_num_seqs=pool.engine.max_num_seqs,
+            ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
+            cold_start_s=pool.cold_start_seconds,
+            demand_history=tuple(self._demand.get(pool.name, ())),
+            params=cfg.policy.params,
+            state=self._state.get(pool.name, {}),
+        )
+
+    async def decide(self, pool: PoolSpec, now: float) -> Decision:
+        """One pool, one tick: a decision (not yet applied)."""
+        view = await self.actuator.current(pool)
+        ctx = self.context(pool, self.replicas(pool, view, now), now)
+        if ctx.has_metrics:
+            window = self._demand.setdefault(pool.name, deque())
+            window.append((now, ctx.demand))
+            horizon = max(pool.cold_start_seconds, 3 * self.spec.autoscaling.interval_s)
+            while window and now - window[0][0] > horizon:
+                window.popleft()
+        proposal = self.policy.propose(ctx)
+        verdict = apply_guardrails(ctx, proposal, self.spec.autoscaling)
+        self._state[pool.name] = {**verdict.state, **dict(proposal.state)}
+        common: dict[str, Any] = {
+            "pool": pool.name,
+            "current": ctx.current,
+            "target": verdict.target,
+            "reason": verdict.reason,
+            "at": now,
+            "inputs": {**verdict.inputs, "replicas": [asdict(r) for r in ctx.replicas]},
+            "policy": self.policy.name,
+        }
+        if verdict.target > ctx.current:
+            return ScaleUp(**common)
+        if verdict.target < ctx.current:
+            victims = pick_victims(ctx, ctx.current - verdict.target)
+            return ScaleDown(**common, victims=victims, drain=True)
+        return Hold(**common)
+
+    def record(self, decision: Decision) -> bool:
+        """Keep ``decision`` in the log unless it repeats the previous hold's reason; True when kept."""
+        previous = self.last.get(decision.pool)
+        self.last[decision.pool] = decision
+        if (
+            isinstance(decision, Hold)
+            and previous is not None
+            and isinstance(previous, Hold)
+            and previous.reason == decision.reason
+            and previous.target == decision.target
+        ):
+            return False
+        self.decisions.append(decision)
+        return True
+
+    async def tick(self, now: float | None = None) -> list[Decision]:
+        when = self.clock() if now is None else now
+        out: list[Decision] = []
+        for pool in self.spec.pools:
+            decision = await self.decide(pool, when)
+            if self.record(decision) and not isinstance(decision, Hold):
+                log.info(
+                    "%s %s: %d -> %d: %s",
+                    decision.kind,
+                    decision.pool,
+                    decision.current,
+                    decision.target,
+                    decision.reason,
+                )
+            if not isinstance(decision, Hold):
+                await self.actuator.apply(decision)
+            out.append(decision)
+        return out
+
+    async def run(self) -> None:
+        """Tick every intervalS until `stop`; a failing tick is logged and the loop goes on."""
+        interval = self.spec.autoscaling.interval_s
+        while not self._stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("control loop tick failed")
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,69 @@
+"""Scaling policies: pure functions of a context, checked through one harness for every registered policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.policies import REGISTRY, make_policy
+from tests.autoscaler.builders import context, ready, stale, starting
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_policy_holds_capacity_without_metrics(name: str) -> None:
+    ctx = context(stale("a"), starting("b"))
+    proposal = make_policy(name).propose(ctx)
+    assert proposal.desired == ctx.capacity == 1
+    assert "unknown is not zero" in proposal.reason
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_policy_wants_more_under_a_queue_and_less_when_idle(name: str) -> None:
+    policy = make_policy(name)
+    busy = context(ready("a", waiting=30, running=60), ready("b", waiting=30, running=60))
+    idle = context(ready("a"), ready("b"), ready("c"))
+    assert policy.propose(busy).desired > busy.capacity
+    assert policy.propose(idle).desired < idle.capacity
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "expected", "signal"),
+    [
+        ("queue of 12 at target 4", [ready("a", waiting=12, running=10)], 3.0, "queue"),
+        ("kv 1.5 at target 0.75", [ready("a", kv=0.9), ready("b", kv=0.6)], 2.0, "kv"),
+        ("96 running at 64x0.75", [ready("a", running=48), ready("b", running=48)], 2.0, "utilisation"),
+        ("idle", [ready("a"), ready("b")], 0.0, "queue"),
+    ],
+)
+def test_target_tracking_takes_the_largest_term(case: str, replicas: list, expected: float, signal: str) -> None:
+    proposal = make_policy("target-tracking").propose(context(*replicas))
+    assert proposal.desired == pytest.approx(expected), case
+    assert proposal.reason.startswith(signal)
+
+
+def test_target_tracking_params_override_targets() -> None:
+    ctx = context(ready("a", waiting=12), params={"targetQueuePerReplica": 2})
+    assert make_policy("target-tracking").propose(ctx).desired == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "expected"),
+    [
+        ("avg waiting 6 > 5 adds one", [ready("a", waiting=6, running=10)], 2),
+        ("avg waiting 5 holds", [ready("a", waiting=5, running=10)], 1),
+        ("idle removes one", [ready("a"), ready("b", running=3)], 1),
+        ("starting counts as capacity", [ready("a", waiting=20), starting("b")], 3),
+    ],
+)
+def test_threshold_baseline(case: str, replicas: list, expected: int) -> None:
+    assert make_policy("threshold").propose(context(*replicas)).desired == expected, case
+
+
+def test_unknown_policy_lists_registered_names() -> None:
+    with pytest.raises(ValueError, match="target-tracking, threshold"):
+        make_policy("nope")
+
+
+def test_validator_sees_the_registry() -> None:
+    from fleet.plugins import registered_names
+
+    assert {"target-tracking", "threshold"} <= set(registered_names("scaling policy"))

@@ -1,0 +1,119 @@
+"""Guard-rails: bounds, stabilisation, step limits, cold start, SLO priority and the predictive term."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscaler.context import ScalingContext
+from autoscaler.guardrails import apply_guardrails, demand_trend
+from autoscaler.policies import Proposal
+from tests.autoscaler.builders import autoscaling, context, ready, stale, starting
+
+
+def guard(ctx: ScalingContext, desired: float, **cfg: Any) -> Any:
+    return apply_guardrails(ctx, Proposal(desired, "policy"), autoscaling(**cfg))
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "desired", "cfg", "target"),
+    [
+        ("fast scale-up on queue growth", [ready("a", waiting=40)], 3, {}, 3),
+        ("step limit up", [ready("a")], 9, {"max_scale_up_step": 2}, 3),
+        ("capped at max", [ready("a")], 20, {"max_scale_up_step": 100}, 8),
+        ("min restored at once", [], 0, {}, 1),
+        ("starting replicas count as arriving capacity", [ready("a"), starting("b")], 2, {}, 2),
+        ("stale replica is not idle capacity: replaced", [ready("a", waiting=8), stale("b")], 2, {}, 3),
+        ("scale-down waits for the window", [ready("a"), ready("b")], 1, {}, 2),
+        (
+            "no stabilisation window scales down at once",
+            [ready("a"), ready("b")],
+            1,
+            {"scale_down_stabilization_s": 0},
+            1,
+        ),
+        ("step limit down", [ready("a"), ready("b"), ready("c")], 1, {"scale_down_stabilization_s": 0}, 2),
+    ],
+)
+def test_guardrail_table(case: str, replicas: list, desired: float, cfg: dict, target: int) -> None:
+    assert guard(context(*replicas), desired, **cfg).target == target, case
+
+
+def test_stabilisation_delays_scale_down_until_the_window_has_passed() -> None:
+    state: dict[str, Any] = {}
+    targets = []
+    for now in (0.0, 30.0, 59.0, 60.0):
+        verdict = guard(context(ready("a"), ready("b"), now=now, state=state), 1)
+        state = verdict.state
+        targets.append(verdict.target)
+    assert targets == [2, 2, 2, 1]
+    assert "low for 60s" in verdict.reason
+
+
+def test_scale_down_goes_only_as_low_as_the_highest_recent_recommendation() -> None:
+    state: dict[str, Any] = {}
+    replicas = [ready(n) for n in "abcd"]
+    for now, desired in ((0.0, 3), (30.0, 1), (60.0, 1)):
+        verdict = guard(context(*replicas, now=now, state=state), desired, max_scale_down_step=4)
+        state = verdict.state
+    assert verdict.target == 3
+
+
+def test_a_burst_resets_the_scale_down_clock() -> None:
+    state: dict[str, Any] = {}
+    for now, desired in ((0.0, 1), (40.0, 3), (50.0, 1), (100.0, 1)):
+        verdict = guard(context(ready("a"), ready("b"), now=now, state=state), desired)
+        state = verdict.state
+    assert verdict.target == 2 and "waits 10s more" in verdict.reason
+
+
+def test_stale_replicas_block_scale_down_and_the_reason_says_so() -> None:
+    verdict = guard(context(ready("a"), ready("b"), stale("c")), 0, scale_down_stabilization_s=0)
+    assert verdict.target == 3
+    assert "c" in verdict.inputs["unknown"] and "scale-down blocked" in verdict.reason
+
+
+def test_ttft_breach_adds_a_replica_even_when_throughput_wants_fewer() -> None:
+    ctx = context(ready("a", ttft=0.5), ready("b", ttft=0.2))
+    verdict = guard(ctx, 1, scale_down_stabilization_s=0)
+    assert verdict.target == 3 and verdict.reason.startswith("ttft")
+
+
+def test_ttft_breach_waits_for_arriving_capacity_instead_of_adding_more() -> None:
+    verdict = guard(context(ready("a", ttft=0.5), starting("b")), 1, scale_down_stabilization_s=0)
+    assert verdict.target == 2
+
+
+def test_ttft_near_the_slo_blocks_scale_down() -> None:
+    verdict = guard(context(ready("a", ttft=0.28), ready("b")), 1, scale_down_stabilization_s=0)
+    assert verdict.target == 2 and "within 20%" in verdict.reason
+
+
+def test_availability_outranks_throughput_when_below_min() -> None:
+    ctx = context(stale("a"), min_replicas=2)
+    verdict = guard(ctx, 0)
+    assert verdict.target == 3 and verdict.reason.startswith("availability")
+
+
+@pytest.mark.parametrize(
+    ("history", "slope"),
+    [((), 0.0), (((0, 1), (1, 2), (2, 3)), 1.0), (((0, 5), (10, 5), (20, 5)), 0.0), (((0, 9), (1, 6), (2, 3)), -3.0)],
+)
+def test_demand_trend(history: tuple, slope: float) -> None:
+    assert demand_trend(history) == pytest.approx(slope)
+
+
+def test_predictive_term_scales_ahead_of_a_rising_trend_only_when_enabled() -> None:
+    history = tuple((1000.0 - 10 * i, 20.0 - 2 * i) for i in range(5))[::-1]  # +0.2 per second, now 20
+    ctx = context(ready("a", waiting=4, running=16), demand_history=history)
+    assert guard(ctx, 1).target == 1
+    verdict = guard(ctx, 1, predictive=True)
+    assert verdict.target == 2  # projected 20 + 0.2 * 30 = 26 -> 1.3 replicas
+    assert verdict.reason.startswith("predictive")
+
+
+def test_predictive_term_never_scales_down() -> None:
+    history = tuple((1000.0 - 10 * i, 2.0 + 4 * i) for i in range(5))[::-1]
+    ctx = context(ready("a", waiting=0, running=2), ready("b"), demand_history=history)
+    assert guard(ctx, 2, predictive=True).target == 2

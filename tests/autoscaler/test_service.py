@@ -1,0 +1,148 @@
+"""Control plane over real HTTP: reports, staleness, discovery, leases, decisions, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.wire import LeaseGrant, ReplicaList
+from tests.autoscaler.builders import report
+from tests.autoscaler.conftest import Served
+
+POOL = "qwen-7b"
+
+
+async def post(s: Served, replica: str, **load: object) -> None:
+    body = report(replica, ts=s.clock.now, **load).model_dump(mode="json")
+    response = await s.http.post("/v1/reports", json=body)
+    assert response.status_code == 200, response.text
+
+
+async def test_reports_feed_discovery_and_go_stale(served: Served) -> None:
+    await post(served, "a", waiting=3)
+    await post(served, "b", state="starting")
+    listed = ReplicaList.model_validate_json((await served.http.get(f"/v1/pools/{POOL}/replicas")).content)
+    assert [(r.replica, r.state, r.stale) for r in listed.replicas] == [("a", "ready", False), ("b", "starting", False)]
+    assert listed.model == "qwen2.5-7b-instruct"
+    assert listed.replicas[0].last_report.waiting == 3
+
+    served.clock.now += served.cp.spec.control_plane.stale_after_s + 1
+    await post(served, "b")
+    listed = ReplicaList.model_validate_json((await served.http.get(f"/v1/pools/{POOL}/replicas")).content)
+    assert {r.replica: r.stale for r in listed.replicas} == {"a": True, "b": False}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/v1/pools/nope/replicas", None, 404),
+        ("POST", "/v1/reports", {"replica": "a"}, 400),
+        ("POST", "/v1/reports", report("a", pool="nope").model_dump(mode="json"), 404),
+        ("POST", "/v1/leases/restart", {"pool": "nope", "replica": "a"}, 404),
+        ("GET", "/v1/decisions?limit=x", None, 400),
+    ],
+)
+async def test_errors_use_openai_error_json(served: Served, method: str, path: str, body: object, status: int) -> None:
+    response = await served.http.request(method, path, json=body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["message"] and error["type"] and error["code"] == status
+
+
+async def test_restart_leases_never_exceed_max_unavailable_and_expire(served: Served) -> None:
+    async def ask(replica: str, ttl: float = 30.0) -> int:
+        response = await served.http.post("/v1/leases/restart", json={"pool": POOL, "replica": replica, "ttl_s": ttl})
+        if response.status_code == 200:
+            assert replica in LeaseGrant.model_validate_json(response.content).holders
+        return response.status_code
+
+    assert await ask("a") == 200
+    assert await ask("a") == 200  # renewal by the holder
+    assert await ask("b") == 409
+    assert (await served.http.delete(f"/v1/leases/restart/{POOL}/a")).json() == {"released": True}
+    assert await ask("b", ttl=5) == 200
+    assert await ask("c") == 409
+    served.clock.now += 6  # b died without releasing: its lease expires
+    assert await ask("c") == 200
+
+    leases = (await served.http.get("/v1/leases")).json()
+    assert list(leases["holders"][POOL]) == ["c"]
+    events = [(e["event"], e["replica"]) for e in leases["history"]]
+    assert events == [
+        ("grant", "a"),
+        ("renew", "a"),
+        ("refuse", "b"),
+        ("release", "a"),
+        ("grant", "b"),
+        ("refuse", "c"),
+        ("expire", "b"),
+        ("grant", "c"),
+    ]
+    held: set[str] = set()
+    for event in leases["history"]:  # replay: never two holders at once (maxUnavailable 1)
+        if event["event"] in ("grant", "renew"):
+            held.add(event["replica"])
+        elif event["event"] in ("release", "expire"):
+            held.discard(event["replica"])
+        assert len(held) <= 1
+
+
+async def test_queue_growth_scales_up_and_the_log_says_why(served: Served) -> None:
+    await post(served, "a", waiting=20, running=30)
+    [decision] = await served.loop.tick()
+    assert decision.kind == "scale-up" and decision.target == 4  # 20 queued / 4 per replica = 5, max 4
+    logged = (await served.http.get("/v1/decisions", params={"pool": POOL})).json()["decisions"]
+    assert logged[-1]["kind"] == "scale-up"
+    assert logged[-1]["reason"].startswith("queue needs 5.00 replicas")
+    assert logged[-1]["inputs"]["queue_depth"] == 20
+
+
+async def test_a_replica_whose_reports_stop_is_not_idle_capacity(served: Served) -> None:
+    await post(served, "a", waiting=0, running=2)
+    await post(served, "b", waiting=0, running=0)
+    served.clock.now += 6  # b stops reporting; a keeps going
+    await post(served, "a", waiting=6, running=10)
+    [decision] = await served.loop.tick()
+    assert decision.current == 2 and decision.target == 3  # two to serve a's queue, b replaced, not counted
+    assert decision.inputs["unknown"] == ["b"]
+    assert decision.inputs["capacity"] == 1
+
+
+async def test_stale_replicas_block_scale_down(served: Served) -> None:
+    await post(served, "a")
+    await post(served, "b")
+    await post(served, "c")
+    served.clock.now += 6
+    await post(served, "a")
+    await post(served, "b")
+    for _ in range(15):  # long past the 20 s window, c still silent
+        served.clock.now += 2
+        await post(served, "a")
+        await post(served, "b")
+        [decision] = await served.loop.tick()
+        assert decision.kind != "scale-down"
+    assert "scale-down blocked" in decision.reason and "c" in decision.reason
+
+
+async def test_idle_pool_shrinks_only_after_the_stabilisation_window(served: Served) -> None:
+    kinds = []
+    for _ in range(14):
+        for name in ("a", "b", "c"):
+            await post(served, name)
+        [decision] = await served.loop.tick()
+        kinds.append((served.clock.now - 1_000_000.0, decision.kind))
+        served.clock.now += 2
+    first_down = next(t for t, k in kinds if k == "scale-down")
+    assert first_down >= 20.0
+    assert served.dry.applied[0].kind == "scale-down"
+    assert served.dry.applied[0].victims  # least-loaded, named
+
+
+async def test_pools_and_metrics(served: Served) -> None:
+    await post(served, "a", waiting=1)
+    await served.loop.tick()
+    pools = (await served.http.get("/v1/pools")).json()["pools"]
+    assert pools[0]["pool"] == POOL and pools[0]["ready"] == 1 and pools[0]["last_decision"]["kind"]
+    text = (await served.http.get("/metrics")).text
+    assert 'llmfleet_pool_replicas{pool="qwen-7b",state="ready"} 1.0' in text
+    assert "llmfleet_control_plane_reports_total" in text
+    assert (await served.http.get("/healthz")).status_code == 200
