@@ -1,0 +1,1 @@
+"""Agent: the on-node supervisor of one engine replica (launch, probe, drain, restart, report)."""

@@ -1,0 +1,137 @@
+"""CLI: ``llmfleet agent --stack NAME --pool POOL --port PORT``, the replica's entrypoint (by hand or in a pod).
+
+The stack (a name under stacks/ or a path to a stack file) is loaded and validated once; the pool's spec
+decides the engine command line, probes, drain timings and restart window. SIGTERM and SIGINT start a drain;
+the process exits 0 once the engine has stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from agent.node import Agent, AgentOptions
+from agent.restarts import RestartPolicy
+from agent.supervisor import SupervisorSettings
+from fleet.errors import SpecError
+from fleet.loader import load_spec
+from fleet.spec import FleetSpec
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or a file path")
+    parser.add_argument("--pool", required=True, help="the pool this replica belongs to")
+    parser.add_argument("--port", type=int, required=True, help="port of the agent's own API")
+    parser.add_argument("--host", default="127.0.0.1", help="interface of the agent's API (default 127.0.0.1)")
+    parser.add_argument("--replica", help="replica id (default: <hostname>-<port>)")
+    parser.add_argument("--control-plane", help="control plane URL, or 'none' (default: from the stack)")
+    parser.add_argument("--engine-port", type=int, help="engine port (default: a free port)")
+    parser.add_argument("--engine-host", help="engine interface (default: same as --host)")
+    parser.add_argument("--advertise-host", help="host name others use to reach this node's engine and agent")
+    parser.add_argument("--log-dir", type=Path, help="engine log folder (default: a temp folder per replica)")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra engine argument, repeatable (e.g. --engine-arg=--fault-hang)",
+    )
+    tuning = parser.add_argument_group("probes and restarts")
+    defaults, policy = SupervisorSettings(), RestartPolicy()
+    tuning.add_argument("--probe-interval", type=float, default=defaults.probe_interval_s, metavar="S")
+    tuning.add_argument("--liveness-failures", type=int, default=defaults.liveness_failures, metavar="N")
+    tuning.add_argument("--max-restarts", type=int, default=policy.max_restarts, metavar="N")
+    tuning.add_argument("--crash-window", type=float, default=policy.window_s, metavar="S")
+    tuning.add_argument("--backoff-base", type=float, default=policy.backoff_base_s, metavar="S")
+    tuning.add_argument("--backoff-max", type=float, default=policy.backoff_max_s, metavar="S")
+    tuning.add_argument("--lease-retry", type=float, default=defaults.lease_retry_s, metavar="S")
+    tuning.add_argument("--report-backoff-max", type=float, default=10.0, metavar="S")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def control_plane_url(spec: FleetSpec, flag: str | None) -> str | None:
+    """--control-plane, else the stack's controlPlane.url, else loopback for a local stack; 'none' disables."""
+    if flag is not None:
+        return None if flag.lower() == "none" else flag
+    if spec.control_plane.url:
+        return spec.control_plane.url
+    if spec.target == "local":
+        return f"http://127.0.0.1:{spec.control_plane.port}"
+    return None
+
+
+def build_options(args: argparse.Namespace, spec: FleetSpec) -> AgentOptions:
+    engine_host = args.engine_host or args.host
+    replica = args.replica or f"{socket.gethostname()}-{args.port}"
+    log_dir = args.log_dir or Path(tempfile.gettempdir()) / "llmfleet" / "agents" / replica
+    settings = SupervisorSettings(
+        probe_interval_s=args.probe_interval,
+        liveness_failures=args.liveness_failures,
+        restart=RestartPolicy(
+            max_restarts=args.max_restarts,
+            window_s=args.crash_window,
+            backoff_base_s=args.backoff_base,
+            backoff_max_s=args.backoff_max,
+        ),
+        lease_retry_s=args.lease_retry,
+    )
+    return AgentOptions(
+        replica=replica,
+        port=args.port,
+        engine_port=args.engine_port or free_port(engine_host if engine_host != "0.0.0.0" else "127.0.0.1"),
+        host=args.host,
+        engine_host=engine_host,
+        advertise_host=args.advertise_host,
+        control_plane=control_plane_url(spec, args.control_plane),
+        log_path=log_dir / "engine.log",
+        engine_args=tuple(args.engine_arg),
+        settings=settings,
+        report_interval_s=spec.control_plane.report_interval_s,
+        report_backoff_max_s=args.report_backoff_max,
+    )
+
+
+async def _serve(agent: Agent) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.supervisor.request_drain)
+    return await agent.serve()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s agent %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        stack = load_spec(args.stack)
+        pool = stack.spec.pool(args.pool)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"llmfleet agent: {exc.args[0]}", file=sys.stderr)
+        return 2
+    options = build_options(args, stack.spec)
+
+    async def main() -> int:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            return await _serve(Agent(pool, options, http))
+
+    return asyncio.run(main())

@@ -1,0 +1,172 @@
+"""Launcher base: turn a pool spec into an engine command line and start it as a supervised child process.
+
+A launcher is a small class registered by name (the pool's ``engine.kind``) through ``__init_subclass__``.
+It has one verb, `argv` (pure: pool spec -> argument list), and a shared `start` that runs the command in its
+own process group with its output appended to a log file. The agent SIGTERMs only the engine's main process
+(vLLM's API server coordinates the drain of its engine-core children) and SIGKILLs the whole group when the
+grace runs out, so no orphaned GPU worker survives its supervisor.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from fleet.spec import PoolSpec
+
+__all__ = ["REGISTRY", "REMOVED_FLAGS", "EngineHandle", "EngineProcess", "LaunchConfig", "Launcher", "make_launcher"]
+
+REGISTRY: dict[str, type[Launcher]] = {}
+
+# Flags the pinned vLLM release rejects ("unrecognized arguments"): never pass them, reject them in extraArgs.
+REMOVED_FLAGS = frozenset({"--disable-log-requests", "--swap-space"})
+
+
+class EngineHandle(Protocol):
+    """A running engine as the supervisor sees it (a real child process, or a fake in unit tests)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None:
+        """SIGTERM the engine's main process: it drains within its --shutdown-timeout."""
+
+    def kill(self) -> None:
+        """SIGKILL the engine's whole process group."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Where and how this replica's engine runs."""
+
+    host: str  # interface the engine binds
+    port: int
+    log_path: Path | None = None  # engine stdout+stderr; None: inherit the agent's
+    extra_args: Sequence[str] = ()  # appended after the spec's engine.extraArgs (e.g. simulator fault flags)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class EngineProcess:
+    """An engine child process in its own session/process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        return await self._process.wait()
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._process.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        # The group id equals the pid (start_new_session); it outlives the leader while children remain.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+
+
+class Launcher(abc.ABC):
+    """One engine kind: ``argv`` builds its command line from the pool spec; ``start`` runs it."""
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, *, name: str, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = name
+        REGISTRY[name] = cls
+
+    def __init__(self, pool: PoolSpec, config: LaunchConfig) -> None:
+        self.pool = pool
+        self.config = config
+
+    @abc.abstractmethod
+    def argv(self) -> list[str]:
+        """The exact command line (pure)."""
+
+    def common_flags(self) -> list[str]:
+        """The ``vllm serve`` flags every kind shares, from the pool spec (0.33 names)."""
+        engine, cfg = self.pool.engine, self.config
+        flags = [
+            "--host", cfg.host,
+            "--port", str(cfg.port),
+            "--served-model-name", self.pool.served_name,
+            "--tensor-parallel-size", str(engine.tensor_parallel_size),
+            "--gpu-memory-utilization", _num(engine.gpu_memory_utilization),
+            "--max-model-len", str(engine.max_model_len),
+            "--max-num-seqs", str(engine.max_num_seqs),
+            "--max-num-batched-tokens", str(engine.max_num_batched_tokens),
+            "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching",
+        ]  # fmt: skip
+        if engine.dtype != "auto":
+            flags += ["--dtype", engine.dtype]
+        # Drain mode (vLLM >= 0.18): in-flight requests get the rest of the grace after the propagation delay.
+        flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
+        return flags
+
+    def extra_flags(self) -> list[str]:
+        """``engine.extraArgs`` then the launch config's extras; ValueError for flags vLLM removed."""
+        extra = [*self.pool.engine.extra_args, *self.config.extra_args]
+        removed = sorted({a.split("=", 1)[0] for a in extra} & REMOVED_FLAGS)
+        if removed:
+            raise ValueError(f"engine flags removed from vLLM {self.pool.engine.version}: {', '.join(removed)}")
+        return extra
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, **self.config.env}
+
+    async def start(self) -> EngineProcess:
+        """Start the engine in a new session (its own process group), logs appended to ``log_path``."""
+        argv = self.argv()
+        log_path = self.config.log_path
+        if log_path is None:
+            process = await asyncio.create_subprocess_exec(
+                *argv, env=self.environment(), stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+            )
+            return EngineProcess(process)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            log.write(f"--- llmfleet agent: starting {' '.join(argv)}\n".encode())
+            log.flush()
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=self.environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return EngineProcess(process)
+
+
+def make_launcher(pool: PoolSpec, config: LaunchConfig) -> Launcher:
+    """The launcher for ``pool.engine.kind``; ValueError lists the registered kinds."""
+    try:
+        cls = REGISTRY[pool.engine.kind]
+    except KeyError:
+        raise ValueError(f"unknown engine kind {pool.engine.kind!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    return cls(pool, config)
+
+
+def _num(value: float) -> str:
+    """0.9 -> "0.9", 2.0 -> "2" (what a person would type)."""
+    return f"{value:g}"

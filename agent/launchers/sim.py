@@ -1,0 +1,30 @@
+"""Simulator launcher: ``llmfleet sim serve MODEL ...`` with ``vllm serve``'s flags plus the pool's sim settings.
+
+Runs through the same launch path as vLLM (own process group, log file, SIGTERM drain), so every agent
+behaviour is exercised without a GPU. Simulator-only flags come from ``engine.sim``; fault flags for tests
+(``--fault-crash-after-requests N``, ``--fault-hang``) are passed as extra arguments.
+
+Example pool (``engine.kind: sim``)::
+
+    engine: {kind: sim, sim: {gpuProfile: a100-80gb, timeScale: 10, startupSeconds: 1}}
+"""
+
+from __future__ import annotations
+
+import sys
+
+from agent.launchers.base import Launcher, _num
+
+__all__ = ["SimLauncher"]
+
+
+class SimLauncher(Launcher, name="sim"):
+    def argv(self) -> list[str]:
+        sim = self.pool.engine.sim
+        flags = [
+            "--gpu-profile", sim.gpu_profile,
+            "--time-scale", _num(sim.time_scale),
+            "--startup-seconds", _num(sim.startup_seconds),
+        ]  # fmt: skip
+        head = [sys.executable, "-m", "fleet.cli", "sim", "serve", self.pool.model]
+        return [*head, *self.common_flags(), *flags, *self.extra_flags()]

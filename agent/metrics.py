@@ -1,0 +1,42 @@
+"""Metrics: the agent's own Prometheus metrics, in a registry per agent instance (no process globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from agent.states import State, Transition
+
+__all__ = ["AgentMetrics"]
+
+
+class AgentMetrics:
+    """``llmfleet_agent_*``: state, every transition, restarts by reason, crash-loop alert, reports, leases."""
+
+    def __init__(self, replica: str, pool: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"replica": replica, "pool": pool}
+        r = self.registry
+        self.state = Gauge("llmfleet_agent_state", "1 for the agent's current state", ["state"], registry=r)
+        self.transitions = Counter(
+            "llmfleet_agent_transitions", "State transitions", ["source", "event", "target"], registry=r
+        )
+        self.restarts = Counter("llmfleet_agent_engine_restarts", "Engine restarts", ["reason"], registry=r)
+        self.crash_loop = Gauge("llmfleet_agent_crash_loop", "1 while the engine is crash-looping (alert)", registry=r)
+        self.ready = Gauge("llmfleet_agent_ready", "1 when the replica is routable", registry=r)
+        self.reports = Counter("llmfleet_agent_reports", "Load reports pushed", ["result"], registry=r)
+        self.scrapes = Counter("llmfleet_agent_engine_scrapes", "Engine /metrics scrapes", ["result"], registry=r)
+        self.leases = Counter("llmfleet_agent_restart_leases", "Restart lease requests", ["result"], registry=r)
+        self.info = Gauge("llmfleet_agent_info", "Replica identity", list(labels), registry=r)
+        self.info.labels(**labels).set(1)
+        for state in State:
+            self.state.labels(state.value).set(1 if state is State.STARTING else 0)
+
+    def on_transition(self, transition: Transition) -> None:
+        self.state.labels(transition.source.value).set(0)
+        self.state.labels(transition.target.value).set(1)
+        self.transitions.labels(transition.source.value, transition.event.value, transition.target.value).inc()
+        self.ready.set(1 if transition.target is State.READY else 0)
+        self.crash_loop.set(1 if transition.target is State.FAILED else 0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

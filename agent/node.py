@@ -1,0 +1,198 @@
+"""Node: one replica's agent assembled from its parts (launcher, supervisor, reporter, HTTP API).
+
+`Agent` owns the wiring only: it builds the engine launcher from the pool spec, hands the supervisor its
+injected edges, exposes the replica's status and load report, and runs the API server, the reporter and
+the supervisor together until the supervisor stops. Exit code 0 after a drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from agent.clock import Clock, SystemClock
+from agent.control import ControlClient
+from agent.engine_client import HttpEngineClient
+from agent.gpus import query_gpus
+from agent.launchers import EngineProcess, LaunchConfig, make_launcher
+from agent.metrics import AgentMetrics
+from agent.reporter import Load, Reporter
+from agent.states import Transition
+from agent.supervisor import Supervisor, SupervisorSettings
+from fleet.spec import PoolSpec
+from fleet.wire import LoadReport
+
+__all__ = ["Agent", "AgentOptions"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    replica: str
+    port: int  # the agent's own API
+    engine_port: int
+    host: str = "127.0.0.1"
+    engine_host: str = "127.0.0.1"
+    advertise_host: str | None = None  # how others reach this node (default: host, or the hostname)
+    control_plane: str | None = None
+    log_path: Path | None = None
+    engine_args: Sequence[str] = ()
+    settings: SupervisorSettings = field(default_factory=SupervisorSettings)
+    report_interval_s: float = 1.0
+    report_backoff_max_s: float = 10.0
+
+
+def _reachable(host: str, advertise: str | None) -> str:
+    if advertise:
+        return advertise
+    return socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+
+
+class Agent:
+    def __init__(
+        self,
+        pool: PoolSpec,
+        options: AgentOptions,
+        http: httpx.AsyncClient,
+        clock: Clock | None = None,
+    ) -> None:
+        self.pool = pool
+        self.options = options
+        self.clock = clock or SystemClock()
+        self.metrics = AgentMetrics(options.replica, pool.name)
+        self.launcher = make_launcher(
+            pool,
+            LaunchConfig(
+                host=options.engine_host,
+                port=options.engine_port,
+                log_path=options.log_path,
+                extra_args=tuple(options.engine_args),
+            ),
+        )
+        local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
+        self.engine_client = HttpEngineClient(
+            http, f"http://{local_host}:{options.engine_port}", pool.served_name, probe_timeout_s=5.0
+        )
+        self.engine_url = f"http://{_reachable(options.engine_host, options.advertise_host)}:{options.engine_port}"
+        self.agent_url = f"http://{_reachable(options.host, options.advertise_host)}:{options.port}"
+        self.control = ControlClient(http, options.control_plane)
+        self.supervisor = Supervisor(
+            pool, options.replica, self._spawn, self.engine_client, self.control, self.clock, self.metrics,
+            options.settings,
+        )  # fmt: skip
+        self.reporter = Reporter(
+            lambda: self.engine_client if self.supervisor.engine is not None else None,
+            self.control,
+            self.make_report,
+            self.clock,
+            self.metrics,
+            interval_s=options.report_interval_s,
+            backoff_max_s=options.report_backoff_max_s,
+        )
+        self.supervisor.listeners.append(self._on_transition)
+        self.started_at = self.clock.monotonic()
+        self.gpus: list[dict[str, str]] = []
+
+    async def _spawn(self) -> EngineProcess:
+        return await self.launcher.start()
+
+    def _on_transition(self, transition: Transition) -> None:
+        del transition  # Unused: any state change is worth telling the control plane about now.
+        self.reporter.kick()
+
+    def make_report(self, load: Load) -> LoadReport:
+        sup = self.supervisor
+        return LoadReport(
+            replica=self.options.replica,
+            pool=self.pool.name,
+            engine_url=self.engine_url,
+            agent_url=self.agent_url,
+            state=sup.state.value,
+            waiting=load.waiting,
+            running=load.running,
+            kv_usage=load.kv_usage,
+            ttft_p99_s=load.ttft_p99_s,
+            tokens_per_s=load.tokens_per_s,
+            model=self.pool.served_name,
+            engine_version=self.engine_version,
+            uptime_s=sup.engine_uptime_s(),
+            restarts=sup.restarts,
+            ts=self.clock.time(),
+        )
+
+    @property
+    def engine_version(self) -> str:
+        return self.supervisor.engine_version or f"{self.pool.engine.kind}-{self.pool.engine.version}"
+
+    def status(self) -> dict[str, Any]:
+        sup = self.supervisor
+        load = self.reporter.last_load
+        return {
+            "replica": self.options.replica,
+            "pool": self.pool.name,
+            "model": self.pool.served_name,
+            "engine": {
+                "kind": self.pool.engine.kind,
+                "version": self.engine_version,
+                "argv": self.launcher.argv(),
+                "log": str(self.options.log_path) if self.options.log_path else None,
+            },
+            "engine_url": self.engine_url,
+            "engine_pid": sup.engine.pid if sup.engine is not None else None,
+            "agent_url": self.agent_url,
+            "state": sup.state.value,
+            "ready": sup.machine.ready,
+            "state_since_s": round(self.clock.monotonic() - sup.machine.since, 3),
+            "uptime_s": round(self.clock.monotonic() - self.started_at, 3),
+            "engine_uptime_s": round(sup.engine_uptime_s(), 3),
+            "restarts": sup.restarts,
+            "last_exit_code": sup.last_exit_code,
+            "crash_failures_in_window": sup.crashes.recent(self.clock.monotonic()),
+            "load": {
+                "waiting": load.waiting,
+                "running": load.running,
+                "kv_usage": load.kv_usage,
+                "ttft_p99_s": load.ttft_p99_s,
+                "tokens_per_s": load.tokens_per_s,
+            },
+            "control_plane": {
+                "url": self.control.base_url,
+                "consecutive_report_failures": self.reporter.consecutive_push_failures,
+            },
+            "gpus": self.gpus,
+            "transitions": [
+                {"from": t.source.value, "event": t.event.value, "to": t.target.value, "at_s": round(t.at, 3)}
+                for t in sup.machine.history[-20:]
+            ],
+        }
+
+    async def serve(self) -> int:
+        """Run the API, the reporter and the supervisor; return the exit code when the engine has stopped."""
+        from agent.api import create_app
+
+        runner = web.AppRunner(create_app(self), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.options.host, self.options.port).start()
+        log.info("agent %s for pool %s on %s", self.options.replica, self.pool.name, self.agent_url)
+        reporter = asyncio.ensure_future(self.reporter.run())
+        self.gpus = await query_gpus()
+        try:
+            code = await self.supervisor.run()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.reporter.push_once(), timeout=2.0)  # tell it we stopped
+            return code
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+            await runner.cleanup()

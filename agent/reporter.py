@@ -1,0 +1,169 @@
+"""Reporter: scrape the engine's ``/metrics`` about once a second and push load reports to the control plane.
+
+Load derivation (`LoadTracker`, pure): gauges are read as-is; ``tokens_per_s`` is the generation-token counter
+delta over the time between two scrapes; ``ttft_p99_s`` is the p99 of the TTFT histogram's bucket deltas over
+the last ``ttft_window_s`` (recent, not lifetime). A failed scrape yields a load of all None, never zeros, and a
+counter that went backwards (engine restarted) restarts the deltas. Pushing runs in its own task: an
+unreachable control plane is retried with exponential backoff while the agent keeps serving and scraping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.clock import Clock
+from agent.control import ControlClient, ControlPlaneUnavailable
+from agent.engine_client import EngineClient
+from agent.metrics import AgentMetrics
+from fleet.promtext import EngineMetrics, diff_buckets, histogram_quantile
+from fleet.wire import LoadReport
+
+__all__ = ["NO_LOAD", "Load", "LoadTracker", "Reporter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Load:
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
+    ttft_p99_s: float | None = None
+    tokens_per_s: float | None = None
+    scraped_at: float | None = None  # monotonic time of the scrape; None when it failed
+
+    @property
+    def in_flight(self) -> float | None:
+        if self.running is None or self.waiting is None:
+            return None
+        return self.running + self.waiting
+
+
+NO_LOAD = Load()
+
+
+class LoadTracker:
+    """Turns successive scrapes into loads; keeps the recent scrapes the deltas need."""
+
+    def __init__(self, ttft_window_s: float = 30.0) -> None:
+        self.ttft_window_s = ttft_window_s
+        self._history: deque[tuple[float, EngineMetrics]] = deque()
+
+    def observe(self, now: float, metrics: EngineMetrics | None) -> Load:
+        if metrics is None:
+            return NO_LOAD
+        previous = self._history[-1] if self._history else None
+        if previous is not None and metrics.generation_tokens < previous[1].generation_tokens:
+            self._history.clear()  # counters reset: a new engine process
+            previous = None
+        tokens_per_s = None
+        if previous is not None and now > previous[0]:
+            tokens_per_s = (metrics.generation_tokens - previous[1].generation_tokens) / (now - previous[0])
+        while self._history and self._history[0][0] < now - self.ttft_window_s:
+            self._history.popleft()
+        ttft = None
+        if self._history:
+            recent = diff_buckets(metrics.ttft_buckets, self._history[0][1].ttft_buckets)
+            ttft = histogram_quantile(recent, 0.99)
+        self._history.append((now, metrics))
+        return Load(
+            waiting=metrics.waiting,
+            running=metrics.running,
+            kv_usage=metrics.kv_usage,
+            ttft_p99_s=ttft,
+            tokens_per_s=tokens_per_s,
+            scraped_at=now,
+        )
+
+
+class Reporter:
+    """Two loops: scrape every ``interval_s`` into ``last_load``; push ``make_report(last_load)`` likewise."""
+
+    def __init__(
+        self,
+        engine: Callable[[], EngineClient | None],
+        control: ControlClient,
+        make_report: Callable[[Load], LoadReport],
+        clock: Clock,
+        metrics: AgentMetrics,
+        interval_s: float = 1.0,
+        backoff_max_s: float = 10.0,
+        ttft_window_s: float = 30.0,
+    ) -> None:
+        self._engine = engine
+        self._control = control
+        self._make_report = make_report
+        self._clock = clock
+        self._metrics = metrics
+        self.interval_s = interval_s
+        self.backoff_max_s = backoff_max_s
+        self.tracker = LoadTracker(ttft_window_s)
+        self.last_load = NO_LOAD
+        self.last_report: LoadReport | None = None
+        self.consecutive_push_failures = 0
+        self._kick = asyncio.Event()
+
+    def kick(self) -> None:
+        """Push as soon as possible (a state change the control plane and gateways should learn now)."""
+        self._kick.set()
+
+    async def scrape_once(self) -> Load:
+        engine = self._engine()
+        metrics: EngineMetrics | None = None
+        if engine is not None:
+            try:
+                metrics = EngineMetrics.from_text(await engine.metrics())
+                self._metrics.scrapes.labels("ok").inc()
+            except Exception as exc:  # any failure means "load unknown", reported as None
+                log.debug("engine scrape failed: %s", exc)
+                self._metrics.scrapes.labels("error").inc()
+        self.last_load = self.tracker.observe(self._clock.monotonic(), metrics)
+        return self.last_load
+
+    async def push_once(self) -> bool:
+        report = self._make_report(self.last_load)
+        try:
+            await self._control.report(report)
+        except ControlPlaneUnavailable as exc:
+            self.consecutive_push_failures += 1
+            self._metrics.reports.labels("error").inc()
+            if self.consecutive_push_failures in (1, 10) or self.consecutive_push_failures % 60 == 0:
+                log.warning("load report not delivered (%d in a row): %s", self.consecutive_push_failures, exc)
+            return False
+        if self.consecutive_push_failures:
+            log.info("load reports delivered again after %d failures", self.consecutive_push_failures)
+        self.consecutive_push_failures = 0
+        self.last_report = report
+        self._metrics.reports.labels("ok").inc()
+        return True
+
+    def push_delay_s(self) -> float:
+        if self.consecutive_push_failures == 0:
+            return self.interval_s
+        return min(self.backoff_max_s, self.interval_s * 2.0 ** (self.consecutive_push_failures - 1))
+
+    async def scrape_loop(self) -> None:
+        while True:
+            await self.scrape_once()
+            await self._clock.sleep(self.interval_s)
+
+    async def push_loop(self) -> None:
+        if self._control.base_url is None:
+            return
+        while True:
+            await self.push_once()
+            sleeper = asyncio.ensure_future(self._clock.sleep(self.push_delay_s()))
+            kicked = asyncio.ensure_future(self._kick.wait())
+            try:
+                await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                kicked.cancel()
+            self._kick.clear()
+
+    async def run(self) -> None:
+        await asyncio.gather(self.scrape_loop(), self.push_loop())

@@ -1,0 +1,129 @@
+"""States: the agent's lifecycle as an explicit state machine with one transition table.
+
+    starting --HEALTHY--> warming --WARMED--> ready --DRAIN--> draining --DRAINED--> stopped
+        |                    |                  |                  |
+        |                    |                  +-PLANNED_RESTART--+  (restart window, lease held)
+        |                    |                  |                  +--RESTART_DRAINED--> restarting
+        +---ENGINE_EXITED / STARTUP_TIMEOUT-----+-ENGINE_EXITED / LIVENESS_FAILED-----> restarting
+    restarting --RESPAWN--> starting            restarting --CRASH_LOOP--> failed
+    failed --RESET (operator) / COOLDOWN_ELAPSED (crash window passed)--> restarting
+
+Every state except ``stopped`` accepts DRAIN: a drain always wins, and ``stopped`` is terminal. Readiness is
+true in exactly one state, ``ready``. A (state, event) pair missing from the table is a bug in the caller:
+`StateMachine.fire` raises `InvalidTransition` instead of guessing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine", "Transition"]
+
+
+class State(enum.Enum):
+    STARTING = "starting"  # engine spawned; connection refused is expected until the cold-start deadline
+    WARMING = "warming"  # /health answers; a warm-up completion must succeed before routing
+    READY = "ready"  # serving; the only state in which /readyz is 200
+    DRAINING = "draining"  # not routable; in-flight requests finish, then the engine stops
+    STOPPED = "stopped"  # engine stopped for good; the agent exits
+    RESTARTING = "restarting"  # engine down; waiting out the crash backoff before a respawn
+    FAILED = "failed"  # crash loop: no restarts until an operator resets or the crash window passes
+
+
+class Event(enum.Enum):
+    HEALTHY = "healthy"
+    WARMED = "warmed"
+    ENGINE_EXITED = "engine_exited"
+    STARTUP_TIMEOUT = "startup_timeout"
+    LIVENESS_FAILED = "liveness_failed"
+    PLANNED_RESTART = "planned_restart"
+    DRAIN = "drain"
+    DRAINED = "drained"
+    RESTART_DRAINED = "restart_drained"
+    RESPAWN = "respawn"
+    CRASH_LOOP = "crash_loop"
+    RESET = "reset"
+    COOLDOWN_ELAPSED = "cooldown_elapsed"
+
+
+S, E = State, Event
+TRANSITIONS: Mapping[tuple[State, Event], State] = {
+    (S.STARTING, E.HEALTHY): S.WARMING,
+    (S.STARTING, E.ENGINE_EXITED): S.RESTARTING,
+    (S.STARTING, E.STARTUP_TIMEOUT): S.RESTARTING,
+    (S.STARTING, E.DRAIN): S.DRAINING,
+    (S.WARMING, E.WARMED): S.READY,
+    (S.WARMING, E.ENGINE_EXITED): S.RESTARTING,
+    (S.WARMING, E.STARTUP_TIMEOUT): S.RESTARTING,
+    (S.WARMING, E.DRAIN): S.DRAINING,
+    (S.READY, E.ENGINE_EXITED): S.RESTARTING,
+    (S.READY, E.LIVENESS_FAILED): S.RESTARTING,
+    (S.READY, E.PLANNED_RESTART): S.DRAINING,
+    (S.READY, E.DRAIN): S.DRAINING,
+    (S.DRAINING, E.DRAINED): S.STOPPED,
+    (S.DRAINING, E.RESTART_DRAINED): S.RESTARTING,
+    (S.RESTARTING, E.RESPAWN): S.STARTING,
+    (S.RESTARTING, E.CRASH_LOOP): S.FAILED,
+    (S.RESTARTING, E.DRAIN): S.DRAINING,
+    (S.FAILED, E.RESET): S.RESTARTING,
+    (S.FAILED, E.COOLDOWN_ELAPSED): S.RESTARTING,
+    (S.FAILED, E.DRAIN): S.DRAINING,
+}
+del S, E
+
+
+class InvalidTransition(RuntimeError):
+    """An event that the current state does not accept (a caller bug, never retried)."""
+
+    def __init__(self, state: State, event: Event) -> None:
+        accepted = sorted(e.value for (s, e) in TRANSITIONS if s is state)
+        super().__init__(
+            f"event {event.value!r} is not allowed in state {state.value!r}; "
+            f"accepted: {', '.join(accepted) or 'none (terminal)'}"
+        )
+        self.state = state
+        self.event = event
+
+
+@dataclass(frozen=True)
+class Transition:
+    source: State
+    event: Event
+    target: State
+    at: float  # monotonic seconds
+
+
+class StateMachine:
+    """Holds the current state; `fire` applies the table and tells every listener (metrics, logs)."""
+
+    def __init__(self, now: Callable[[], float], initial: State = State.STARTING) -> None:
+        self._now = now
+        self.state = initial
+        self.since = now()
+        self.history: list[Transition] = []
+        self._listeners: list[Callable[[Transition], None]] = []
+
+    def subscribe(self, listener: Callable[[Transition], None]) -> None:
+        self._listeners.append(listener)
+
+    def accepts(self, event: Event) -> bool:
+        return (self.state, event) in TRANSITIONS
+
+    def fire(self, event: Event) -> Transition:
+        """Move to the table's target state; InvalidTransition when the pair is not in the table."""
+        target = TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise InvalidTransition(self.state, event)
+        transition = Transition(self.state, event, target, self._now())
+        self.state, self.since = target, transition.at
+        self.history.append(transition)
+        del self.history[:-100]  # bounded: /status shows the recent ones
+        for listener in self._listeners:
+            listener(transition)
+        return transition
+
+    @property
+    def ready(self) -> bool:
+        return self.state is State.READY
