@@ -1,0 +1,103 @@
+"""Config: the FleetSpec from Pulumi config (the ``llmfleet:*`` keys), and tenant keys from secrets.
+
+Pulumi hands structured config values to the program as JSON strings; `spec_from_config` turns them back
+into the stack document and validates it with `fleet.loader.parse_spec`, so `pulumi up` rejects exactly what
+`llmfleet validate` rejects. `stack_config` goes the other way (a stack file -> the flat map the engine passes
+the program), which is how the offline run feeds a stack file to the real program.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+
+from fleet.loader import NAMESPACE, parse_spec
+from fleet.spec import FleetSpec
+from fleet.validate import hash_api_key
+
+__all__ = ["capacity_reservations", "spec_from_config", "stack_config", "tenant_key_hashes", "tenant_secret_keys"]
+
+
+def _config_value(raw: str) -> Any:
+    # Objects and lists arrive JSON-encoded; scalars arrive as plain strings (the model coerces them).
+    text = raw.strip()
+    if text[:1] in ("[", "{"):
+        return json.loads(text)
+    return raw
+
+
+def spec_from_config(stack: str) -> FleetSpec:
+    """Read every ``llmfleet:<key>`` the FleetSpec declares; raise SpecError listing every problem."""
+    config = pulumi.Config(NAMESPACE)
+    values: dict[str, Any] = {}
+    for name, field in FleetSpec.model_fields.items():
+        key = field.alias or name
+        raw = config.get(key)
+        if raw is not None:
+            values[f"{NAMESPACE}:{key}"] = _config_value(raw)
+    region = pulumi.Config("aws").get("region")
+    if region is not None:
+        values["aws:region"] = region
+    return parse_spec({"config": values}, file=f"Pulumi.{stack}.yaml (config)", name=stack).spec
+
+
+def stack_config(document: Mapping[str, Any]) -> dict[str, str]:
+    """A stack document's ``config:`` block as the engine passes it: ``ns:key`` -> string or JSON string."""
+    out: dict[str, str] = {}
+    for key, value in dict(document.get("config") or {}).items():
+        if isinstance(value, Mapping) and set(value) == {"secure"}:
+            continue  # ciphertext only the Pulumi CLI can decrypt
+        out[str(key)] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+def tenant_secret_keys(spec: FleetSpec) -> list[str]:
+    """The secret config keys (``namespace:key``) holding tenants' API keys."""
+    return [t.api_keys_secret for t in spec.tenants if t.api_keys_secret is not None]
+
+
+def _secret(key: str) -> pulumi.Output[str]:
+    namespace, _, name = key.rpartition(":")
+    return pulumi.Config(namespace or NAMESPACE).require_secret(name)
+
+
+def _hashes(raw: str) -> list[str]:
+    """A secret holds one key or a JSON list of keys; only their sha256 forms leave this function."""
+    text = raw.strip()
+    keys = json.loads(text) if text.startswith("[") else [text]
+    return [hash_api_key(str(k)) for k in keys]
+
+
+def tenant_key_hashes(spec: FleetSpec) -> pulumi.Output[str]:
+    """JSON ``{tenant: ["sha256:..."]}``: the stack's hashes plus the hashes of the keys in secrets (secret)."""
+    names: list[str] = []
+    secrets: list[pulumi.Output[str]] = []
+    for tenant in spec.tenants:
+        if tenant.api_keys_secret is not None:
+            names.append(tenant.name)
+            secrets.append(_secret(tenant.api_keys_secret))
+
+    def render(values: list[str]) -> str:
+        table = {t.name: list(t.api_key_hashes) for t in spec.tenants}
+        for name, raw in zip(names, values, strict=True):
+            table[name] = sorted(set(table[name]) | set(_hashes(raw)))
+        return json.dumps(table, sort_keys=True)
+
+    return pulumi.Output.secret(pulumi.Output.all(*secrets).apply(lambda vs: render([str(v) for v in vs])))
+
+
+def capacity_reservations(spec: FleetSpec) -> dict[str, str]:
+    """``capacityBlocks:<group>-<zone>`` (a ``cr-...`` id) for each zone of each capacity-block GPU group."""
+    config = pulumi.Config("capacityBlocks")
+    found: dict[str, str] = {}
+    for group in spec.gpu_node_groups:
+        if group.capacity_type != "capacity-block":
+            continue
+        for zone in spec.zones_of(group):
+            value = config.get(f"{group.name}-{zone}")
+            if value:
+                found[f"{group.name}-{zone}"] = value
+    return found

@@ -1,0 +1,125 @@
+"""Control plane: one ``llmfleet control-plane`` pod with just the Kubernetes rights its actuator needs.
+
+Its Role may read and scale only the pools' Deployments (by name), read pods and patch them (the
+``controller.kubernetes.io/pod-deletion-cost`` annotation picks which replica a scale-down removes), and
+manage Leases (restart-window coordination). On AWS its ServiceAccount assumes an IRSA role that may resize
+only the fleet's own GPU node groups. ``Recreate``: never two control planes deciding at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleet.spec import FleetSpec
+from infra import contract
+from infra.k8s_base import http_probe, spec_volumes
+
+__all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules"]
+
+
+def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
+    """RBAC rules: scale own pool Deployments, patch pods, use leases; nothing cluster-wide."""
+    deployments = [contract.pool_deployment_name(p.name) for p in spec.pools]
+    return [
+        {"api_groups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+        {
+            "api_groups": ["apps"],
+            "resources": ["deployments/scale"],
+            "resource_names": deployments,
+            "verbs": ["get", "update", "patch"],
+        },
+        {"api_groups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+        {"api_groups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        {
+            "api_groups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class ControlPlaneArgs:
+    spec: FleetSpec
+    role_arn: pulumi.Input[str] | None = None  # IRSA role resizing the GPU node groups (aws target)
+
+
+class ControlPlane(pulumi.ComponentResource):
+    """ServiceAccount, Role, RoleBinding, Deployment and ClusterIP Service of the control plane."""
+
+    def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:k8s:ControlPlane", name, None, opts)
+        spec = args.spec
+        port = spec.control_plane.port
+        labels = {
+            "app.kubernetes.io/name": "llmfleet",
+            contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE,
+            contract.LABEL_ENVIRONMENT: spec.environment,
+        }
+        meta = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.CONTROL_PLANE_NAME}
+        child = pulumi.ResourceOptions(parent=self)
+        annotations = {} if args.role_arn is None else {"eks.amazonaws.com/role-arn": args.role_arn}
+        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)
+        k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=control_plane_rules(spec), opts=child)
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-binding",
+            metadata=meta,
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": contract.CONTROL_PLANE_NAME},
+            subjects=[
+                {"kind": "ServiceAccount", "name": contract.CONTROL_PLANE_NAME, "namespace": spec.cluster.namespace}
+            ],
+            opts=child,
+        )
+        volumes, mounts = spec_volumes(spec)
+        pod: dict[str, object] = {
+            "service_account_name": contract.CONTROL_PLANE_NAME,
+            "containers": [
+                {
+                    "name": "control-plane",
+                    "image": spec.images.control,
+                    "image_pull_policy": spec.images.pull_policy,
+                    "command": ["llmfleet"],
+                    "args": [
+                        "control-plane",
+                        "--stack",
+                        contract.stack_file_path(spec.environment),
+                        "--port",
+                        str(port),
+                    ],
+                    "ports": [{"name": "http", "container_port": port}],
+                    "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                    "readiness_probe": http_probe("/healthz", port, 5, 2),
+                    "liveness_probe": http_probe("/healthz", port, 10, 3),
+                    "volume_mounts": mounts,
+                    "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
+                }
+            ],
+            "volumes": volumes,
+        }
+        if spec.target == "aws":
+            pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta,
+            spec={
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"match_labels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": pod},
+            },
+            opts=child,
+        )
+        k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=meta,
+            spec={
+                "type": "ClusterIP",
+                "selector": labels,
+                "ports": [{"name": "http", "port": port, "target_port": "http"}],
+            },
+            opts=child,
+        )
+        self.register_outputs({})

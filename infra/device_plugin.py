@@ -1,0 +1,63 @@
+"""NVIDIA device plugin: the DaemonSet that advertises ``nvidia.com/gpu`` on GPU nodes.
+
+The AL2023 NVIDIA AMI ships the driver and container toolkit but not the device plugin. The DaemonSet runs
+only on nodes labelled ``nvidia.com/gpu.present=true`` (our GPU node groups), tolerates their taint, and is
+``system-node-critical`` so it is never evicted before the engines that depend on it.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import contract
+
+__all__ = ["DEVICE_PLUGIN_IMAGE", "DevicePlugin"]
+
+DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
+
+
+class DevicePlugin(pulumi.ComponentResource):
+    """The DaemonSet in ``kube-system``."""
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:k8s:DevicePlugin", name, None, opts)
+        labels = {
+            "app.kubernetes.io/name": "nvidia-device-plugin",
+            contract.LABEL_COMPONENT: contract.COMPONENT_DEVICE_PLUGIN,
+        }
+        k8s.apps.v1.DaemonSet(
+            f"{name}-daemonset",
+            metadata={"name": "nvidia-device-plugin", "namespace": "kube-system", "labels": labels},
+            spec={
+                "selector": {"match_labels": labels},
+                "update_strategy": {"type": "RollingUpdate"},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priority_class_name": "system-node-critical",
+                        "node_selector": {"nvidia.com/gpu.present": "true"},
+                        "tolerations": [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                        "containers": [
+                            {
+                                "name": "nvidia-device-plugin",
+                                "image": DEVICE_PLUGIN_IMAGE,
+                                "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+                                "security_context": {
+                                    "allow_privilege_escalation": False,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                "volume_mounts": [
+                                    {"name": "device-plugin", "mount_path": "/var/lib/kubelet/device-plugins"}
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "device-plugin", "host_path": {"path": "/var/lib/kubelet/device-plugins"}}
+                        ],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})

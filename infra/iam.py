@@ -1,0 +1,113 @@
+"""IAM: least-privilege roles. Service roles for EKS and its nodes, and IRSA roles bound to one ServiceAccount.
+
+Policy documents are pure functions of ARNs (`autoscaler_policy`, `model_read_policy`) so tests read them as
+JSON: the autoscaler may resize only the node groups it is given, engines may only read the model bucket.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+__all__ = [
+    "autoscaler_policy",
+    "irsa_trust_policy",
+    "irsa_role",
+    "model_read_policy",
+    "service_role",
+]
+
+_AWS_MANAGED = "arn:aws:iam::aws:policy/"
+
+
+def _document(statements: list[dict[str, Any]]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def service_role(
+    name: str, service: str, managed_policies: Sequence[str], parent: pulumi.Resource, tags: dict[str, str]
+) -> aws.iam.Role:
+    """A role ``service`` (e.g. ``eks.amazonaws.com``) assumes, with AWS-managed policies attached by name."""
+    role = aws.iam.Role(
+        name,
+        assume_role_policy=_document(
+            [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]
+        ),
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    for policy in managed_policies:
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{policy.lower()}",
+            role=role.name,
+            policy_arn=_AWS_MANAGED + policy,
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+    return role
+
+
+def irsa_trust_policy(provider_arn: str, issuer: str, namespace: str, service_account: str) -> str:
+    """Trust one ServiceAccount's projected token from the cluster's OIDC issuer (``issuer`` without https://)."""
+    return _document(
+        [
+            {
+                "Effect": "Allow",
+                "Principal": {"Federated": provider_arn},
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": {
+                    "StringEquals": {
+                        f"{issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
+                        f"{issuer}:aud": "sts.amazonaws.com",
+                    }
+                },
+            }
+        ]
+    )
+
+
+def irsa_role(
+    name: str,
+    oidc: aws.iam.OpenIdConnectProvider,
+    namespace: str,
+    service_account: str,
+    policy: pulumi.Input[str],
+    parent: pulumi.Resource,
+    tags: dict[str, str],
+) -> aws.iam.Role:
+    """A role only ``namespace/service_account`` can assume, with one inline ``policy``."""
+    trust = pulumi.Output.all(oidc.arn, oidc.url).apply(
+        lambda v: irsa_trust_policy(str(v[0]), str(v[1]).removeprefix("https://"), namespace, service_account)
+    )
+    role = aws.iam.Role(name, assume_role_policy=trust, tags=tags, opts=pulumi.ResourceOptions(parent=parent))
+    aws.iam.RolePolicy(name, role=role.id, policy=policy, opts=pulumi.ResourceOptions(parent=role))
+    return role
+
+
+def autoscaler_policy(node_group_arns: Sequence[str]) -> str:
+    """Resize and describe exactly these node groups; nothing else in the account."""
+    if not node_group_arns:
+        return _document([{"Effect": "Deny", "Action": "eks:UpdateNodegroupConfig", "Resource": "*"}])
+    return _document(
+        [
+            {
+                "Sid": "ResizeOwnNodeGroups",
+                "Effect": "Allow",
+                "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
+                "Resource": sorted(node_group_arns),
+            }
+        ]
+    )
+
+
+def model_read_policy(bucket_arn: str) -> str:
+    """Read objects of the model bucket (and list it); no write, no delete, no other bucket."""
+    return _document(
+        [
+            {"Sid": "ListModels", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn},
+            {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{bucket_arn}/*"},
+        ]
+    )

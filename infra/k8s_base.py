@@ -1,0 +1,109 @@
+"""Kubernetes base: the fleet's namespace, the rendered stack file (ConfigMap), tenant key hashes (Secret).
+
+Every container reads the same stack file the stack was deployed from, so what runs is what was declared:
+`render_stack_file` writes the FleetSpec back as a stack document, with the control plane's in-cluster URL
+filled in. Tenants' plain keys never reach the cluster: the Secret holds only their sha256 hashes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from fleet.loader import NAMESPACE
+from fleet.spec import FleetSpec
+from infra import contract
+
+__all__ = ["FleetBase", "FleetBaseArgs", "control_plane_url", "http_probe", "render_stack_file", "spec_volumes"]
+
+
+def control_plane_url(spec: FleetSpec) -> str:
+    """Where agents and gateways reach the control plane: the stack's URL, else the in-cluster Service."""
+    if spec.control_plane.url:
+        return spec.control_plane.url
+    namespace = spec.cluster.namespace
+    return f"http://{contract.CONTROL_PLANE_NAME}.{namespace}.svc.cluster.local:{spec.control_plane.port}"
+
+
+def render_stack_file(spec: FleetSpec) -> str:
+    """The stack file the containers load (``--stack``): the spec as deployed, control plane URL resolved."""
+    deployed = spec.model_copy(
+        update={"control_plane": spec.control_plane.model_copy(update={"url": control_plane_url(spec)})}
+    )
+    values = deployed.model_dump(mode="json", by_alias=True, exclude_none=True)
+    document = {"config": {f"{NAMESPACE}:{key}": value for key, value in values.items()}}
+    header = f"# Rendered by `pulumi up -s {spec.environment}`; edit stacks/Pulumi.{spec.environment}.yaml instead.\n"
+    return header + yaml.safe_dump(document, sort_keys=False)
+
+
+def http_probe(path: str, port: int, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "http_get": {"path": path, "port": port},
+        "period_seconds": period,
+        "failure_threshold": failures,
+        "timeout_seconds": 2,
+    }
+
+
+def spec_volumes(spec: FleetSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for the stack file and the tenant key hashes, read-only."""
+    volumes = [
+        {"name": "stack", "config_map": {"name": contract.SPEC_CONFIGMAP}},
+        {"name": "tenant-keys", "secret": {"secret_name": contract.TENANT_KEYS_SECRET}},
+    ]
+    mounts = [
+        {"name": "stack", "mount_path": contract.STACKS_DIR, "read_only": True},
+        {"name": "tenant-keys", "mount_path": contract.SECRETS_DIR, "read_only": True},
+    ]
+    return volumes, mounts
+
+
+@dataclass(frozen=True)
+class FleetBaseArgs:
+    spec: FleetSpec
+    tenant_key_hashes: pulumi.Input[str]  # JSON {tenant: [sha256:...]}
+    engine_role_arn: pulumi.Input[str] | None = None  # IRSA role of the engines (aws target)
+
+
+class FleetBase(pulumi.ComponentResource):
+    """Namespace, stack-file ConfigMap, tenant-keys Secret, the engines' ServiceAccount."""
+
+    namespace: pulumi.Output[str]
+
+    def __init__(self, name: str, args: FleetBaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:k8s:FleetBase", name, None, opts)
+        spec = args.spec
+        labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": spec.cluster.namespace, "labels": labels},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        meta = {"namespace": spec.cluster.namespace, "labels": labels}
+        k8s.core.v1.ConfigMap(
+            f"{name}-spec",
+            metadata={**meta, "name": contract.SPEC_CONFIGMAP},
+            data={f"Pulumi.{spec.environment}.yaml": render_stack_file(spec)},
+            opts=child,
+        )
+        k8s.core.v1.Secret(
+            f"{name}-tenant-keys",
+            metadata={**meta, "name": contract.TENANT_KEYS_SECRET},
+            type="Opaque",
+            string_data={"tenant-keys.json": args.tenant_key_hashes},
+            opts=child,
+        )
+        annotations = {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}
+        k8s.core.v1.ServiceAccount(
+            f"{name}-engine",
+            metadata={**meta, "name": contract.ENGINE_SERVICE_ACCOUNT, "annotations": annotations},
+            automount_service_account_token=False,
+            opts=child,
+        )
+        self.namespace = ns.metadata.apply(lambda m: str(m.name))
+        self.register_outputs({"namespace": self.namespace})

@@ -1,0 +1,111 @@
+"""Network: a VPC with a public and a private subnet in each availability zone and one NAT gateway per zone.
+
+Nodes live in the private subnets; the public subnets hold only the NAT gateways and internet-facing load
+balancers (tagged ``kubernetes.io/role/elb``). One NAT per zone keeps a zone's egress independent of the
+others: losing a zone never cuts the surviving zones off from S3, ECR or the model hub.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+__all__ = ["Network", "NetworkArgs", "subnet_cidrs"]
+
+
+def subnet_cidrs(index: int) -> tuple[str, str]:
+    """(public, private) CIDRs of the zone at ``index`` in 10.0.0.0/16: a /21 public, a /19 private (<= 6 zones)."""
+    if not 0 <= index < 6:
+        raise ValueError("at most 6 availability zones")
+    return f"10.0.{192 + 8 * index}.0/21", f"10.0.{32 * index}.0/19"
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    cluster_name: str
+    zones: list[str]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, internet gateway, and per zone: public subnet, EIP + NAT gateway, private subnet and route table."""
+
+    vpc_id: pulumi.Output[str]
+    public_subnet_ids: dict[str, pulumi.Output[str]]
+    private_subnet_ids: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:infra:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        shared = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block="10.0.0.0/16",
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{name}-vpc"},
+            opts=child,
+        )
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=tags, opts=child)
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}],
+            tags={**tags, "Name": f"{name}-public"},
+            opts=child,
+        )
+        self.public_subnet_ids = {}
+        self.private_subnet_ids = {}
+        for index, zone in enumerate(args.zones):
+            public_cidr, private_cidr = subnet_cidrs(index)
+            public = aws.ec2.Subnet(
+                f"{name}-public-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=public_cidr,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,
+                tags={**tags, **shared, "Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{zone}", subnet_id=public.id, route_table_id=public_rt.id, opts=child
+            )
+            eip = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", tags=tags, opts=child)
+            nat = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=eip.id,
+                subnet_id=public.id,
+                tags={**tags, "Name": f"{name}-nat-{zone}"},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+            )
+            private = aws.ec2.Subnet(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=private_cidr,
+                availability_zone=zone,
+                tags={**tags, **shared, "Name": f"{name}-private-{zone}", "kubernetes.io/role/internal-elb": "1"},
+                opts=child,
+            )
+            private_rt = aws.ec2.RouteTable(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+                tags={**tags, "Name": f"{name}-private-{zone}"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{zone}", subnet_id=private.id, route_table_id=private_rt.id, opts=child
+            )
+            self.public_subnet_ids[zone] = public.id
+            self.private_subnet_ids[zone] = private.id
+        self.vpc_id = vpc.id
+        self.register_outputs(
+            {
+                "vpcId": vpc.id,
+                "publicSubnetIds": list(self.public_subnet_ids.values()),
+                "privateSubnetIds": list(self.private_subnet_ids.values()),
+            }
+        )

@@ -1,0 +1,206 @@
+"""Node groups: a CPU group across zones, and one GPU managed node group per zone per GPU group.
+
+GPU groups run the AL2023 NVIDIA AMI (driver, CUDA user-mode, container toolkit, fabric manager), carry the
+taint ``nvidia.com/gpu=true:NoSchedule`` so only GPU pods land there, and label nodes with their group, GPU
+model and pools. Each node assembles its instance-store NVMe drives into RAID0 (nodeadm ``localStorage``) for
+the model cache. One group per zone lets the autoscaler add capacity where it is missing and is required for
+Capacity Blocks, which are zonal. Every launch template encrypts its root volume and enforces IMDSv2.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from fleet.catalog import GPUS, INSTANCES
+from fleet.spec import FleetSpec, GpuNodeGroupSpec
+from infra import contract
+from infra.iam import service_role
+
+__all__ = [
+    "CAPACITY_TYPES",
+    "GPU_AMI_TYPE",
+    "NodeGroups",
+    "NodeGroupsArgs",
+    "gpu_node_labels",
+    "node_user_data",
+]
+
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
+CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
+
+_NODE_CONFIG = """apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+"""
+
+
+def node_user_data() -> str:
+    """Base64 MIME user data: a nodeadm NodeConfig that RAIDs the instance-store NVMe drives (merged by EKS)."""
+    boundary = "LLMFLEET"
+    body = (
+        f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{boundary}"\n\n'
+        f"--{boundary}\nContent-Type: application/node.eks.aws\n\n{_NODE_CONFIG}\n--{boundary}--\n"
+    )
+    return base64.b64encode(body.encode()).decode()
+
+
+def gpu_node_labels(spec: FleetSpec, group: GpuNodeGroupSpec) -> dict[str, str]:
+    """Node labels of a GPU group: role, group, GPU model, device-plugin opt-in and one label per pool."""
+    gpu = GPUS[INSTANCES[group.instance_type].gpu]
+    labels = {
+        contract.LABEL_NODE_ROLE: "gpu",
+        contract.LABEL_GPU_GROUP: group.name,
+        contract.LABEL_GPU_MODEL: gpu.name,
+        "nvidia.com/gpu.product": gpu.nvidia_product,
+        "nvidia.com/gpu.present": "true",  # the device plugin's node selector (no NFD needed)
+        "llmfleet.io/nvme": "raid0",
+    }
+    for pool in spec.pools:
+        if pool.node_group == group.name:
+            labels[f"pool.llmfleet.io/{pool.name}"] = "true"
+    return labels
+
+
+@dataclass(frozen=True)
+class NodeGroupsArgs:
+    spec: FleetSpec
+    cluster_name: pulumi.Input[str]
+    private_subnet_ids: dict[str, pulumi.Output[str]]
+    capacity_reservations: dict[str, str] = field(default_factory=dict)  # "<group>-<zone>" -> cr-...
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class NodeGroups(pulumi.ComponentResource):
+    """The node IAM role, the CPU node group and the per-zone GPU node groups."""
+
+    gpu_groups: dict[str, list[aws.eks.NodeGroup]]  # zone -> GPU node groups in that zone
+    gpu_group_arns: list[pulumi.Output[str]]
+    cpu_group: aws.eks.NodeGroup
+
+    def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:infra:NodeGroups", name, None, opts)
+        spec = args.spec
+        tags = {**args.tags, contract.TAG_ENVIRONMENT: spec.environment}
+        role = service_role(
+            f"{name}-node",
+            "ec2.amazonaws.com",
+            ["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"],
+            self,
+            tags,
+        )
+        cpu = spec.cpu_node_group
+        cpu_template = self._launch_template(f"{name}-cpu", cpu.instance_type, 100, tags)
+        self.cpu_group = aws.eks.NodeGroup(
+            f"{name}-cpu",
+            cluster_name=args.cluster_name,
+            node_role_arn=role.arn,
+            subnet_ids=list(args.private_subnet_ids.values()),
+            ami_type=CPU_AMI_TYPE,
+            instance_types=[cpu.instance_type],
+            capacity_type="ON_DEMAND",
+            launch_template={"id": cpu_template.id, "version": cpu_template.latest_version.apply(str)},
+            scaling_config={"min_size": cpu.min_nodes, "max_size": cpu.max_nodes, "desired_size": cpu.min_nodes},
+            update_config={"max_unavailable": 1},
+            labels={contract.LABEL_NODE_ROLE: "cpu"},
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+        )
+        self.gpu_groups = {}
+        self.gpu_group_arns = []
+        for group in spec.gpu_node_groups:
+            for zone in spec.zones_of(group):
+                node_group = self._gpu_group(name, args, group, zone, role, tags)
+                self.gpu_groups.setdefault(zone, []).append(node_group)
+                self.gpu_group_arns.append(node_group.arn)
+        self.register_outputs(
+            {
+                "cpuNodeGroup": self.cpu_group.node_group_name,
+                "gpuNodeGroups": {z: [g.node_group_name for g in gs] for z, gs in self.gpu_groups.items()},
+            }
+        )
+
+    def _launch_template(
+        self,
+        name: str,
+        instance_type: str,
+        root_gib: int,
+        tags: dict[str, str],
+        reservation: str | None = None,
+    ) -> aws.ec2.LaunchTemplate:
+        extra: dict[str, object] = {}
+        if reservation is not None:
+            extra["instance_market_options"] = {"market_type": "capacity-block"}
+            extra["capacity_reservation_specification"] = {
+                "capacity_reservation_target": {"capacity_reservation_id": reservation}
+            }
+            extra["instance_type"] = instance_type  # a Capacity Block template names its instance type
+        return aws.ec2.LaunchTemplate(
+            name,
+            block_device_mappings=[
+                {
+                    "device_name": "/dev/xvda",
+                    "ebs": {
+                        "volume_size": root_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2, "http_endpoint": "enabled"},
+            user_data=node_user_data(),
+            tag_specifications=[{"resource_type": "volume", "tags": tags}],
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+            **extra,  # type: ignore[arg-type]
+        )
+
+    def _gpu_group(
+        self,
+        name: str,
+        args: NodeGroupsArgs,
+        group: GpuNodeGroupSpec,
+        zone: str,
+        role: aws.iam.Role,
+        tags: dict[str, str],
+    ) -> aws.eks.NodeGroup:
+        spec = args.spec
+        key = f"{group.name}-{zone}"
+        reservation = None
+        if group.capacity_type == "capacity-block":
+            if key not in args.capacity_reservations:
+                raise ValueError(
+                    f"gpuNodeGroups {group.name!r} uses capacity-block: set the reservation of zone {zone} with "
+                    f"`pulumi config set capacityBlocks:{key} cr-...`"
+                )
+            reservation = args.capacity_reservations[key]
+        template = self._launch_template(f"{name}-{key}", group.instance_type, group.root_volume_gib, tags, reservation)
+        group_tags = {**tags, contract.TAG_GPU_GROUP: group.name, contract.TAG_ZONE: zone}
+        return aws.eks.NodeGroup(
+            f"{name}-{key}",
+            cluster_name=args.cluster_name,
+            node_role_arn=role.arn,
+            subnet_ids=[args.private_subnet_ids[zone]],
+            ami_type=GPU_AMI_TYPE,
+            instance_types=None if reservation else [group.instance_type],
+            capacity_type=CAPACITY_TYPES[group.capacity_type],
+            launch_template={"id": template.id, "version": template.latest_version.apply(str)},
+            scaling_config={
+                "min_size": group.min_nodes_per_az,
+                "max_size": max(1, group.max_nodes_per_az),
+                "desired_size": group.min_nodes_per_az,
+            },
+            update_config={"max_unavailable": 1},
+            labels=gpu_node_labels(spec, group),
+            taints=[{"key": contract.GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
+            tags=group_tags,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+        )

@@ -1,0 +1,203 @@
+"""Engine pools: per pool a Deployment of agent-supervised engines, a headless Service and a PDB.
+
+Each pod runs ``llmfleet agent --stack <file> --pool <pool> --port 8000``; the agent launches vLLM (or the
+simulator) from the pool's spec. The pod is built so that draining is loss-free:
+
+* ``preStop`` sleeps ``drain.propagationSeconds`` while the gateway stops routing to the pod (it is no longer
+  ready), then SIGTERM lets the agent drain the engine for ``drain.engineShutdownTimeout`` seconds;
+* ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` >= preStop + shutdown timeout (+5 s margin);
+* GPUs requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
+* the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk;
+* replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
+* ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleet.catalog import INSTANCES
+from fleet.spec import FleetSpec, PoolSpec
+from infra import contract
+from infra.k8s_base import http_probe, spec_volumes
+
+__all__ = ["EnginePool", "EnginePoolArgs", "engine_deployment_spec", "engine_labels"]
+
+
+def engine_labels(spec: FleetSpec, pool: PoolSpec) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "llmfleet",
+        contract.LABEL_COMPONENT: contract.COMPONENT_ENGINE,
+        contract.LABEL_POOL: pool.name,
+        contract.LABEL_ENVIRONMENT: spec.environment,
+    }
+
+
+def _resources(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
+    tp = pool.engine.tensor_parallel_size
+    if pool.engine.kind == "sim" or pool.node_group is None:
+        return {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+    instance = INSTANCES[spec.node_group(pool.node_group).instance_type]
+    # A replica's share of the node (its GPUs' fraction), leaving ~20% for the kubelet, daemons and the agent.
+    cpu = max(1, math.floor(instance.vcpus * tp / instance.gpu_count * 0.8))
+    memory = max(8, math.floor(instance.memory_gib * tp / instance.gpu_count * 0.8))
+    gpus = str(tp)
+    return {
+        "requests": {"cpu": str(cpu), "memory": f"{memory}Gi", contract.GPU_RESOURCE: gpus},
+        "limits": {"memory": f"{memory}Gi", contract.GPU_RESOURCE: gpus},
+    }
+
+
+def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi.Input[str] | None) -> dict[str, Any]:
+    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs)."""
+    labels = engine_labels(spec, pool)
+    drain = pool.drain
+    gpu_pool = pool.engine.kind != "sim" and pool.node_group is not None
+    volumes, mounts = spec_volumes(spec)
+    shm_gib = min(32, 8 * pool.engine.tensor_parallel_size) if gpu_pool else 1
+    volumes = [
+        *volumes,
+        {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gib}Gi"}},
+        {"name": "model-cache", **_model_cache(spec)},
+    ]
+    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, {"name": "model-cache", "mount_path": "/models"}]
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
+        {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
+        {"name": "HF_HOME", "value": "/models/hf"},
+    ]
+    if model_bucket is not None:
+        env.append({"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket})
+    # Startup: the agent itself answers /healthz within seconds; readiness (/readyz) covers the engine's load.
+    startup = {**http_probe("/healthz", contract.AGENT_PORT, 5, 24)}
+    readiness = http_probe("/readyz", contract.AGENT_PORT, 5, 2)
+    liveness = http_probe("/healthz", contract.AGENT_PORT, 10, 3)
+    container = {
+        "name": "agent",
+        "image": spec.images.engine if gpu_pool else spec.images.control,
+        "image_pull_policy": spec.images.pull_policy,
+        "command": ["llmfleet"],
+        "args": [
+            "agent",
+            "--stack",
+            contract.stack_file_path(spec.environment),
+            "--pool",
+            pool.name,
+            "--port",
+            str(contract.AGENT_PORT),
+            "--replica",
+            "$(POD_NAME)",
+        ],
+        "ports": [
+            {"name": "agent", "container_port": contract.AGENT_PORT},
+            {"name": "engine", "container_port": contract.ENGINE_PORT},
+        ],
+        "env": env,
+        "resources": _resources(spec, pool),
+        "startup_probe": startup,
+        "readiness_probe": readiness,
+        "liveness_probe": liveness,
+        "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(drain.propagation_seconds)}}},
+        "volume_mounts": mounts,
+        "security_context": {"allow_privilege_escalation": False},
+    }
+    pod: dict[str, Any] = {
+        "service_account_name": contract.ENGINE_SERVICE_ACCOUNT,
+        "termination_grace_period_seconds": drain.grace_seconds,
+        "containers": [container],
+        "volumes": volumes,
+        "topology_spread_constraints": [
+            {
+                "max_skew": 1,
+                "topology_key": contract.ZONE_TOPOLOGY_KEY,
+                # On AWS every zone has its own GPU node group, so a hard spread is always satisfiable.
+                "when_unsatisfiable": "DoNotSchedule" if spec.target == "aws" else "ScheduleAnyway",
+                "label_selector": {"match_labels": labels},
+            }
+        ],
+    }
+    if gpu_pool:
+        pod["node_selector"] = {f"pool.llmfleet.io/{pool.name}": "true"}
+        pod["tolerations"] = [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return {
+        "replicas": pool.replicas.min,
+        "selector": {"match_labels": labels},
+        "strategy": {"type": "RollingUpdate", "rolling_update": {"max_surge": 1, "max_unavailable": 0}},
+        "template": {
+            "metadata": {
+                "labels": labels,
+                "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8000"},
+            },
+            "spec": pod,
+        },
+    }
+
+
+def _model_cache(spec: FleetSpec) -> dict[str, Any]:
+    if spec.target == "aws":
+        return {"host_path": {"path": contract.MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}}
+    return {"empty_dir": {"size_limit": "64Gi"}}
+
+
+def engine_annotations(pool: PoolSpec) -> dict[str, str]:
+    """The pool facts the policy pack checks the pod template against."""
+    return {
+        contract.ANN_ENGINE_KIND: pool.engine.kind,
+        contract.ANN_TENSOR_PARALLEL: str(pool.engine.tensor_parallel_size),
+        contract.ANN_GPU_MEMORY_UTILIZATION: f"{pool.engine.gpu_memory_utilization:g}",
+        contract.ANN_SHUTDOWN_TIMEOUT: str(pool.drain.engine_shutdown_timeout),
+        contract.ANN_MIN_REPLICAS: str(pool.replicas.min),
+        contract.ANN_CAPACITY_BUFFER: f"{pool.workload.capacity_buffer:g}",
+    }
+
+
+@dataclass(frozen=True)
+class EnginePoolArgs:
+    spec: FleetSpec
+    pool: PoolSpec
+    model_bucket: pulumi.Input[str] | None = None
+
+
+class EnginePool(pulumi.ComponentResource):
+    """One pool's Deployment, headless Service (stable pod DNS for discovery) and PodDisruptionBudget."""
+
+    deployment_name: str
+
+    def __init__(self, name: str, args: EnginePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:k8s:EnginePool", name, None, opts)
+        spec, pool = args.spec, args.pool
+        labels = engine_labels(spec, pool)
+        self.deployment_name = contract.pool_deployment_name(pool.name)
+        meta = {"namespace": spec.cluster.namespace, "labels": labels}
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},
+            spec=engine_deployment_spec(spec, pool, args.model_bucket),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
+        )
+        k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={**meta, "name": self.deployment_name},
+            spec={
+                "cluster_ip": "None",
+                "selector": labels,
+                "ports": [
+                    {"name": "agent", "port": contract.AGENT_PORT, "target_port": "agent"},
+                    {"name": "engine", "port": contract.ENGINE_PORT, "target_port": "engine"},
+                ],
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata={**meta, "name": self.deployment_name},
+            spec={"max_unavailable": pool.restart_window.max_unavailable, "selector": {"match_labels": labels}},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"deployment": self.deployment_name})
