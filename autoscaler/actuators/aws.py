@@ -1,8 +1,9 @@
 """AwsActuator (``aws``): GPU node groups follow the replica count; pods scale through Kubernetes.
 
-For a pool on node group G spread over zones Z1..Zk (one EKS managed node group per zone, named by
-``env.extra["nodegroup_template"]``, default ``"{group}-{zone}"``, in cluster ``env.extra["cluster_name"]``,
-default ``"llmfleet-{environment}"``):
+For a pool on node group G spread over zones Z1..Zk (one EKS managed node group per zone in cluster
+``llmfleet-{environment}``, found by the tags the Pulumi program puts on them, ``llmfleet.io/gpu-group: G`` and
+``llmfleet.io/zone: Z``; untagged clusters fall back to names from ``env.extra["nodegroup_template"]``,
+default ``"{group}-{zone}"``):
 
     nodes        = ceil(target / replicas_per_node)       replicas_per_node = GPUs per instance // TP
     per zone     = nodes spread evenly, clamped to the node group's own [minSize, maxSize]
@@ -25,7 +26,11 @@ from autoscaler.decisions import Decision, ScaleDown, ScaleUp
 from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
 
-__all__ = ["AwsActuator", "spread"]
+__all__ = ["TAG_GPU_GROUP", "TAG_ZONE", "AwsActuator", "spread"]
+
+# Node group tags set by the Pulumi program (infra/contract.py).
+TAG_GPU_GROUP = "llmfleet.io/gpu-group"
+TAG_ZONE = "llmfleet.io/zone"
 
 
 def spread(total: int, zones: int) -> list[int]:
@@ -74,13 +79,31 @@ class AwsActuator(Actuator, name="aws"):
             raise ValueError(f"pool {pool.name!r} has no nodeGroup; the aws actuator needs one")
         return pool.node_group
 
-    def nodegroups(self, pool: PoolSpec) -> list[str]:
+    def _tagged(self) -> dict[tuple[str, str], str]:
+        """(gpu group, zone) -> node group name, from the cluster's node group tags."""
+        found: dict[tuple[str, str], str] = {}
+        paginator = self.eks.get_paginator("list_nodegroups")
+        for page in paginator.paginate(clusterName=self.cluster):
+            for name in page.get("nodegroups", []):
+                tags = self.eks.describe_nodegroup(clusterName=self.cluster, nodegroupName=name)["nodegroup"].get(
+                    "tags", {}
+                )
+                if TAG_GPU_GROUP in tags and TAG_ZONE in tags:
+                    found[(tags[TAG_GPU_GROUP], tags[TAG_ZONE])] = name
+        return found
+
+    async def nodegroups(self, pool: PoolSpec) -> list[str]:
+        """The pool's node group in each of its zones, in zone order."""
         group = self.spec.node_group(self._group(pool))
-        return [self.template.format(group=group.name, zone=zone) for zone in self.spec.zones_of(group)]
+        tagged = await asyncio.to_thread(self._tagged)
+        return [
+            tagged.get((group.name, zone)) or self.template.format(group=group.name, zone=zone)
+            for zone in self.spec.zones_of(group)
+        ]
 
     async def resize_nodes(self, pool: PoolSpec, replicas: int) -> list[int]:
         """Set each zone's node group desired size for ``replicas``; returns the sizes set."""
-        names = self.nodegroups(pool)
+        names = await self.nodegroups(pool)
         wanted = spread(math.ceil(replicas / self.replicas_per_node(pool)), len(names))
         sizes = []
         for name, want in zip(names, wanted, strict=True):

@@ -9,7 +9,8 @@ On scale-down the victims (least-loaded first, chosen by the loop) get
 deletes exactly them; each victim's agent then drains on SIGTERM (leaves rotation, finishes in-flight requests)
 inside the pod's termination grace period. The HTTP client is injected (``env.extra["kubernetes_client"]``:
 an ``httpx.AsyncClient`` whose base_url is the API server); by default the in-cluster service account is used.
-The Deployment of pool ``P`` is named by ``env.extra["deployment_template"]`` (default ``"{pool}"``).
+The Deployment of pool ``P`` is named by ``env.extra["deployment_template"]`` (default ``"llmfleet-{pool}"``, the
+name the Pulumi program gives it).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def in_cluster_client() -> httpx.AsyncClient:
 
 
 class KubernetesActuator(Actuator, name="kubernetes"):
-    def __init__(self, spec: FleetSpec, client: httpx.AsyncClient, deployment_template: str = "{pool}") -> None:
+    def __init__(
+        self, spec: FleetSpec, client: httpx.AsyncClient, deployment_template: str = "llmfleet-{pool}"
+    ) -> None:
         self.spec = spec
         self.client = client
         self.namespace = spec.cluster.namespace
@@ -57,7 +60,7 @@ class KubernetesActuator(Actuator, name="kubernetes"):
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:
         client = env.extra.get("kubernetes_client") or in_cluster_client()
-        return cls(spec, client, env.extra.get("deployment_template", "{pool}"))
+        return cls(spec, client, env.extra.get("deployment_template", "llmfleet-{pool}"))
 
     def _scale_path(self, pool: str) -> str:
         name = self.template.format(pool=pool)

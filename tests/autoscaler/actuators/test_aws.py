@@ -39,7 +39,8 @@ def eks() -> Iterator[Any]:
     for zone in ZONES:
         client.create_nodegroup(
             clusterName="llmfleet-prod",
-            nodegroupName=f"a100-{zone}",
+            nodegroupName=f"nodes-a100-{zone}-4f2a9c1",  # Pulumi auto-names: found by tags
+            tags={"llmfleet.io/gpu-group": "a100", "llmfleet.io/zone": zone},
             scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1},
             subnets=["subnet-1"],
             nodeRole="arn:aws:iam::123456789012:role/node",
@@ -51,9 +52,9 @@ def eks() -> Iterator[Any]:
 
 def desired_sizes(eks: Any) -> list[int]:
     return [
-        eks.describe_nodegroup(clusterName="llmfleet-prod", nodegroupName=f"a100-{z}")["nodegroup"]["scalingConfig"][
-            "desiredSize"
-        ]
+        eks.describe_nodegroup(clusterName="llmfleet-prod", nodegroupName=f"nodes-a100-{z}-4f2a9c1")["nodegroup"][
+            "scalingConfig"
+        ]["desiredSize"]
         for z in ZONES
     ]
 
@@ -75,4 +76,9 @@ async def test_node_groups_follow_replicas_on_moto(eks: Any) -> None:
     assert desired_sizes(eks) == [2, 2, 2]  # clamped to each group's maxSize
     await actuator.apply(ScaleDown("qwen-7b", current=100, target=3, reason="idle", at=0.0, victims=("x",)))
     assert desired_sizes(eks) == [1, 1, 1]  # never below minSize
-    assert actuator.updates[-1] == {"nodegroup": "a100-us-east-1c", "minSize": 1, "maxSize": 2, "desiredSize": 1}
+    assert actuator.updates[-1] == {
+        "nodegroup": "nodes-a100-us-east-1c-4f2a9c1",
+        "minSize": 1,
+        "maxSize": 2,
+        "desiredSize": 1,
+    }

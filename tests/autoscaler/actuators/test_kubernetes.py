@@ -16,7 +16,7 @@ from autoscaler.decisions import ScaleDown, ScaleUp
 from fleet.loader import load_spec
 
 NS = "llmfleet-dev"
-SCALE_PATH = f"/apis/apps/v1/namespaces/{NS}/deployments/qwen-7b/scale"
+SCALE_PATH = f"/apis/apps/v1/namespaces/{NS}/deployments/llmfleet-qwen-7b/scale"
 
 
 def scale_object(replicas: int) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def scale_object(replicas: int) -> dict[str, Any]:
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
-        "metadata": {"name": "qwen-7b", "namespace": NS},
+        "metadata": {"name": "llmfleet-qwen-7b", "namespace": NS},
         "spec": {"replicas": replicas},
         "status": {"replicas": replicas, "selector": "app=qwen-7b"},
     }
