@@ -1,0 +1,149 @@
+"""App: build the gateway's aiohttp application from settings, with every I/O edge injectable.
+
+    create_app(settings, session_factory=None, quota=None, clock=time.monotonic) -> web.Application
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz, GET /readyz,
+GET /metrics. Every response (errors included) carries ``x-request-id``, the client's when it sent a sane one.
+aiohttp serves as well as proxies: measured on this machine it costs a fraction of the CPU per request of an
+ASGI stack (see docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from gateway.errors import GatewayError, error_body
+from gateway.quota.base import QuotaBackend
+from gateway.quota.memory import MemoryQuota
+from gateway.service import Gateway, new_request_id
+from gateway.settings import GatewaySettings
+
+__all__ = ["GATEWAY", "create_app", "default_session"]
+
+GATEWAY = web.AppKey("gateway", Gateway)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def default_session() -> aiohttp.ClientSession:
+    """The one pooled upstream client: unlimited connections (admission bounds them), keep-alive reuse."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, keepalive_timeout=30)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False)
+
+
+@web.middleware
+async def _request_id(request: web.Request, handler: Handler) -> web.StreamResponse:
+    sent = request.headers.get("x-request-id")
+    rid = sent if sent and _REQUEST_ID.match(sent) else new_request_id()
+    request["request_id"] = rid
+    try:
+        response = await handler(request)
+    except GatewayError as exc:
+        response = web.Response(status=exc.status, body=exc.body(), content_type="application/json")
+        response.headers.update(exc.headers())
+    except web.HTTPException as exc:  # unknown path, wrong method
+        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        response = web.Response(
+            status=exc.status, body=error_body(exc.reason, kind, exc.status), content_type="application/json"
+        )
+    if not response.prepared:
+        response.headers["x-request-id"] = rid
+    return response
+
+
+def create_app(
+    settings: GatewaySettings,
+    session_factory: Callable[[], aiohttp.ClientSession] = default_session,
+    quota: QuotaBackend | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    """The application; the upstream session, quota backend and refresh loop start with it and stop with it."""
+    app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        session = session_factory()
+        backend = quota or _quota_backend(settings, clock)
+        gateway = Gateway(settings, session, backend, clock)
+        app[GATEWAY] = gateway
+        await gateway.refresher.refresh_once()
+        task = asyncio.create_task(_refresh_forever(gateway))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await session.close()
+        await backend.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+def _quota_backend(settings: GatewaySettings, clock: Callable[[], float]) -> QuotaBackend:
+    lease = settings.spec.gateway.timeouts.total_s + 60
+    if settings.spec.gateway.quota_backend == "redis":
+        from redis.asyncio import Redis
+
+        from gateway.quota.redis import RedisQuota
+
+        url = settings.spec.gateway.redis_url
+        if not url:
+            raise ValueError("gateway.quotaBackend is 'redis' but gateway.redisUrl is not set")
+        return RedisQuota(Redis.from_url(url), lease_s=lease)
+    return MemoryQuota(clock, lease_s=lease)
+
+
+async def _refresh_forever(gateway: Gateway) -> None:
+    await asyncio.sleep(gateway.refresher.interval_s)
+    await gateway.refresher.run()
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await request.app[GATEWAY].complete(request, "chat")
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await request.app[GATEWAY].complete(request, "completion")
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    tenant = gateway.keys.authenticate(request.headers.get("Authorization"))
+    data = []
+    for pool in gateway.settings.spec.pools:
+        allowed = tenant.allowed_models
+        if "*" in allowed or pool.served_name in allowed or pool.model in allowed:
+            data.append(
+                {"id": pool.served_name, "object": "model", "created": 0, "owned_by": "llmfleet", "root": pool.model}
+            )
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _healthz(request: web.Request) -> web.StreamResponse:
+    del request  # Unused.
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    pools = {name: gateway.endpoints.routable(name) for name in gateway.endpoints.pools}
+    ready = gateway.refresher.rounds > 0
+    return web.json_response({"ready": ready, "routable_replicas": pools}, status=200 if ready else 503)
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    body = request.app[GATEWAY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

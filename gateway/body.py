@@ -1,0 +1,116 @@
+"""Body: parse and check an OpenAI completion request body, estimate its tokens, rewrite it for the engine.
+
+Tokens are estimated without a tokenizer (a gateway must not load one per model): prompt characters / 4 plus 4
+per chat message, rounded up. The estimate only sizes the tokens-per-minute reservation; the engine's own
+``usage`` settles the bill when the request ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gateway.errors import BadRequest
+
+__all__ = ["DEFAULT_RESERVE_TOKENS", "ParsedRequest", "parse_body"]
+
+# Reserved for the completion when the request sets no max_tokens (reconciled with the actual count at the end).
+DEFAULT_RESERVE_TOKENS = 1024
+
+Kind = Literal["chat", "completion"]
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    kind: Kind
+    model: str
+    stream: bool
+    client_wants_usage: bool  # stream_options.include_usage set by the client
+    prompt: str
+    prompt_tokens: int  # estimate
+    max_tokens: int  # per choice, as reserved
+    n: int
+    payload: dict[str, Any]
+
+    @property
+    def reserve_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens * self.n
+
+    def upstream_body(self, raw: bytes) -> bytes:
+        """The body sent to the engine: unchanged, except that streams always ask for the final usage chunk."""
+        if not self.stream or self.client_wants_usage:
+            return raw
+        payload = dict(self.payload)
+        options = payload.get("stream_options")
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _positive_int(payload: dict[str, Any], key: str) -> int | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest(f"'{key}' must be a positive integer", param=key)
+    return value
+
+
+def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
+    """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
+    try:
+        payload = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a string", param="model")
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    messages = 0
+    if kind == "chat":
+        items = payload.get("messages")
+        if not isinstance(items, list) or not items or not all(isinstance(m, dict) for m in items):
+            raise BadRequest("'messages' must be a non-empty list of message objects", param="messages")
+        messages = len(items)
+        prompt = "\n".join(f"{m.get('role', '')}:{_text(m.get('content'))}" for m in items)
+        prompt_tokens = math.ceil(len(prompt) / 4) + 4 * messages
+    else:
+        value = payload.get("prompt")
+        if isinstance(value, str):
+            prompt = value
+            prompt_tokens = math.ceil(len(prompt) / 4)
+        elif isinstance(value, list) and value and all(isinstance(t, int) for t in value):
+            prompt, prompt_tokens = " ".join(map(str, value[:512])), len(value)
+        elif isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+            prompt = "\n".join(value)
+            prompt_tokens = math.ceil(len(prompt) / 4)
+        else:
+            raise BadRequest("'prompt' must be a string, a list of strings or a list of token ids", param="prompt")
+    max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
+    n = _positive_int(payload, "n") or 1
+    options = payload.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return ParsedRequest(
+        kind=kind,
+        model=model,
+        stream=stream,
+        client_wants_usage=wants_usage,
+        prompt=prompt,
+        prompt_tokens=max(1, prompt_tokens),
+        max_tokens=max_tokens or DEFAULT_RESERVE_TOKENS,
+        n=n,
+        payload=payload,
+    )

@@ -1,0 +1,126 @@
+"""CLI: ``llmfleet gateway --stack NAME --port PORT [--host H] [--replica [POOL=]URL ...] [--control-plane URL]``.
+
+Keys: tenants' ``apiKeyHashes`` from the stack, plus for each tenant naming an ``apiKeysSecret`` the keys found in
+the env var ``LLMFLEET_SECRET_<SECRET>`` (e.g. ``tenantKeys:acme`` -> ``LLMFLEET_SECRET_TENANTKEYS_ACME``) or in
+the file ``<--secrets-dir>/<secret with ':' as '_'>`` (a JSON list, or one key per line). The local stack's demo
+tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
+
+On start it prints one line, ``llmfleet gateway listening on http://HOST:PORT``, to stdout; SIGTERM or SIGINT
+stops accepting, lets in-flight requests finish (up to --shutdown-timeout) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from aiohttp import web
+
+from fleet.errors import SpecError
+from fleet.loader import load_spec
+from gateway.app import create_app
+from gateway.auth import keys_from_secret
+from gateway.settings import GatewaySettings
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", default="local", help="stack name (stacks/Pulumi.NAME.yaml) or path")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="default: the stack's gateway.port; 0 picks one")
+    parser.add_argument(
+        "--replica",
+        action="append",
+        default=[],
+        metavar="[POOL=]URL",
+        help="a static engine URL (repeatable); POOL defaults to the stack's first pool",
+    )
+    parser.add_argument(
+        "--control-plane",
+        default=None,
+        metavar="URL",
+        help="discover replicas from the control plane (default: the stack's controlPlane.url)",
+    )
+    parser.add_argument(
+        "--secrets-dir",
+        type=Path,
+        default=Path("/etc/llmfleet/secrets"),
+        help="directory holding tenants' apiKeysSecret files",
+    )
+    parser.add_argument("--no-access-log", action="store_true", help="do not write JSON access log lines")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--shutdown-timeout", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _settings(args: argparse.Namespace) -> GatewaySettings:
+    loaded = load_spec(args.stack)
+    spec = loaded.spec
+    static: dict[str, list[str]] = defaultdict(list)
+    for item in args.replica:
+        pool, sep, url = item.partition("=")
+        if not sep or "://" in pool:
+            pool, url = spec.pools[0].name, item
+        spec.pool(pool)  # KeyError lists the pools
+        static[pool].append(url)
+    extra: dict[str, list[str]] = {}
+    for tenant in spec.tenants:
+        if tenant.api_keys_secret:
+            keys = keys_from_secret(tenant.api_keys_secret, os.environ, args.secrets_dir)
+            if keys:
+                extra[tenant.name] = keys
+            elif not tenant.api_key_hashes:
+                logging.getLogger("llmfleet.gateway").warning(
+                    "tenant %s has no keys: secret %s not found", tenant.name, tenant.api_keys_secret
+                )
+    return GatewaySettings(
+        spec=spec,
+        static_replicas=dict(static),
+        control_plane=args.control_plane or spec.control_plane.url,
+        extra_keys=extra,
+        access_log=not args.no_access_log,
+        routing_seed=args.seed,
+    )
+
+
+async def _serve(settings: GatewaySettings, host: str, port: int, shutdown_timeout: float) -> None:
+    app = create_app(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))  # bound here so that port 0 can be reported
+    site = web.SockSite(runner, sock, backlog=1024)
+    await site.start()
+    print(f"llmfleet gateway listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    access = logging.getLogger("llmfleet.gateway.access")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.propagate = False
+    try:
+        settings = _settings(args)
+    except (SpecError, KeyError, ValueError) as exc:
+        print(f"llmfleet gateway: {exc}", file=sys.stderr)
+        return 2
+    port = settings.spec.gateway.port if args.port is None else args.port
+    asyncio.run(_serve(settings, args.host, port, args.shutdown_timeout))
+    return 0

@@ -1,0 +1,236 @@
+"""Endpoints: the replicas of each pool, their load and health, kept fresh by a background loop.
+
+Membership comes from the control plane (``GET /v1/pools/{pool}/replicas``, `fleet.wire.ReplicaList`) when one
+is configured, else from static engine URLs (``PoolSpec.staticReplicas`` or ``--replica``). If the control plane
+is unreachable the last known membership stays (in-flight work and routing go on). Every
+``routing.scrapeIntervalS`` each engine is probed: ``/health`` (static mode: readiness) and ``/metrics``
+(load, parsed with `fleet.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
+rotation on that refresh; an engine answering 503 leaves it until its next good probe.
+
+Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica faults in a row (or one first-token
+timeout: a hung engine) eject a replica for ``base_s x 2^(n-1)`` seconds (n = ejections in a row, capped at
+``max_s``); at most ``max_fraction`` of a pool (at least one replica of a pool of two or more, never the only
+one) is ejected at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from fleet.promtext import EngineMetrics
+from fleet.spec import PoolSpec
+from fleet.wire import ReplicaList
+from gateway.routing.base import EndpointView
+
+__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher"]
+
+log = logging.getLogger("llmfleet.gateway.endpoints")
+
+
+@dataclass(frozen=True)
+class OutlierPolicy:
+    consecutive_failures: int = 3
+    base_s: float = 5.0
+    max_s: float = 300.0
+    max_fraction: float = 0.5
+
+    def backoff(self, ejections: int) -> float:
+        return min(self.max_s, self.base_s * 2.0 ** max(0, ejections - 1))
+
+    def may_eject(self, pool_size: int, ejected: int) -> bool:
+        if pool_size < 2:
+            return False
+        return ejected + 1 <= max(1, math.floor(self.max_fraction * pool_size))
+
+
+@dataclass
+class Endpoint:
+    """Mutable state of one replica; only `EndpointSet` and `Refresher` write it."""
+
+    id: str
+    url: str
+    pool: str
+    model: str
+    max_num_seqs: int
+    ready: bool = False
+    metrics: EngineMetrics | None = None
+    metrics_at: float | None = None
+    in_flight: int = 0
+    failures: int = 0  # consecutive replica faults
+    ejections: int = 0  # consecutive ejections (sets the backoff)
+    ejected_until: float = 0.0
+    served: int = field(default=0)
+
+    def view(self, now: float) -> EndpointView:
+        m = self.metrics
+        return EndpointView(
+            id=self.id,
+            url=self.url,
+            pool=self.pool,
+            model=self.model,
+            ready=self.ready,
+            ejected=now < self.ejected_until,
+            metrics_age_s=None if self.metrics_at is None else now - self.metrics_at,
+            running=m.running if m else 0.0,
+            waiting=m.waiting if m else 0.0,
+            kv_usage=m.kv_usage if m else 0.0,
+            in_flight=self.in_flight,
+            max_num_seqs=self.max_num_seqs,
+        )
+
+
+class EndpointSet:
+    """All pools' replicas. ``on_change(pool)`` runs whenever a pool's routable count may have changed."""
+
+    def __init__(
+        self,
+        pools: Sequence[PoolSpec],
+        clock: Callable[[], float],
+        outlier: OutlierPolicy | None = None,
+        on_change: Callable[[str], None] | None = None,
+        on_eject: Callable[[Endpoint, float], None] | None = None,
+    ) -> None:
+        self.pools = {p.name: p for p in pools}
+        self._clock = clock
+        self.outlier = outlier or OutlierPolicy()
+        self._members: dict[str, dict[str, Endpoint]] = {p.name: {} for p in pools}
+        self._on_change = on_change or (lambda pool: None)
+        self._on_eject = on_eject or (lambda ep, s: None)
+
+    def members(self, pool: str) -> list[Endpoint]:
+        return list(self._members[pool].values())
+
+    def set_members(self, pool: str, replicas: Sequence[tuple[str, str, bool | None]]) -> None:
+        """Replace pool membership with (id, url, ready) triples; ready None keeps the probe's verdict."""
+        spec = self.pools[pool]
+        old = self._members[pool]
+        new: dict[str, Endpoint] = {}
+        for rid, url, ready in replicas:
+            ep = old.get(rid)
+            if ep is None or ep.url != url:
+                ep = Endpoint(rid, url.rstrip("/"), pool, spec.served_name, spec.engine.max_num_seqs)
+            if ready is not None:
+                ep.ready = ready
+            new[rid] = ep
+        self._members[pool] = new
+        self._on_change(pool)
+
+    def snapshot(self, pool: str) -> list[EndpointView]:
+        now = self._clock()
+        return [ep.view(now) for ep in self._members[pool].values()]
+
+    def routable(self, pool: str) -> int:
+        now = self._clock()
+        return sum(1 for ep in self._members[pool].values() if ep.ready and now >= ep.ejected_until)
+
+    def get(self, pool: str, rid: str) -> Endpoint | None:
+        return self._members[pool].get(rid)
+
+    def set_ready(self, ep: Endpoint, ready: bool) -> None:
+        if ep.ready != ready:
+            ep.ready = ready
+            self._on_change(ep.pool)
+
+    def succeeded(self, ep: Endpoint) -> None:
+        ep.failures = 0
+        if ep.ejections and self._clock() > ep.ejected_until + self.outlier.max_s:
+            ep.ejections = 0
+
+    def failed(self, ep: Endpoint, *, eject_now: bool = False) -> bool:
+        """Count a replica fault; True when it got the replica ejected."""
+        ep.failures += 1
+        if not eject_now and ep.failures < self.outlier.consecutive_failures:
+            return False
+        now = self._clock()
+        members = self._members[ep.pool].values()
+        ejected = sum(1 for other in members if now < other.ejected_until)
+        if now < ep.ejected_until or not self.outlier.may_eject(len(self._members[ep.pool]), ejected):
+            return False
+        ep.ejections += 1
+        backoff = self.outlier.backoff(ep.ejections)
+        ep.ejected_until = now + backoff
+        ep.failures = 0
+        log.warning("ejected replica %s of pool %s for %.1fs", ep.id, ep.pool, backoff)
+        self._on_eject(ep, backoff)
+        self._on_change(ep.pool)
+        return True
+
+
+class Refresher:
+    """The background loop that keeps an `EndpointSet` current. Call `refresh_once` or run `run` as a task."""
+
+    def __init__(
+        self,
+        endpoints: EndpointSet,
+        session: aiohttp.ClientSession,
+        static: Mapping[str, Sequence[str]],
+        control_plane: str | None,
+        interval_s: float,
+        timeout_s: float,
+    ) -> None:
+        self.endpoints = endpoints
+        self._session = session
+        self._static = static
+        self._cp = control_plane.rstrip("/") if control_plane else None
+        self.interval_s = interval_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.rounds = 0
+
+    async def run(self) -> None:
+        while True:
+            await self.refresh_once()
+            await asyncio.sleep(self.interval_s)
+
+    async def refresh_once(self) -> None:
+        for pool in self.endpoints.pools:
+            if self._cp is not None:
+                await self._discover(pool)
+            elif self.rounds == 0:
+                self.endpoints.set_members(pool, [(_rid(u), u, None) for u in self._static.get(pool, [])])
+        probes = [self._probe(ep) for pool in self.endpoints.pools for ep in self.endpoints.members(pool)]
+        await asyncio.gather(*probes)
+        self.rounds += 1
+        for pool in self.endpoints.pools:
+            self.endpoints._on_change(pool)
+
+    async def _discover(self, pool: str) -> None:
+        url = f"{self._cp}/v1/pools/{pool}/replicas"
+        try:
+            async with self._session.get(url, timeout=self._timeout) as resp:
+                resp.raise_for_status()
+                listing = ReplicaList.model_validate_json(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("control plane unreachable (%s): keeping %s's last known replicas", exc, pool)
+            return
+        self.endpoints.set_members(
+            pool, [(r.replica, r.engine_url, r.state == "ready" and not r.stale) for r in listing.replicas]
+        )
+
+    async def _probe(self, ep: Endpoint) -> None:
+        health, metrics = await asyncio.gather(self._get(ep.url + "/health"), self._get(ep.url + "/metrics"))
+        if self._cp is None:
+            self.endpoints.set_ready(ep, health is not None)
+        if metrics is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                ep.metrics = EngineMetrics.from_text(metrics)
+                ep.metrics_at = self.endpoints._clock()
+
+    async def _get(self, url: str) -> str | None:
+        try:
+            async with self._session.get(url, timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+
+def _rid(url: str) -> str:
+    return url.rstrip("/").split("://", 1)[-1]

@@ -1,0 +1,68 @@
+"""Metrics: the gateway's Prometheus series and its JSON access log.
+
+Series (prefix ``llmfleet_gateway_``), labelled by tenant, model, status and replica where it makes sense:
+requests_total, ttft_seconds and e2e_seconds (as seen by the gateway), tokens_total{direction=in|out},
+queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
+routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
+in_flight{replica}, ready_replicas{pool}.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["AccessLog", "GatewayMetrics"]
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
+_FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+
+class GatewayMetrics:
+    """One registry per gateway (no globals): tests and several apps in one process never collide."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        p = "llmfleet_gateway_"
+        self.requests = Counter(p + "requests", "Requests answered", ["tenant", "model", "status"], registry=r)
+        self.ttft = Histogram(
+            p + "ttft_seconds", "Time to first token", ["tenant", "model"], buckets=_LATENCY, registry=r
+        )
+        self.e2e = Histogram(
+            p + "e2e_seconds", "Request latency, end to end", ["tenant", "model"], buckets=_LATENCY, registry=r
+        )
+        self.tokens = Counter(p + "tokens", "Tokens", ["tenant", "model", "direction"], registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "Requests waiting for admission", ["model"], registry=r)
+        self.queue_wait = Histogram(
+            p + "queue_wait_seconds", "Time waited for admission", ["model", "priority"], buckets=_LATENCY, registry=r
+        )
+        self.retries = Counter(p + "retries", "Retries on another replica", ["model", "reason"], registry=r)
+        self.ejections = Counter(p + "ejections", "Replicas ejected", ["pool", "replica"], registry=r)
+        self.routed = Counter(p + "routed", "Routing decisions", ["model", "replica"], registry=r)
+        self.plugin = Histogram(
+            p + "routing_plugin_seconds", "Routing plugin latency", ["plugin"], buckets=_FAST, registry=r
+        )
+        self.overhead = Histogram(
+            p + "overhead_seconds", "Gateway time excluding upstream and queueing", ["model"], buckets=_FAST, registry=r
+        )
+        self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
+        self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class AccessLog:
+    """One JSON line per request on logger ``llmfleet.gateway.access``."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or logging.getLogger("llmfleet.gateway.access")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._log.isEnabledFor(logging.INFO):
+            self._log.info(json.dumps(record, separators=(",", ":")))

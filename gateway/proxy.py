@@ -1,0 +1,206 @@
+"""Proxy: one attempt of a request on one engine, over the gateway's single pooled aiohttp client.
+
+aiohttp was chosen by measurement (``bench/gateway_overhead.py``): on this machine a minimal proxy cost about
+4 ms of CPU per request with httpx and about 0.5 ms with aiohttp.
+
+* `send_json` (``stream: false``): POST and read the whole answer within ``timeouts.totalS``.
+* `open_stream` (``stream: true``): POST and wait for the first complete SSE event within
+  ``timeouts.firstTokenS``; nothing has reached the client yet, so every failure up to here may be retried.
+* `SseRelay`: splits the rest of the upstream bytes into events only to count them, spot ``[DONE]`` and read
+  ``usage`` from the one event carrying it (found by a substring test, so ordinary chunks are never parsed);
+  it drops the usage event when the client did not ask for it (the gateway adds
+  ``stream_options.include_usage`` upstream to account tokens).
+
+Failures are raised as `gateway.errors.UpstreamError` subclasses; the caller decides about retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gateway.errors import (
+    UpstreamConnectError,
+    UpstreamDiedEarly,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+__all__ = ["JsonAnswer", "SseRelay", "Timeouts", "Usage", "open_stream", "send_json", "sse_error_event"]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float
+    first_token_s: float
+    total_s: float
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    @classmethod
+    def of(cls, payload: Any) -> Usage:
+        usage = payload.get("usage") if isinstance(payload, dict) else None
+        if not isinstance(usage, dict):
+            return cls()
+        return cls(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class JsonAnswer:
+    status: int
+    body: bytes
+    content_type: str
+    usage: Usage
+
+
+def sse_error_event(message: str, type_: str = "upstream_error", code: int = 502) -> bytes:
+    """The in-band error vLLM itself sends: an error event, then ``[DONE]``."""
+    body = json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
+    return f"data: {body}\n\ndata: [DONE]\n\n".encode()
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts
+) -> aiohttp.ClientResponse:
+    try:
+        resp = await session.post(
+            url,
+            data=body,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, connect=timeouts.connect_s),
+        )
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamConnectError(str(exc)) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
+        raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+    if resp.status == 200:
+        return resp
+    try:
+        payload = await resp.read()
+    except aiohttp.ClientError as exc:
+        raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+    finally:
+        resp.release()
+    if resp.status == 503:
+        raise UpstreamUnavailable("engine answered 503")
+    raise UpstreamStatus(resp.status, payload, resp.headers.get("Content-Type", "application/json"))
+
+
+async def send_json(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts
+) -> JsonAnswer:
+    """One non-streaming attempt."""
+    try:
+        async with asyncio.timeout(timeouts.total_s):
+            resp = await _post(session, url, body, headers, timeouts)
+            try:
+                payload = await resp.read()
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                resp.close()
+                raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+    except TimeoutError:
+        raise UpstreamTimeout(f"no answer within {timeouts.total_s:g}s") from None
+    usage = Usage()
+    if b'"usage"' in payload:
+        try:
+            usage = Usage.of(json.loads(payload))
+        except ValueError:
+            pass
+    return JsonAnswer(200, payload, resp.headers.get("Content-Type", "application/json"), usage)
+
+
+@dataclass
+class SseRelay:
+    """State of one relayed stream: leftover bytes, events seen, usage, whether ``[DONE]`` arrived."""
+
+    resp: aiohttp.ClientResponse
+    hide_usage: bool
+    buffer: bytes = b""
+    events: int = 0
+    done: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+    def feed(self, data: bytes) -> bytes:
+        """Append upstream bytes; return the complete events to send on (possibly b"")."""
+        self.buffer += data
+        cut = self.buffer.rfind(b"\n\n")
+        if cut < 0:
+            return b""
+        complete, self.buffer = self.buffer[: cut + 2], self.buffer[cut + 2 :]
+        self.events += complete.count(b"\n\n")
+        if b"[DONE]" in complete:
+            self.done = True
+        if b'"usage"' in complete:
+            complete = self._take_usage(complete)
+        return complete
+
+    def _take_usage(self, complete: bytes) -> bytes:
+        kept: list[bytes] = []
+        for event in complete.split(b"\n\n")[:-1]:
+            if b'"usage"' in event and event.startswith(b"data:"):
+                try:
+                    payload = json.loads(event[5:])
+                except ValueError:
+                    payload = None
+                found = Usage.of(payload)
+                if found.completion_tokens is not None:
+                    self.usage = found
+                    if self.hide_usage and isinstance(payload, dict) and not payload.get("choices"):
+                        continue
+            kept.append(event + b"\n\n")
+        return b"".join(kept)
+
+    async def first(self) -> bytes:
+        """Bytes up to and including the first complete event; UpstreamDiedEarly when the stream ends first."""
+        try:
+            while True:
+                data = await self.resp.content.readany()
+                if not data:
+                    raise UpstreamDiedEarly("stream closed before the first token")
+                out = self.feed(data)
+                if out:
+                    return out
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+
+
+async def open_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeouts: Timeouts,
+    hide_usage: bool,
+) -> tuple[SseRelay, bytes]:
+    """One streaming attempt up to its first event: (relay for the rest, bytes to send first).
+
+    One deadline, ``timeouts.firstTokenS``, covers connecting, the response head and the first event.
+    """
+    relay: SseRelay | None = None
+    try:
+        async with asyncio.timeout(timeouts.first_token_s):
+            resp = await _post(session, url, body, headers, timeouts)
+            relay = SseRelay(resp, hide_usage)
+            first = await relay.first()
+    except TimeoutError:
+        if relay is not None:
+            relay.resp.close()
+        raise UpstreamTimeout(f"no first token within {timeouts.first_token_s:g}s") from None
+    except BaseException:
+        if relay is not None:
+            relay.resp.close()
+        raise
+    return relay, first

@@ -1,0 +1,122 @@
+"""RedisQuota: the quota model of `gateway.quota.base` shared by every gateway replica through Redis.
+
+Each check-and-take is one Lua script, so it is atomic across gateways: two replicas can never both take the
+last token (the per-pod counting and concurrent-bypass failures of other gateways). Time comes from Redis
+``TIME`` inside the script, so gateway clocks never need to agree. Keys (``{tenant}`` is a cluster hash tag):
+``llmfleet:quota:{tenant}:rps`` and ``:tpm`` (hashes: level ``t``, timestamp ``ts``), ``:conc`` (sorted set of
+request ids scored by lease expiry).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.errors import QuotaExceeded
+from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
+
+__all__ = ["RedisQuota"]
+
+_LEVEL = """
+local function now_s()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function level(key, cap, rate, now)
+  local v = redis.call('HMGET', key, 't', 'ts')
+  local t, ts = tonumber(v[1]), tonumber(v[2])
+  if t == nil or ts == nil then return cap end
+  local lv = t + math.max(0, now - ts) * rate
+  if lv > cap then lv = cap end
+  return lv
+end
+"""
+
+# KEYS: rps, tpm, conc. ARGV: rps, rps_burst, tpm, cost, max_conc, request_id, lease_s
+_ACQUIRE = (
+    _LEVEL
+    + """
+local now = now_s()
+local rps, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tpm, cost = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_conc, lease = tonumber(ARGV[5]), tonumber(ARGV[7])
+local tps = tpm / 60.0
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local open = redis.call('ZCARD', KEYS[3])
+if open >= max_conc then return {0, 'concurrency', tostring(open), '1'} end
+local r = level(KEYS[1], burst, rps, now)
+if r < 1 then return {0, 'rps', tostring(r), tostring((1 - r) / rps)} end
+local k = level(KEYS[2], tpm, tps, now)
+if k < cost then return {0, 'tpm', tostring(k), tostring((cost - k) / tps)} end
+redis.call('HSET', KEYS[1], 't', tostring(r - 1), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rps) + 5)
+redis.call('HSET', KEYS[2], 't', tostring(k - cost), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[2], 65)
+redis.call('ZADD', KEYS[3], now + lease, ARGV[6])
+redis.call('EXPIRE', KEYS[3], math.ceil(lease) + 5)
+return {1, 'ok', '0', '0'}
+"""
+)
+
+# KEYS: tpm, conc. ARGV: tpm, refund, request_id
+_RELEASE = (
+    _LEVEL
+    + """
+local now = now_s()
+redis.call('ZREM', KEYS[2], ARGV[3])
+local tpm, refund = tonumber(ARGV[1]), tonumber(ARGV[2])
+if refund ~= 0 then
+  local k = level(KEYS[1], tpm, tpm / 60.0, now) + refund
+  if k > tpm then k = tpm end
+  redis.call('HSET', KEYS[1], 't', tostring(k), 'ts', tostring(now))
+  redis.call('EXPIRE', KEYS[1], 65)
+end
+return 1
+"""
+)
+
+
+class RedisQuota(QuotaBackend):
+    def __init__(self, client: Redis, lease_s: float = 900.0, prefix: str = "llmfleet:quota") -> None:
+        self._redis = client
+        self._lease_s = lease_s
+        self._prefix = prefix
+        self._acquire = client.register_script(_ACQUIRE)
+        self._release = client.register_script(_RELEASE)
+
+    def _key(self, tenant: str, part: str) -> str:
+        return f"{self._prefix}:{{{tenant}}}:{part}"
+
+    async def acquire(self, tenant: str, limits: QuotaLimits, request_id: str, tokens: int) -> Reservation:
+        keys = [self._key(tenant, "rps"), self._key(tenant, "tpm"), self._key(tenant, "conc")]
+        args: list[Any] = [
+            limits.requests_per_second,
+            limits.request_burst,
+            limits.tokens_per_minute,
+            tokens,
+            limits.max_concurrency,
+            request_id,
+            self._lease_s,
+        ]
+        ok, reason, level, retry = await self._acquire(keys=keys, args=args)
+        if int(ok) != 1:
+            reason = reason.decode() if isinstance(reason, bytes) else str(reason)
+            raise QuotaExceeded(_message(tenant, limits, reason, tokens), retry_after=float(retry))
+        return Reservation(tenant, request_id, tokens, limits)
+
+    async def release(self, reservation: Reservation, used_tokens: int) -> None:
+        keys = [self._key(reservation.tenant, "tpm"), self._key(reservation.tenant, "conc")]
+        refund = reservation.tokens - max(0, used_tokens)
+        await self._release(keys=keys, args=[reservation.limits.tokens_per_minute, refund, reservation.request_id])
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+def _message(tenant: str, limits: QuotaLimits, reason: str, tokens: int) -> str:
+    if reason == "concurrency":
+        return f"tenant {tenant!r} is at its maxConcurrency of {limits.max_concurrency}"
+    if reason == "rps":
+        return f"tenant {tenant!r} is over {limits.requests_per_second:g} requests/s"
+    return f"tenant {tenant!r} is over {limits.tokens_per_minute} tokens/min (request reserves {tokens})"

@@ -1,0 +1,224 @@
+"""Routing base: the filter -> score -> pick pipeline over a frozen snapshot of endpoint load.
+
+Plugins are small classes registered by name (``class Ready(Filter, name="ready")``) into one ``REGISTRY`` per
+kind, exposed by `gateway.routing.filters`, `.scorers` and `.pickers`. Every plugin of a kind has the same
+synchronous signature and takes the whole request as one frozen `RequestInfo`; none performs I/O.
+
+`Router.route` owns what plugins must not: it stops when a filter empties the set, clamps each scorer's values
+into [0, 1] (NaN -> 0), multiplies by the configured weight, sums, and times every plugin call.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from fleet.spec import PluginRef
+
+__all__ = [
+    "FILTERS",
+    "PICKERS",
+    "SCORERS",
+    "Decision",
+    "EndpointView",
+    "Filter",
+    "Picker",
+    "RequestInfo",
+    "Router",
+    "Scored",
+    "Scorer",
+    "make_plugin",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    """One replica as routing sees it at one instant."""
+
+    id: str
+    url: str
+    pool: str
+    model: str
+    ready: bool
+    ejected: bool
+    metrics_age_s: float | None  # None: never scraped successfully
+    running: float  # engine gauges from the last scrape (0 when never scraped)
+    waiting: float
+    kv_usage: float
+    in_flight: int  # this gateway's requests currently on the replica
+    max_num_seqs: int  # the engine's batch size (from the pool spec)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """Everything a plugin may read about the request being routed."""
+
+    request_id: str
+    model: str
+    tenant: str
+    priority: int
+    prompt: str  # the prompt text (chat messages joined) used for prefix affinity
+    session_id: str | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    endpoint: EndpointView
+    score: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    endpoint: EndpointView
+    candidates: int  # endpoints left after the filters
+    score: float
+
+
+FILTERS: dict[str, type[Filter]] = {}
+SCORERS: dict[str, type[Scorer]] = {}
+PICKERS: dict[str, type[Picker]] = {}
+
+
+class Filter(abc.ABC):
+    """Keeps the endpoints that may serve the request. Returning an empty sequence ends routing (503)."""
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.name = name
+        FILTERS[name] = cls
+
+    @abc.abstractmethod
+    def filter(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[EndpointView]: ...
+
+
+class Scorer(abc.ABC):
+    """Scores each endpoint in [0, 1] (1 = best), index-aligned with ``endpoints``."""
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.name = name
+        SCORERS[name] = cls
+
+    @abc.abstractmethod
+    def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]: ...
+
+    def observe(self, request: RequestInfo, chosen: EndpointView) -> None:  # noqa: B027 - optional hook
+        """Called with the routing outcome (stateful scorers such as prefix affinity learn from it)."""
+
+
+class Picker(abc.ABC):
+    """Chooses one of the scored candidates (never called with an empty sequence)."""
+
+    name: ClassVar[str]
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.name = name
+        PICKERS[name] = cls
+
+    @abc.abstractmethod
+    def pick(self, candidates: Sequence[Scored], request: RequestInfo) -> EndpointView: ...
+
+
+P = TypeVar("P")
+
+
+def make_plugin(registry: Mapping[str, type[P]], kind: str, name: str, params: Mapping[str, Any]) -> P:
+    """Instantiate plugin ``name``; ValueError listing the valid names or parameters otherwise."""
+    if name not in registry:
+        raise ValueError(f"unknown routing {kind} {name!r}; registered: {', '.join(sorted(registry))}")
+    cls = registry[name]
+    accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"routing {kind} {name!r}: unknown parameter(s) {', '.join(unknown)}; accepted: "
+            f"{', '.join(accepted) or 'none'}"
+        )
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"routing {kind} {name!r}: bad parameters: {exc}") from None
+
+
+TimingHook = Callable[[str, float], None]
+
+
+class Router:
+    """The pipeline. ``on_timing(plugin_name, seconds)`` receives each plugin's latency when given."""
+
+    def __init__(
+        self,
+        filters: Sequence[Filter],
+        scorers: Sequence[tuple[Scorer, float]],
+        picker: Picker,
+        on_timing: TimingHook | None = None,
+    ) -> None:
+        self.filters = list(filters)
+        self.scorers = list(scorers)
+        self.picker = picker
+        self._on_timing = on_timing
+
+    @classmethod
+    def from_refs(
+        cls,
+        filters: Sequence[PluginRef],
+        scorers: Sequence[PluginRef],
+        picker: PluginRef,
+        on_timing: TimingHook | None = None,
+    ) -> Router:
+        return cls(
+            [make_plugin(FILTERS, "filter", f.name, f.params) for f in filters],
+            [(make_plugin(SCORERS, "scorer", s.name, s.params), s.weight) for s in scorers],
+            make_plugin(PICKERS, "picker", picker.name, picker.params),
+            on_timing,
+        )
+
+    def _timed(self, name: str, start: float) -> None:
+        if self._on_timing is not None:
+            self._on_timing(name, time.perf_counter() - start)
+
+    def route(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Decision | None:
+        """The chosen endpoint, or None when the filters leave nothing."""
+        current: Sequence[EndpointView] = endpoints
+        for flt in self.filters:
+            start = time.perf_counter()
+            current = flt.filter(current, request)
+            self._timed(flt.name, start)
+            if not current:
+                return None
+        totals = [0.0] * len(current)
+        if len(current) > 1:
+            for scorer, weight in self.scorers:
+                start = time.perf_counter()
+                values = scorer.score(current, request)
+                self._timed(scorer.name, start)
+                for i, value in enumerate(values):
+                    totals[i] += weight * _clamp(value)
+        start = time.perf_counter()
+        chosen = self.picker.pick([Scored(e, s) for e, s in zip(current, totals, strict=True)], request)
+        self._timed(self.picker.name, start)
+        for scorer, _ in self.scorers:
+            scorer.observe(request, chosen)
+        score = totals[[e.id for e in current].index(chosen.id)]
+        return Decision(chosen, len(current), score)
+
+
+def _clamp(value: float) -> float:
+    if math.isnan(value):
+        return 0.0
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value

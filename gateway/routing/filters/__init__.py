@@ -1,0 +1,8 @@
+"""Routing filters: ``REGISTRY`` maps each filter's name to its class."""
+
+from __future__ import annotations
+
+from gateway.routing.base import FILTERS as REGISTRY
+from gateway.routing.filters import health as health, model as model
+
+__all__ = ["REGISTRY"]

@@ -1,0 +1,8 @@
+"""Routing scorers: ``REGISTRY`` maps each scorer's name to its class."""
+
+from __future__ import annotations
+
+from gateway.routing.base import SCORERS as REGISTRY
+from gateway.routing.scorers import load as load, prefix as prefix, session as session
+
+__all__ = ["REGISTRY"]

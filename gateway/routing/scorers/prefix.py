@@ -1,0 +1,70 @@
+"""prefix-affinity: prefer the replica that most recently served the longest run of this prompt's leading blocks.
+
+The prompt text is cut into blocks of ``block_chars`` characters (at most ``max_blocks``); block i's key is
+hash(key of block i-1, text of block i), so a key stands for the whole prefix up to it. After each routing
+decision every key of the request points at the chosen replica, in an LRU index of at most ``capacity`` keys
+(old prefixes are forgotten, memory stays bounded). Score of a replica = matched leading blocks / blocks
+(the walk stops at the first block not owned by that replica). An engine with prefix caching then reuses the KV.
+
+Example: ``scorers: [{name: prefix-affinity, weight: 1, params: {block_chars: 256, capacity: 65536}}]``
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from gateway.routing.base import EndpointView, RequestInfo, Scorer
+
+__all__ = ["PrefixAffinity", "block_keys"]
+
+
+def block_keys(text: str, block_chars: int, max_blocks: int) -> list[int]:
+    """Chained hashes of the complete leading blocks of ``text``."""
+    keys: list[int] = []
+    previous = 0
+    for i in range(min(max_blocks, len(text) // block_chars)):
+        previous = hash((previous, text[i * block_chars : (i + 1) * block_chars]))
+        keys.append(previous)
+    return keys
+
+
+class PrefixAffinity(Scorer, name="prefix-affinity"):
+    def __init__(self, block_chars: int = 256, max_blocks: int = 64, capacity: int = 65536) -> None:
+        if block_chars < 1 or max_blocks < 1 or capacity < 1:
+            raise ValueError("block_chars, max_blocks and capacity must be >= 1")
+        self.block_chars = block_chars
+        self.max_blocks = max_blocks
+        self.capacity = capacity
+        self._index: OrderedDict[int, str] = OrderedDict()
+        self._last: tuple[str, list[int]] = ("", [])
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def _keys(self, request: RequestInfo) -> list[int]:
+        if self._last[0] != request.request_id:  # score() and observe() of one request hash once
+            self._last = (request.request_id, block_keys(request.prompt, self.block_chars, self.max_blocks))
+        return self._last[1]
+
+    def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
+        keys = self._keys(request)
+        if not keys:
+            return [0.0] * len(endpoints)
+        owners = [self._index.get(key) for key in keys]
+        scores = []
+        for endpoint in endpoints:
+            matched = 0
+            for owner in owners:
+                if owner != endpoint.id:
+                    break
+                matched += 1
+            scores.append(matched / len(keys))
+        return scores
+
+    def observe(self, request: RequestInfo, chosen: EndpointView) -> None:
+        for key in self._keys(request):
+            self._index[key] = chosen.id
+            self._index.move_to_end(key)
+        while len(self._index) > self.capacity:
+            self._index.popitem(last=False)

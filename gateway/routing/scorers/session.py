@@ -1,0 +1,64 @@
+"""session-affinity: keep a session on one replica, by consistent hashing with bounded load.
+
+Each candidate owns ``vnodes`` points on a hash ring. A request carrying a session id (the header named by
+``gateway.sessionHeader``) walks the ring clockwise from hash(session id) and takes the first replica whose
+gateway in-flight count is below ceil(``load_factor`` x (total in-flight + 1) / candidates); that replica
+scores 1, the others 0. While a replica stays in rotation and under the bound its sessions stay on it; when it
+leaves, only its own sessions move (to the next replica on the ring). Requests without a session id score 0
+everywhere, leaving the decision to the other scorers. Pair with a high weight and the ``max-score`` picker.
+
+Example: ``scorers: [{name: session-affinity, weight: 10, params: {load_factor: 1.25}}]``
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+from collections.abc import Sequence
+
+from gateway.routing.base import EndpointView, RequestInfo, Scorer
+
+__all__ = ["SessionAffinity"]
+
+
+def _point(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class SessionAffinity(Scorer, name="session-affinity"):
+    def __init__(self, load_factor: float = 1.25, vnodes: int = 64) -> None:
+        if load_factor < 1.0 or vnodes < 1:
+            raise ValueError("load_factor must be >= 1 and vnodes >= 1")
+        self.load_factor = float(load_factor)
+        self.vnodes = vnodes
+        self._ring_ids: tuple[str, ...] = ()
+        self._points: list[int] = []
+        self._owners: list[str] = []
+
+    def _ring(self, ids: tuple[str, ...]) -> None:
+        if ids == self._ring_ids:
+            return
+        ring = sorted((_point(f"{rid}#{v}"), rid) for rid in ids for v in range(self.vnodes))
+        self._points = [p for p, _ in ring]
+        self._owners = [rid for _, rid in ring]
+        self._ring_ids = ids
+
+    def owner(self, endpoints: Sequence[EndpointView], session_id: str) -> str:
+        """The replica id the session maps to among ``endpoints`` (non-empty)."""
+        self._ring(tuple(sorted(e.id for e in endpoints)))
+        load = {e.id: e.in_flight for e in endpoints}
+        bound = math.ceil(self.load_factor * (sum(load.values()) + 1) / len(endpoints))
+        start = bisect.bisect(self._points, _point(session_id))
+        n = len(self._points)
+        for step in range(n):
+            rid = self._owners[(start + step) % n]
+            if load[rid] < bound:
+                return rid
+        return self._owners[start % n]
+
+    def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
+        if not request.session_id:
+            return [0.0] * len(endpoints)
+        chosen = self.owner(endpoints, request.session_id)
+        return [1.0 if e.id == chosen else 0.0 for e in endpoints]

@@ -1,0 +1,401 @@
+"""Service: one request's life in the gateway: auth -> quota -> admission -> route -> proxy, with retries.
+
+Retries happen only before the first byte reached the client, only for retryable failures (`UpstreamError`
+``retryable``), always on a replica not tried yet, at most ``retries.maxAttempts`` attempts and only while the
+`RetryBudget` allows. After the first byte a failure ends the stream with an SSE error event and ``[DONE]``.
+The quota reservation is settled in every path: the engine's usage when known, the relayed events otherwise,
+nothing when no engine ran the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from fleet.spec import PluginRef, PoolSpec, TenantSpec
+from gateway.auth import FORWARDED_HEADERS, KeyRing
+from gateway.body import Kind, ParsedRequest, parse_body
+from gateway.endpoints import Endpoint, EndpointSet, Refresher
+from gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    GatewayTimeout,
+    ModelNotAllowed,
+    ModelNotFound,
+    NoReadyReplica,
+    ServiceUnavailable,
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamFailed,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.metrics import AccessLog, GatewayMetrics
+from gateway.proxy import Timeouts, open_stream, send_json, sse_error_event
+from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
+from gateway.retries import RetryBudget
+from gateway.routing.base import RequestInfo, Router
+from gateway.settings import GatewaySettings
+
+__all__ = ["Gateway", "Outcome"]
+
+log = logging.getLogger("llmfleet.gateway")
+
+
+@dataclass
+class Outcome:
+    """What the access log and the metrics record about one request."""
+
+    request_id: str
+    received: float  # monotonic clock
+    tenant: str = "-"
+    model: str = "-"
+    status: int = 0
+    replica: str | None = None
+    attempts: int = 0
+    stream: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    used_tokens: int = 0
+    queued_s: float | None = None
+    routed_s: float | None = None
+    first_token_s: float | None = None
+    done_s: float | None = None
+    upstream_s: float = 0.0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Gateway:
+    """All gateway state for one process, built by `gateway.app.create_app`."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        session: aiohttp.ClientSession,
+        quota: QuotaBackend,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        spec = settings.spec
+        self.settings = settings
+        self.config = spec.gateway
+        self.session = session
+        self.quota = quota
+        self.clock = clock
+        self.wall = wall
+        self.metrics = metrics or GatewayMetrics()
+        self.access_log = AccessLog() if settings.access_log else None
+        self.keys = KeyRing(spec.tenants, settings.extra_keys)
+        self.pools: dict[str, PoolSpec] = {}
+        for pool in spec.pools:
+            self.pools.setdefault(pool.model, pool)
+        self.pools.update({p.served_name: p for p in spec.pools})
+        self.dynamic = settings.control_plane is not None
+        from gateway.admission import Admission  # local: keeps this module's import list about the request path
+
+        self.admission = {
+            p.name: Admission(self.config.queue.max_waiting, self.config.queue.timeout_s, clock) for p in spec.pools
+        }
+        self.endpoints = EndpointSet(spec.pools, clock, on_change=self._capacity_changed, on_eject=self._ejected)
+        routing = self.config.routing
+        filters = list(routing.filters)
+        if "not-ejected" not in {f.name for f in filters}:
+            filters.append(PluginRef(name="not-ejected"))
+        picker = routing.picker
+        if settings.routing_seed is not None and "seed" not in picker.params:
+            params = {**picker.params, "seed": settings.routing_seed}
+            picker = PluginRef(name=picker.name, weight=picker.weight, params=params)
+        timing = self.metrics.plugin
+        self.routers = {
+            p.name: Router.from_refs(filters, routing.scorers, picker, lambda n, s: timing.labels(n).observe(s))
+            for p in spec.pools
+        }
+        self.refresher = Refresher(
+            self.endpoints,
+            session,
+            {p.name: settings.replicas_of(p.name) for p in spec.pools},
+            settings.control_plane,
+            routing.scrape_interval_s,
+            timeout_s=max(0.25, min(2.0, routing.scrape_interval_s * 2)),
+        )
+        self.budget = RetryBudget(self.config.retries.budget_fraction)
+        t = self.config.timeouts
+        self.timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s)
+
+    # -- capacity and health -------------------------------------------------------------------------------
+    def _capacity_changed(self, pool: str) -> None:
+        spec = self.settings.spec.pool(pool)
+        routable = self.endpoints.routable(pool)
+        per_replica = spec.engine.max_num_seqs + self.config.queue.per_replica_threshold
+        self.admission[pool].set_capacity(routable * per_replica)
+        self.metrics.ready.labels(pool).set(routable)
+
+    def _ejected(self, ep: Endpoint, backoff_s: float) -> None:
+        del backoff_s  # Unused.
+        self.metrics.ejections.labels(ep.pool, ep.id).inc()
+
+    def _account(self, ep: Endpoint, exc: UpstreamError) -> None:
+        if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
+            self.endpoints.set_ready(ep, False)  # out of rotation until its next good probe
+        if exc.replica_fault:
+            self.endpoints.failed(ep, eject_now=isinstance(exc, UpstreamTimeout))
+
+    # -- request path --------------------------------------------------------------------------------------
+    def resolve(self, model: str, tenant: TenantSpec) -> PoolSpec:
+        pool = self.pools.get(model)
+        if pool is None:
+            raise ModelNotFound(f"the model '{model}' does not exist", param="model")
+        allowed = tenant.allowed_models
+        if "*" not in allowed and pool.served_name not in allowed and pool.model not in allowed:
+            raise ModelNotAllowed(f"tenant '{tenant.name}' may not use model '{model}'", param="model")
+        return pool
+
+    async def read_body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise BodyTooLarge(f"request body of {request.content_length} bytes exceeds {limit}")
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BodyTooLarge(f"request body exceeds {limit} bytes") from None
+
+    async def complete(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        out = Outcome(request_id=request["request_id"], received=self.clock())
+        wall = self.wall()
+        try:
+            response = await self._complete(request, kind, out)
+            out.status = response.status
+            return response
+        except GatewayError as exc:
+            out.status, out.error = exc.status, exc.code
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            out.status, out.error = 499, "client_closed"
+            raise
+        finally:
+            self._record(out, wall)
+
+    async def _complete(self, request: web.Request, kind: Kind, out: Outcome) -> web.StreamResponse:
+        tenant = self.keys.authenticate(request.headers.get("Authorization"))
+        out.tenant = tenant.name
+        parsed = parse_body(await self.read_body(request), kind)
+        out.model, out.stream = parsed.model, parsed.stream
+        pool = self.resolve(parsed.model, tenant)
+        limits = QuotaLimits.of(tenant)
+        check_fits(limits, parsed.reserve_tokens)
+        reservation = await self.quota.acquire(tenant.name, limits, out.request_id, parsed.reserve_tokens)
+        try:
+            if not self.dynamic and self.endpoints.routable(pool.name) == 0:
+                raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
+            admission = self.admission[pool.name]
+            self.metrics.queue_depth.labels(pool.served_name).set(admission.waiting + 1)
+            try:
+                slot = await admission.acquire(tenant.name, tenant.priority)
+            finally:
+                self.metrics.queue_depth.labels(pool.served_name).set(admission.waiting)
+            out.queued_s = slot.waited_s
+            self.metrics.queue_wait.labels(pool.served_name, str(tenant.priority)).observe(slot.waited_s)
+            try:
+                return await self._attempts(request, parsed, pool, tenant, out)
+            finally:
+                slot.release()
+        finally:
+            await self.quota.release(reservation, out.used_tokens)
+
+    def _upstream_headers(self, request: web.Request, request_id: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        for name in FORWARDED_HEADERS[1:]:
+            value = request.headers.get(name)
+            if value is not None:
+                headers[name] = value
+        return headers
+
+    async def _attempts(
+        self, request: web.Request, parsed: ParsedRequest, pool: PoolSpec, tenant: TenantSpec, out: Outcome
+    ) -> web.StreamResponse:
+        info = RequestInfo(
+            request_id=out.request_id,
+            model=pool.served_name,
+            tenant=tenant.name,
+            priority=tenant.priority,
+            prompt=parsed.prompt,
+            session_id=request.headers.get(self.config.session_header),
+            now=self.clock(),
+        )
+        body = parsed.upstream_body(await request.read())
+        headers = self._upstream_headers(request, out.request_id)
+        path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
+        router = self.routers[pool.name]
+        tried: set[str] = set()
+        self.budget.on_request()
+        while True:
+            decision = router.route([v for v in self.endpoints.snapshot(pool.name) if v.id not in tried], info)
+            if decision is None:
+                raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
+            ep = self.endpoints.get(pool.name, decision.endpoint.id)
+            assert ep is not None
+            tried.add(ep.id)
+            out.attempts += 1
+            out.replica = ep.id
+            out.routed_s = self.clock() - out.received
+            self.metrics.routed.labels(pool.served_name, ep.id).inc()
+            ep.in_flight += 1
+            gauge = self.metrics.in_flight.labels(pool.name, ep.id)
+            gauge.inc()
+            started = self.clock()
+            try:
+                if parsed.stream:
+                    return await self._stream(request, ep, ep.url + path, body, headers, parsed, out)
+                answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
+                self.endpoints.succeeded(ep)
+                out.prompt_tokens = answer.usage.prompt_tokens
+                out.completion_tokens = answer.usage.completion_tokens
+                out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
+                out.first_token_s = self.clock() - out.received
+                return web.Response(
+                    status=200,
+                    body=answer.body,
+                    headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id},
+                )
+            except UpstreamStatus as exc:
+                self._account(ep, exc)
+                return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
+            except UpstreamError as exc:
+                self._account(ep, exc)
+                if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
+                    self.metrics.retries.labels(pool.served_name, type(exc).__name__).inc()
+                    log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
+                    continue
+                raise _client_error(exc) from exc
+            finally:
+                out.upstream_s += self.clock() - started
+                ep.in_flight -= 1
+                gauge.dec()
+
+    async def _stream(
+        self,
+        request: web.Request,
+        ep: Endpoint,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        parsed: ParsedRequest,
+        out: Outcome,
+    ) -> web.StreamResponse:
+        deadline = asyncio.get_running_loop().time() + self.timeouts.total_s
+        relay, first = await open_stream(
+            self.session, url, body, headers, self.timeouts, hide_usage=not parsed.client_wants_usage
+        )
+        # From here on bytes reach the client: no retry, failures end the stream in-band.
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "x-request-id": out.request_id,
+                "x-llmfleet-replica": ep.id,
+            },
+        )
+        try:
+            await response.prepare(request)
+            await response.write(first)
+            out.first_token_s = self.clock() - out.received
+            failure: str | None = None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    while True:
+                        data = await relay.resp.content.readany()
+                        if not data:
+                            break
+                        chunk = relay.feed(data)
+                        if chunk:
+                            await response.write(chunk)
+                if not relay.done:
+                    failure = "the engine closed the stream before it finished"
+            except TimeoutError:
+                failure = f"stream exceeded the total timeout of {self.timeouts.total_s:g}s"
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                failure = f"the engine connection broke mid-stream ({type(exc).__name__})"
+            if failure is not None:
+                self._account(ep, UpstreamBroken(failure))
+                out.error = "stream_broken"
+                await response.write(sse_error_event(failure))
+            else:
+                self.endpoints.succeeded(ep)
+            await response.write_eof()
+        finally:
+            relay.resp.close()
+            usage = relay.usage
+            out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+            if usage.completion_tokens is None:  # broken stream: each relayed event carried about one token
+                out.completion_tokens = relay.events
+            out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
+        return response
+
+    # -- bookkeeping ---------------------------------------------------------------------------------------
+    def _record(self, out: Outcome, wall: float) -> None:
+        out.done_s = self.clock() - out.received
+        m = self.metrics
+        m.requests.labels(out.tenant, out.model, str(out.status)).inc()
+        if out.status == 200:
+            m.e2e.labels(out.tenant, out.model).observe(out.done_s)
+            if out.first_token_s is not None:
+                m.ttft.labels(out.tenant, out.model).observe(out.first_token_s)
+            if out.prompt_tokens:
+                m.tokens.labels(out.tenant, out.model, "in").inc(out.prompt_tokens)
+            if out.completion_tokens:
+                m.tokens.labels(out.tenant, out.model, "out").inc(out.completion_tokens)
+        if out.attempts and not out.stream:
+            m.overhead.labels(out.model).observe(max(0.0, out.done_s - out.upstream_s - (out.queued_s or 0.0)))
+        if self.access_log is not None:
+            self.access_log.write(
+                {
+                    "ts": round(wall, 6),
+                    "request_id": out.request_id,
+                    "tenant": out.tenant,
+                    "model": out.model,
+                    "replica": out.replica,
+                    "status": out.status,
+                    "error": out.error,
+                    "stream": out.stream,
+                    "attempts": out.attempts,
+                    "prompt_tokens": out.prompt_tokens,
+                    "completion_tokens": out.completion_tokens,
+                    "queued_s": _r(out.queued_s),
+                    "routed_s": _r(out.routed_s),
+                    "first_token_s": _r(out.first_token_s),
+                    "done_s": _r(out.done_s),
+                }
+            )
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _used(parsed: ParsedRequest, prompt: int | None, completion: int | None) -> int:
+    return (prompt if prompt is not None else parsed.prompt_tokens) + (completion or 0)
+
+
+def _client_error(exc: UpstreamError) -> GatewayError:
+    if isinstance(exc, UpstreamTimeout):
+        return GatewayTimeout(f"the engine timed out: {exc}")
+    if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
+        return ServiceUnavailable(f"no replica could take the request: {exc}", retry_after=1.0)
+    return UpstreamFailed(f"the engine failed before answering: {exc}")
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,25 @@
+"""Settings: everything a gateway process needs, resolved once at the edge (CLI or tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fleet.spec import FleetSpec
+
+__all__ = ["GatewaySettings"]
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    spec: FleetSpec
+    static_replicas: Mapping[str, Sequence[str]] = field(default_factory=dict)  # pool -> engine URLs
+    control_plane: str | None = None  # discovery source; None: static replicas only
+    extra_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> plain keys (from secrets)
+    access_log: bool = True
+    routing_seed: int | None = None  # fixes the pickers' random draws (tests, benchmarks)
+
+    def replicas_of(self, pool: str) -> list[str]:
+        """Engine URLs of ``pool``: the stack's staticReplicas plus any given on the command line."""
+        listed = list(self.spec.pool(pool).static_replicas)
+        return listed + [u for u in self.static_replicas.get(pool, []) if u not in listed]

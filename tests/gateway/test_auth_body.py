@@ -1,0 +1,59 @@
+"""Auth (hashed keys, secrets) and request-body parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.auth import KeyRing, keys_from_secret, secret_env_name
+from gateway.body import DEFAULT_RESERVE_TOKENS, parse_body
+from gateway.errors import BadRequest, Unauthorized
+from tests.gateway.builders import KEYS, fleet_spec
+
+
+def test_keys_map_to_their_tenant_and_unknown_keys_fail() -> None:
+    ring = KeyRing(fleet_spec().tenants, {"bronze": ["sk-from-secret"]})
+    assert ring.authenticate(f"Bearer {KEYS['gold']}").name == "gold"
+    assert ring.authenticate("bearer sk-from-secret").name == "bronze"
+    for header in (None, "", "Bearer", "Basic abc", f"Bearer {KEYS['gold']}x"):
+        with pytest.raises(Unauthorized):
+            ring.authenticate(header)
+
+
+def test_secret_keys_from_env_or_file(tmp_path: Path) -> None:
+    assert secret_env_name("tenantKeys:acme") == "LLMFLEET_SECRET_TENANTKEYS_ACME"
+    env = {"LLMFLEET_SECRET_TENANTKEYS_ACME": json.dumps(["k1", "k2"])}
+    assert keys_from_secret("tenantKeys:acme", env, None) == ["k1", "k2"]
+    (tmp_path / "tenantKeys_acme").write_text("# keys\nk3\n\nk4\n")
+    assert keys_from_secret("tenantKeys:acme", {}, tmp_path) == ["k3", "k4"]
+    assert keys_from_secret("tenantKeys:none", {}, tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{not json", None),
+        (b"[]", None),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": "m", "messages": []}', "messages"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
+    ],
+)
+def test_bad_chat_bodies_are_400_naming_the_field(body: bytes, param: str | None) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_body(body, "chat")
+    assert info.value.param == param
+
+
+def test_stream_asks_the_engine_for_usage_without_touching_other_fields() -> None:
+    raw = json.dumps({"model": "m", "prompt": "x" * 40, "stream": True, "max_tokens": 7, "n": 2}).encode()
+    parsed = parse_body(raw, "completion")
+    assert (parsed.prompt_tokens, parsed.reserve_tokens, parsed.client_wants_usage) == (10, 24, False)
+    sent = json.loads(parsed.upstream_body(raw))
+    assert sent["stream_options"] == {"include_usage": True} and sent["max_tokens"] == 7
+    plain = parse_body(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', "chat")
+    assert plain.max_tokens == DEFAULT_RESERVE_TOKENS
+    assert plain.upstream_body(b"same") == b"same"

@@ -1,0 +1,26 @@
+"""SseRelay: event splitting across reads, [DONE], usage taken and hidden when the client did not ask."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from gateway.proxy import SseRelay
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(("hide", "expect_usage_event"), [(True, False), (False, True)])
+def test_relay_counts_events_and_takes_usage(hide: bool, expect_usage_event: bool) -> None:
+    relay = SseRelay(cast(Any, None), hide_usage=hide)
+    stream = CHUNK + CHUNK + USAGE + DONE
+    sent = b""
+    for i in range(0, len(stream), 7):  # arbitrary TCP read boundaries
+        sent += relay.feed(stream[i : i + 7])
+    assert relay.done and relay.events == 4
+    assert (relay.usage.prompt_tokens, relay.usage.completion_tokens) == (5, 2)
+    assert (USAGE in sent) is expect_usage_event
+    assert sent.endswith(DONE) and sent.count(CHUNK) == 2
