@@ -1,0 +1,1 @@
+"""Local fleet: ``llmfleet up`` (run every part on this machine), ``status`` and ``load``."""

@@ -1,0 +1,213 @@
+"""Load: ``llmfleet load --rps R --duration S``: a realistic request mix through the gateway.
+
+Open-loop Poisson arrivals at ``R`` requests per second (a slow fleet does not slow the sender down, as with real
+users). The mix: 80% streamed chat completions, 20% non-streamed; prompts of lognormally spread length around
+the pool's ``meanPromptTokens`` and a shared system prompt on half the requests (prefix-cache hits);
+``max_tokens`` around ``meanOutputTokens``. A live progress line shows sent, ok, errors by status and p50/p99
+TTFT (first streamed token); a summary is printed at the end, and written as JSON with ``--summary FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fleet.errors import SpecError
+from fleet.loader import load_spec
+from fleet.validate import DEMO_API_KEY
+
+__all__ = ["LoadStats", "add_arguments", "run", "run_load"]
+
+_WORDS = "fleet replica gateway token cache queue engine batch prefill decode latency model tenant route".split()
+_SYSTEM = "You are a helpful assistant for an operations team. Answer briefly and precisely. " * 4
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass
+class LoadStats:
+    """Running totals; ``errors`` maps an HTTP status (or ``"conn"``/``"stream"``) to a count."""
+
+    sent: int = 0
+    ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    ttft_s: list[float] = field(default_factory=list)
+    latency_s: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.ok - sum(self.errors.values())
+
+    def line(self) -> str:
+        p50, p99 = _quantile(self.ttft_s, 0.5), _quantile(self.ttft_s, 0.99)
+        errs = " ".join(f"{k}:{v}" for k, v in sorted(self.errors.items())) or "0"
+        ttft = f"p50 {p50 * 1000:.0f}ms p99 {p99 * 1000:.0f}ms" if p50 is not None and p99 is not None else "-"
+        elapsed = time.monotonic() - self.started
+        return (
+            f"[{elapsed:5.1f}s] sent {self.sent}  ok {self.ok}  errors {errs}  in-flight {self.in_flight}  TTFT {ttft}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("ttft_s", "latency_s", "started")}
+        out["errors"] = dict(self.errors)
+        out["duration_s"] = round(time.monotonic() - self.started, 3)
+        for name, values in (("ttft", self.ttft_s), ("latency", self.latency_s)):
+            for q in (0.5, 0.9, 0.99):
+                value = _quantile(values, q)
+                out[f"{name}_p{int(q * 100)}_ms"] = None if value is None else round(value * 1000, 1)
+        return out
+
+
+def _request(rng: random.Random, model: str, prompt_tokens: int, output_tokens: int) -> dict[str, Any]:
+    words = max(1, int(rng.lognormvariate(math.log(prompt_tokens), 0.5)))
+    text = " ".join(rng.choice(_WORDS) for _ in range(words))
+    messages = [{"role": "user", "content": text}]
+    if rng.random() < 0.5:
+        messages.insert(0, {"role": "system", "content": _SYSTEM})
+    return {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max(1, int(rng.lognormvariate(math.log(output_tokens), 0.4))),
+        "stream": rng.random() < 0.8,
+    }
+
+
+async def _one(client: httpx.AsyncClient, body: dict[str, Any], stats: LoadStats) -> None:
+    start = time.monotonic()
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                stats.errors[str(response.status_code)] += 1
+                return
+            first: float | None = None
+            done = not body["stream"]
+            async for line in response.aiter_lines():
+                if body["stream"] and line.startswith("data:"):
+                    if first is None:
+                        first = time.monotonic() - start
+                    if line.strip() == "data: [DONE]":
+                        done = True
+            if not done:
+                stats.errors["stream"] += 1
+                return
+            if first is not None:
+                stats.ttft_s.append(first)
+            stats.latency_s.append(time.monotonic() - start)
+            stats.ok += 1
+    except httpx.HTTPError:
+        stats.errors["conn"] += 1
+
+
+async def run_load(
+    gateway: str,
+    key: str,
+    model: str,
+    rps: float,
+    duration_s: float,
+    *,
+    prompt_tokens: int = 200,
+    output_tokens: int = 80,
+    seed: int = 0,
+    on_progress: Callable[[LoadStats], None] | None = None,
+    stats: LoadStats | None = None,
+) -> LoadStats:
+    """Send Poisson traffic at ``rps`` for ``duration_s``, then wait for every request to finish."""
+    rng = random.Random(seed)
+    stats = stats or LoadStats()
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=120.0, limits=limits) as client:
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + duration_s
+        next_progress = loop.time()
+        next_send = loop.time()
+        while loop.time() < end:
+            now = loop.time()
+            while next_send <= now:
+                task = asyncio.create_task(_one(client, _request(rng, model, prompt_tokens, output_tokens), stats))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                stats.sent += 1
+                next_send += rng.expovariate(rps) if rps > 0 else duration_s
+            if on_progress is not None and now >= next_progress:
+                on_progress(stats)
+                next_progress = now + 0.5
+            await asyncio.sleep(max(0.0, min(next_send, end) - loop.time()))
+        while tasks:
+            await asyncio.wait(set(tasks), timeout=0.5)
+            if on_progress is not None:
+                on_progress(stats)
+    return stats
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rps", type=float, required=True, help="requests per second (Poisson arrivals)")
+    parser.add_argument("--duration", type=float, required=True, help="seconds to send for")
+    parser.add_argument("--stack", default="local", help="stack for defaults (gateway port, model, token mix)")
+    parser.add_argument("--gateway", default=None, help="gateway URL (default: http://127.0.0.1:<gateway.port>)")
+    parser.add_argument("--key", default=DEMO_API_KEY, help="API key (default: the local demo key)")
+    parser.add_argument("--model", default=None, help="model (default: the first pool's served name)")
+    parser.add_argument("--summary", type=Path, default=None, help="also write the summary as JSON here")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_spec(args.stack).spec
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    pool = spec.pools[0]
+    gateway = args.gateway or f"http://127.0.0.1:{spec.gateway.port}"
+    model = args.model or pool.served_name
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def progress(stats: LoadStats) -> None:
+        if tty:
+            print("\r" + stats.line().ljust(100), end="", file=sys.stderr, flush=True)
+        elif time.monotonic() - last[0] >= 5.0:
+            last[0] = time.monotonic()
+            print(stats.line(), file=sys.stderr, flush=True)
+
+    print(f"sending {args.rps:g} req/s for {args.duration:g}s to {gateway} (model {model})", file=sys.stderr)
+    stats = asyncio.run(
+        run_load(
+            gateway,
+            args.key,
+            model,
+            args.rps,
+            args.duration,
+            prompt_tokens=pool.workload.mean_prompt_tokens,
+            output_tokens=pool.workload.mean_output_tokens,
+            seed=args.seed,
+            on_progress=progress,
+        )
+    )
+    if tty:
+        print(file=sys.stderr)
+    summary = {"gateway": gateway, "model": model, "rps": args.rps, **stats.summary()}
+    print(json.dumps(summary, indent=2))
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if stats.sent and not stats.errors else 1

@@ -1,0 +1,86 @@
+"""Status: ``llmfleet status [--json]``: pools, replicas (engine URL, state, load) and the last decisions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from fleet.errors import SpecError
+from fleet.loader import load_spec
+
+__all__ = ["add_arguments", "collect", "format_status", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", default="local", help="stack whose control plane to ask (default: local)")
+    parser.add_argument("--control-plane", default=None, help="control plane URL (default: from the stack)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--decisions", type=int, default=5, help="decisions to show per pool (default 5)")
+
+
+def collect(client: httpx.Client, decisions: int) -> dict[str, Any]:
+    """Pools with their replicas and last ``decisions`` decisions, as the control plane reports them."""
+    pools = client.get("/v1/pools").raise_for_status().json()["pools"]
+    for pool in pools:
+        listing = client.get(f"/v1/pools/{pool['pool']}/replicas").raise_for_status().json()
+        pool["replica_list"] = listing["replicas"]
+        log = client.get("/v1/decisions", params={"pool": pool["pool"], "limit": decisions}).raise_for_status()
+        pool["decisions"] = log.json()["decisions"]
+    return {"pools": pools, "at": time.time()}
+
+
+def _num(value: Any, fmt: str = "{:g}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for pool in status["pools"]:
+        lines.append(
+            f"pool {pool['pool']}  model {pool['model']}  replicas {pool['replicas']} "
+            f"(ready {pool['ready']}, stale {pool['stale']})  min {pool['min']} max {pool['max']}"
+        )
+        header = f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'TTFT99':>7}"
+        lines.append(header)
+        for r in pool["replica_list"]:
+            load = r["last_report"]
+            state = r["state"] + ("*" if r["stale"] else "")
+            lines.append(
+                f"  {r['replica']:<22} {state:<10} {r['engine_url']:<24} {_num(load.get('waiting')):>5} "
+                f"{_num(load.get('running')):>5} {_num(load.get('kv_usage'), '{:.0%}'):>5} "
+                f"{_num(load.get('ttft_p99_s') and load['ttft_p99_s'] * 1000, '{:.0f}ms'):>7}"
+            )
+        if any(r["stale"] for r in pool["replica_list"]):
+            lines.append("  * stale: no report within controlPlane.staleAfterS; its load is unknown")
+        lines.append("  recent decisions:")
+        for d in pool["decisions"] or []:
+            when = time.strftime("%H:%M:%S", time.localtime(d["at"]))
+            lines.append(f"    {when} {d['kind']:<10} {d['current']} -> {d['target']}  {d['reason']}")
+        if not pool["decisions"]:
+            lines.append("    (none yet)")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def run(args: argparse.Namespace) -> int:
+    url = args.control_plane
+    if url is None:
+        try:
+            spec = load_spec(args.stack).spec
+        except SpecError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        url = spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+    try:
+        with httpx.Client(base_url=url, timeout=5.0) as client:
+            status = collect(client, args.decisions)
+    except httpx.HTTPError as exc:
+        print(f"error: control plane at {url} not reachable ({exc}); is `llmfleet up` running?", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return 0
