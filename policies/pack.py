@@ -1,0 +1,44 @@
+"""Pack: the list of llmfleet policies, in the order violations are reported."""
+
+from __future__ import annotations
+
+from pulumi_policy import Policy
+
+from policies.availability import (
+    engine_grace_covers_drain,
+    engine_has_pdb,
+    engine_has_probes,
+    prod_capacity_buffer,
+    prod_min_replicas,
+)
+from policies.cost import allowed_instance_types, monthly_cost_ceiling
+from policies.encryption import buckets_encrypted, cluster_secrets_encrypted, volumes_encrypted
+from policies.gpu import (
+    gpu_capacity_spans_zones,
+    gpu_memory_headroom,
+    gpu_requests_match_tensor_parallel,
+    pools_spread_across_zones,
+)
+from policies.network import only_gateway_public
+
+__all__ = ["PACK_NAME", "POLICIES"]
+
+PACK_NAME = "llmfleet"
+
+POLICIES: list[Policy] = [
+    gpu_capacity_spans_zones,
+    pools_spread_across_zones,
+    gpu_requests_match_tensor_parallel,
+    gpu_memory_headroom,
+    engine_has_pdb,
+    engine_has_probes,
+    engine_grace_covers_drain,
+    prod_min_replicas,
+    prod_capacity_buffer,
+    only_gateway_public,
+    buckets_encrypted,
+    volumes_encrypted,
+    cluster_secrets_encrypted,
+    allowed_instance_types,
+    monthly_cost_ceiling,
+]
