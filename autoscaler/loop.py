@@ -40,6 +40,11 @@ def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
     return tuple(r.replica for r in sorted(candidates, key=order)[:count])
 
 
+def _gist(reason: str) -> str:
+    """A reason without its figures: holds are logged when the gist changes, not every tick's numbers."""
+    return "".join(ch for ch in reason if not (ch.isdigit() or ch == "."))
+
+
 def _load(seen: Seen) -> ReplicaLoad:
     r = seen.report
     return ReplicaLoad(
@@ -140,9 +145,8 @@ class ControlLoop:
         self.last[decision.pool] = decision
         if (
             isinstance(decision, Hold)
-            and previous is not None
             and isinstance(previous, Hold)
-            and previous.reason == decision.reason
+            and _gist(previous.reason) == _gist(decision.reason)
             and previous.target == decision.target
         ):
             return False
