@@ -132,11 +132,16 @@ class StepPlan:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """One sampled token; ``finished`` is set on the request's last token."""
+    """One sampled token; ``finished`` is set on the request's last token.
+
+    ``latency`` is the time since arrival for the first token (TTFT), else since the previous token (ITL).
+    """
 
     request: SimRequest
     token_id: int
     finished: FinishReason | None
+    first: bool
+    latency: float
 
 
 @dataclass(frozen=True)
@@ -269,16 +274,18 @@ class Scheduler:
             n_out = request.num_output_tokens
             (token,) = filler_ids(request.output_seed, n_out, 1)
             request.token_ids.append(token)
-            if request.first_token_time is None:
+            first = request.first_token_time is None
+            if first:
                 request.first_token_time = now
                 self.stats.prompt_tokens += request.num_prompt_tokens
+            latency = now - (request.arrival_time if first else request.last_token_time or now)
             request.last_token_time = now
             self.stats.generation_tokens += 1
             reason = self._finish_reason(request)
             if reason is not None:
                 self.running.remove(request)
                 self._finish(request, reason, now)
-            events.append(TokenEvent(request, token, reason))
+            events.append(TokenEvent(request, token, reason, first, latency))
         return StepResult(plan, tuple(events))
 
     def step(self, now: float) -> StepResult | None:

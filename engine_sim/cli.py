@@ -1,0 +1,261 @@
+"""CLI: ``llmfleet sim serve MODEL [flags]``, the same command line as ``vllm serve MODEL``.
+
+Every flag the agent passes to ``vllm serve`` is accepted with vLLM 0.33's name and default; unknown flags
+fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes a removed flag such as
+``--swap-space`` breaks here too. Simulator-only flags: ``--gpu-profile``, ``--time-scale``,
+``--startup-seconds``, ``--jitter``, ``--degradation-per-72h``, ``--model-facts`` and the ``--fault-*`` family
+(see `engine_sim.faults`). ``--seed`` is vLLM's own flag and also seeds jitter and injected errors.
+
+Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM loading
+weights; then it serves. SIGTERM/SIGINT: with ``--shutdown-timeout 0`` in-flight requests are aborted at
+once; with N > 0 they get up to N wall seconds to finish while new ones get 503 and ``/health`` stays 200.
+Exit code 0 after a clean shutdown, 1 after an engine crash or a startup failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from engine_sim.config import EngineConfig, num_gpu_blocks
+from engine_sim.engine import Engine
+from engine_sim.errors import ConfigError
+from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.server import ServerSettings, create_app
+from fleet.catalog import GPUS, MODELS, ModelFacts
+
+__all__ = ["add_arguments", "build", "main", "run"]
+
+log = logging.getLogger("engine_sim")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="sim_command", required=True, metavar="serve")
+    serve = sub.add_parser("serve", help="serve MODEL like `vllm serve MODEL`, on a simulated GPU")
+    add_serve_arguments(serve)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="model name (a catalogue entry, or any name with --model-facts)")
+    v = p.add_argument_group("vLLM flags")
+    v.add_argument("--host", default=None, help="bind address (default: all interfaces)")
+    v.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (logged)")
+    v.add_argument("--served-model-name", nargs="+", default=None)
+    v.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    v.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    v.add_argument("--kv-cache-memory-bytes", type=int, default=None)
+    v.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    v.add_argument("--max-model-len", type=int, default=None, help="default: the model's max position")
+    v.add_argument("--max-num-seqs", type=int, default=None, help="default: 256 on A100, 1024 on >=70 GB GPUs")
+    v.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: 2048 on A100, else 8192")
+    v.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    v.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    v.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    v.add_argument("--block-size", type=int, choices=[16], default=16)
+    v.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "half"])
+    v.add_argument("--kv-cache-dtype", default="auto", choices=["auto"])
+    v.add_argument("--shutdown-timeout", type=float, default=0.0)
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--api-key", default=None)
+    v.add_argument("--enable-prompt-tokens-details", action="store_true")
+    v.add_argument("--enable-force-include-usage", action="store_true")
+    v.add_argument("--enable-request-id-headers", action="store_true")
+    v.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
+    v.add_argument("--disable-log-stats", action="store_true")
+    v.add_argument("--disable-uvicorn-access-log", action="store_true")
+    v.add_argument("--uvicorn-log-level", default="info")
+    v.add_argument("--trust-remote-code", action="store_true")
+    v.add_argument("--download-dir", default=None)
+    v.add_argument("--enforce-eager", action="store_true")
+    s = p.add_argument_group("simulator flags")
+    s.add_argument("--gpu-profile", default="a100-80gb", choices=sorted(GPUS))
+    s.add_argument("--time-scale", type=float, default=1.0, help="run the model clock X times faster than wall")
+    s.add_argument("--startup-seconds", type=float, default=2.0, help="wall seconds the port refuses connections")
+    s.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of step-time noise")
+    s.add_argument("--degradation-per-72h", type=float, default=0.0, help="throughput loss per 72 h of uptime")
+    s.add_argument("--model-facts", default=None, help="JSON (or @file) of fleet.catalog.ModelFacts fields")
+    f = p.add_argument_group("fault injection")
+    f.add_argument("--fault-crash-after-requests", type=int, default=None)
+    f.add_argument("--fault-crash-at-seconds", type=float, default=None)
+    f.add_argument("--fault-hang", action="store_true")
+    f.add_argument("--fault-slowdown", type=float, default=1.0)
+    f.add_argument("--fault-error-rate", type=float, default=0.0)
+    f.add_argument("--fault-error-status", type=int, default=500)
+    f.add_argument("--fault-die-mid-stream-after-tokens", type=int, default=None)
+    f.add_argument("--fault-exit-delay", type=float, default=0.5, help="seconds from an engine crash to exit")
+
+
+def _facts(model: str, raw: str | None) -> ModelFacts:
+    if raw is None:
+        if model in MODELS:
+            return MODELS[model]
+        raise ConfigError(
+            f'unknown model {model!r}: pass --model-facts \'{{"parameters": ..., "layers": ..., ...}}\' '
+            f"(fields of fleet.catalog.ModelFacts) or use one of {sorted(MODELS)}"
+        )
+    text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    try:
+        return ModelFacts(**json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"bad --model-facts: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    config: EngineConfig
+    settings: ServerSettings
+    faults: FaultSpec
+    host: str | None
+    port: int
+    time_scale: float
+    startup_seconds: float
+    shutdown_timeout: float
+
+
+def build(args: argparse.Namespace) -> ServeOptions:
+    """Flags -> options; ConfigError for values vLLM would refuse at startup."""
+    facts = _facts(args.model, args.model_facts)
+    gpu = GPUS[args.gpu_profile]
+    a100 = gpu.name.startswith("a100")
+    big = gpu.memory_gib >= 70 and not a100
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
+    if args.time_scale <= 0:
+        raise ConfigError("--time-scale must be > 0")
+    names = tuple(args.served_model_name or [args.model])
+    max_model_len = args.max_model_len or facts.max_position
+    config = EngineConfig(
+        model=args.model,
+        facts=facts,
+        served_model_name=names[0],
+        gpu_profile=args.gpu_profile,
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_seqs=args.max_num_seqs or (1024 if big else 256),
+        max_num_batched_tokens=args.max_num_batched_tokens or (8192 if big else 2048),
+        enable_prefix_caching=args.enable_prefix_caching,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        jitter=args.jitter,
+        degradation_per_72h=args.degradation_per_72h,
+        slowdown=args.fault_slowdown,
+        seed=args.seed,
+    )
+    num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
+    settings = ServerSettings(
+        model=args.model,
+        served_model_names=names,
+        max_model_len=max_model_len,
+        api_key=args.api_key or os.environ.get("VLLM_API_KEY"),
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        enable_force_include_usage=args.enable_force_include_usage,
+        enable_request_id_headers=args.enable_request_id_headers,
+    )
+    faults = FaultSpec(
+        crash_after_requests=args.fault_crash_after_requests,
+        crash_at_seconds=args.fault_crash_at_seconds,
+        hang=args.fault_hang,
+        slowdown=args.fault_slowdown,
+        error_rate=args.fault_error_rate,
+        error_status=args.fault_error_status,
+        die_mid_stream_after_tokens=args.fault_die_mid_stream_after_tokens,
+        exit_delay_s=args.fault_exit_delay,
+    )
+    return ServeOptions(
+        config, settings, faults, args.host, args.port, args.time_scale, args.startup_seconds, args.shutdown_timeout
+    )
+
+
+def _die_now() -> None:
+    log.error("injected fault: process dies mid-stream")
+    logging.shutdown()
+    os._exit(1)
+
+
+async def serve(opts: ServeOptions) -> int:
+    """Run one simulated replica until SIGTERM/SIGINT or a crash; returns the exit code."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "Loading weights of %s on a simulated %s (%.1f s)",
+        opts.config.model,
+        opts.config.gpu.name,
+        opts.startup_seconds,
+    )
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=opts.startup_seconds)
+        return 0  # terminated while "loading"
+    except TimeoutError:
+        pass
+    engine = Engine(opts.config, time_scale=opts.time_scale)
+    engine.start()
+    blocks = engine.scheduler.kv.pool.num_blocks
+    log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * 16, blocks)
+
+    def on_crash() -> None:
+        nonlocal exit_code
+        exit_code = 1
+        log.error("EngineCore died (injected fault); exiting in %.1f s", opts.faults.exit_delay_s)
+        loop.call_later(opts.faults.exit_delay_s, stop.set)
+
+    policy = FaultPolicy(opts.faults, seed=opts.config.seed)
+    app = create_app(engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, opts.host, opts.port, reuse_address=True)
+    await site.start()
+    for address in runner.addresses:
+        log.info("Starting vLLM API server 0 on http://%s:%s", *address[:2])
+    log.info("Application startup complete.")
+    if opts.faults.crash_at_seconds is not None:
+
+        def crash_at() -> None:
+            engine.kill()
+            on_crash()
+
+        loop.call_later(opts.faults.crash_at_seconds, crash_at)
+    await stop.wait()
+    if exit_code == 0:
+        log.info("[shutdown] API server: shutdown triggered (timeout %.1f s)", opts.shutdown_timeout)
+        engine.begin_drain()
+        if opts.shutdown_timeout > 0:
+            try:
+                await asyncio.wait_for(engine.wait_idle(), timeout=opts.shutdown_timeout)
+            except TimeoutError:
+                log.warning("[shutdown] drain timed out; aborting %d requests", len(engine.streams))
+        engine.abort_all()
+    await runner.cleanup()
+    await engine.stop()
+    return exit_code
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(asctime)s [engine_sim] %(message)s", stream=sys.stderr
+    )
+    try:
+        opts = build(args)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 1
+    return asyncio.run(serve(opts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine_sim", description="vLLM-compatible engine simulator")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

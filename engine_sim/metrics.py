@@ -1,0 +1,209 @@
+"""Metrics: vLLM V1's Prometheus metrics (names, types, labels, bucket edges) fed by the scheduler.
+
+Names and buckets follow ``vllm/v1/metrics/loggers.py`` at 0.33: every series carries ``model_name`` (the
+first served name) and ``engine`` ("0"); counters are exposed as ``<name>_total``. Latencies are in the
+model's clock (seconds of simulated engine time), so ``--time-scale`` changes how fast they accrue, not
+their values. Each engine owns its registry: nothing is global.
+
+Simulator-only series use the ``llmfleet_sim_`` prefix: ``llmfleet_sim_behind_seconds_total`` is how much
+model time the real-time driver dropped because the host could not keep up.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from engine_sim.scheduler import Scheduler, SchedulerStats, SimRequest, StepResult
+
+__all__ = [
+    "E2E_BUCKETS",
+    "ITL_BUCKETS",
+    "ITERATION_TOKEN_BUCKETS",
+    "TTFT_BUCKETS",
+    "EngineMetricsRecorder",
+    "buckets_1_2_5",
+]
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)  # fmt: skip
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+N_BUCKETS = (1, 2, 5, 10, 20)
+
+
+def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's ``build_1_2_5_buckets``)."""
+    out: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(value)
+        exponent += 1
+
+
+class EngineMetricsRecorder:
+    """Owns one registry; ``on_step`` after each step, ``on_finished`` for every finished or aborted request."""
+
+    def __init__(self, model_name: str, max_model_len: int, cache_info: dict[str, str], engine: str = "0") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["model_name", "engine"]
+        self._values = (model_name, engine)
+        r = self.registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, [*labels, *extra], registry=r)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r)
+
+        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.success = counter(
+            "vllm:request_success", "Count of successfully processed requests.", ("finished_reason",)
+        )
+        for reason in ("stop", "length", "abort", "error"):
+            self.success.labels(*self._values, reason)
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        )
+        self.tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", E2E_BUCKETS
+        )
+        self.queue = histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", E2E_BUCKETS
+        )
+        self.inference = histogram(
+            "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", E2E_BUCKETS
+        )
+        self.prefill = histogram(
+            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", E2E_BUCKETS
+        )
+        self.decode = histogram(
+            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", E2E_BUCKETS
+        )
+        token_buckets = tuple(float(b) for b in buckets_1_2_5(max_model_len))
+        self.req_prompt = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets)
+        self.req_gen = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
+        )
+        self.req_max_tokens = histogram(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", token_buckets
+        )
+        self.req_n = histogram(
+            "vllm:request_params_n", "Histogram of the n request parameter.", tuple(map(float, N_BUCKETS))
+        )
+        self.req_preemptions = histogram(
+            "vllm:request_num_preemptions", "Number of preemptions per request.", tuple(map(float, PREEMPTION_BUCKETS))
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            tuple(map(float, ITERATION_TOKEN_BUCKETS)),
+        )  # fmt: skip
+        info = Gauge(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", [*cache_info, "engine"], registry=r
+        )
+        info.labels(*cache_info.values(), engine).set(1)
+        self.behind = Counter(
+            "llmfleet_sim_behind_seconds",
+            "Model seconds the real-time driver skipped because the host fell behind the model clock.",
+            labels,
+            registry=r,
+        )
+        self._seen = SchedulerStats()
+        self._bind()
+
+    def _bind(self) -> None:
+        v = self._values
+        # Create every series up front so a fresh engine exposes zeros rather than missing metrics.
+        for metric in vars(self).values():
+            if isinstance(metric, Gauge | Counter | Histogram) and metric is not self.success:
+                metric.labels(*v)
+        self._g = (self.running.labels(*v), self.waiting.labels(*v), self.kv_usage.labels(*v))
+        self._ttft, self._itl = self.ttft.labels(*v), self.itl.labels(*v)
+        self._iter = self.iteration_tokens.labels(*v)
+
+    def on_step(self, result: StepResult | None, sched: Scheduler) -> None:
+        """Refresh gauges and counters after a step (or an abort), observe per-token latencies."""
+        running, waiting, usage = self._g
+        running.set(sched.num_running)
+        waiting.set(sched.num_waiting)
+        usage.set(sched.kv_usage)
+        self._sync_counters(sched.stats)
+        if result is None:
+            return
+        self._iter.observe(result.plan.work.num_tokens)
+        ttft, itl = self._ttft, self._itl
+        for event in result.events:
+            (ttft if event.first else itl).observe(event.latency)
+
+    def _sync_counters(self, stats: SchedulerStats) -> None:
+        seen, v = self._seen, self._values
+        for name, metric in (
+            ("prompt_tokens", self.prompt_tokens),
+            ("generation_tokens", self.generation_tokens),
+            ("prefix_queries", self.prefix_queries),
+            ("prefix_hits", self.prefix_hits),
+            ("preemptions", self.preemptions),
+        ):
+            delta = getattr(stats, name) - getattr(seen, name)
+            if delta:
+                metric.labels(*v).inc(delta)
+                setattr(seen, name, getattr(stats, name))
+
+    def on_finished(self, request: SimRequest) -> None:
+        v = self._values
+        reason = request.finish_reason.value if request.finish_reason else "error"
+        self.success.labels(*v, reason).inc()
+        arrival, end = request.arrival_time, request.finish_time or request.arrival_time
+        self.e2e.labels(*v).observe(max(0.0, end - arrival))
+        self.req_prompt.labels(*v).observe(request.num_prompt_tokens)
+        self.req_gen.labels(*v).observe(request.num_output_tokens)
+        self.req_max_tokens.labels(*v).observe(request.max_tokens)
+        self.req_n.labels(*v).observe(1)
+        self.req_preemptions.labels(*v).observe(request.num_preemptions)
+        if request.scheduled_time is not None:
+            self.queue.labels(*v).observe(request.scheduled_time - arrival)
+        first, last = request.first_token_time, request.last_token_time
+        if request.scheduled_time is not None and first is not None and last is not None:
+            self.prefill.labels(*v).observe(first - request.scheduled_time)
+            self.decode.labels(*v).observe(last - first)
+            self.inference.labels(*v).observe(last - request.scheduled_time)
+            if request.num_output_tokens > 1:
+                self.tpot.labels(*v).observe((last - first) / (request.num_output_tokens - 1))
+
+    def on_behind(self, seconds: float) -> None:
+        self.behind.labels(*self._values).inc(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

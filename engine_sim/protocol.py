@@ -1,0 +1,238 @@
+"""Protocol: OpenAI request parsing and vLLM 0.33's response framing (JSON bodies and SSE chunks).
+
+Framing contracts (``vllm/entrypoints/openai/{chat_completion,completion}/serving.py``):
+
+* SSE events are ``data: <json>\\n\\n`` and a stream always ends with ``data: [DONE]\\n\\n``.
+* Chat: the first chunk (``delta: {"role": "assistant", "content": ""}``) is sent only with the first token,
+  i.e. after prefill; then one chunk per engine step; the last one carries ``finish_reason``.
+* Unset fields are omitted on stream chunks (``exclude_unset``); ``usage`` appears only in the final
+  ``"choices": []`` chunk when ``stream_options.include_usage`` is true.
+* Non-streaming bodies are full model dumps, nulls included.
+* ``max_tokens`` larger than the room left in ``max_model_len`` is clamped (0.33), not rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine_sim.errors import RequestError
+from engine_sim.scheduler import SimRequest
+from engine_sim.tokenizer import chat_prompt_ids, encode, filler_text
+
+__all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request"]
+
+_DONE = b"data: [DONE]\n\n"
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, as vLLM's responses are serialised."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated request: what the engine runs plus how the answer is framed."""
+
+    kind: str  # "chat" | "completion"
+    model: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    natural_length: int | None  # output length at which the simulated model emits EOS; None: never
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    seed: int
+
+    def to_sim_request(self, request_id: str) -> SimRequest:
+        return SimRequest(
+            request_id, self.prompt_token_ids, self.max_tokens, stop_after=self.natural_length, output_seed=self.seed
+        )
+
+
+def _bad(message: str, param: str | None = None) -> RequestError:
+    return RequestError(400, message, "BadRequestError", param)
+
+
+def _int_field(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{name} must be an integer", name)
+    return value
+
+
+def parse_generation_request(
+    body: Any, kind: str, served_names: Sequence[str], max_model_len: int
+) -> GenerationRequest:
+    """Validate an OpenAI body like vLLM does; RequestError (400/404) otherwise."""
+    if not isinstance(body, dict):
+        raise _bad("Request body must be a JSON object")
+    model = body.get("model") or served_names[0]
+    if model not in served_names:
+        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise _bad("messages must be a non-empty list of message objects", "messages")
+        prompt_ids = chat_prompt_ids(messages)
+    else:
+        prompt_ids = _completion_prompt(body.get("prompt"))
+    n = _int_field(body, "n")
+    if n is not None and n != 1:
+        raise _bad("the simulator supports n=1 only", "n")
+    max_tokens = _int_field(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _int_field(body, "max_tokens")
+    prompt_len = len(prompt_ids)
+    if prompt_len >= max_model_len:
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{prompt_len} input tokens, which exceeds this limit even without any output tokens. Please "
+            "reduce the length of the input prompt.",
+            "BadRequestError",
+            "input_tokens",
+        )
+    if max_tokens is not None and max_tokens < 1:
+        raise _bad(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise _bad(f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}.", "max_tokens")
+    room = max_model_len - prompt_len
+    natural: int | None = None
+    if max_tokens is None and not body.get("ignore_eos"):
+        # No limit given: the simulated model answers at a deterministic "natural" length (an EOS).
+        natural = 16 + zlib.crc32(repr(prompt_ids[-64:]).encode()) % 497
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise _bad("stream_options must be an object", "stream_options")
+    seed = body.get("seed")
+    return GenerationRequest(
+        kind=kind,
+        model=model,
+        prompt_token_ids=prompt_ids,
+        max_tokens=min(max_tokens if max_tokens is not None else room, room),
+        natural_length=natural,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(stream_options.get("include_usage", False)),
+        continuous_usage=bool(stream_options.get("continuous_usage_stats", False)),
+        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else prompt_len,
+    )
+
+
+def _completion_prompt(prompt: Any) -> list[int]:
+    if isinstance(prompt, str):
+        return encode(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        return _completion_prompt(prompt[0])
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return list(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise _bad("the simulator supports one prompt per request", "prompt")
+    raise _bad("prompt must be a string or a list of token ids", "prompt")
+
+
+def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+class ResponseFramer:
+    """Builds one request's response: SSE chunks as bytes (templated for speed) or the final JSON body."""
+
+    def __init__(self, request: GenerationRequest, prompt_details: bool = False) -> None:
+        self.request = request
+        self.chat = request.kind == "chat"
+        prefix = "chatcmpl-" if self.chat else "cmpl-"
+        self.id = prefix + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.prompt_details = prompt_details
+        self._started = False
+        self.completion_tokens = 0
+        head = dumps({"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion"})[:-1]
+        self._head = f'data: {head},"created":{self.created},"model":{dumps(request.model)},"choices":['
+
+    # -- streaming -----------------------------------------------------------------------------------------
+    def _choice(self, text: str, finish: str | None) -> str:
+        fin = "null" if finish is None else f'"{finish}"'
+        if self.chat:
+            tail = "" if finish is None else ',"stop_reason":null'
+            return f'{{"index":0,"delta":{{"content":{dumps(text)}}},"logprobs":null,"finish_reason":{fin}{tail}}}'
+        return f'{{"index":0,"text":{dumps(text)},"logprobs":null,"finish_reason":{fin},"stop_reason":null}}'
+
+    def chunks(self, tokens: Sequence[int], finish: str | None, prompt_tokens: int) -> bytes:
+        """SSE events for ``tokens`` (one per engine step), the last carrying ``finish`` when set."""
+        parts: list[str] = []
+        if self.chat and not self._started:
+            parts.append(
+                f'{self._head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,'
+                '"finish_reason":null}]}\n\n'
+            )
+        self._started = True
+        usage = ""
+        last = len(tokens) - 1
+        for i, token in enumerate(tokens):
+            self.completion_tokens += 1
+            if self.request.continuous_usage:
+                usage = ',"usage":' + dumps(_usage(prompt_tokens, self.completion_tokens, None))
+            choice = self._choice(filler_text((token,)), finish if i == last else None)
+            parts.append(f"{self._head}{choice}]{usage}}}\n\n")
+        if not tokens and finish is not None:
+            parts.append(f"{self._head}{self._choice('', finish)}]}}\n\n")
+        return "".join(parts).encode()
+
+    def closing(self, prompt_tokens: int, cached_tokens: int) -> bytes:
+        """The optional usage chunk and ``[DONE]``."""
+        if not self.request.include_usage:
+            return _DONE
+        usage = _usage(prompt_tokens, self.completion_tokens, cached_tokens if self.prompt_details else None)
+        return f'{self._head}],"usage":{dumps(usage)}}}\n\n'.encode() + _DONE
+
+    def error_event(self, error: RequestError) -> bytes:
+        return f"data: {dumps(error.to_json())}\n\n".encode() + _DONE
+
+    # -- full responses ------------------------------------------------------------------------------------
+    def body(self, tokens: Sequence[int], finish: str, prompt_tokens: int, cached_tokens: int) -> dict[str, Any]:
+        text = filler_text(tokens)
+        usage = _usage(prompt_tokens, len(tokens), cached_tokens if self.prompt_details else None)
+        if not self.prompt_details:
+            usage["prompt_tokens_details"] = None
+        if self.chat:
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+                "reasoning_content": None,
+            }
+            choice: dict[str, Any] = {
+                "index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None,
+            }  # fmt: skip
+            return {
+                "id": self.id, "object": "chat.completion", "created": self.created, "model": self.request.model,
+                "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": usage,
+                "prompt_logprobs": None, "kv_transfer_params": None,
+            }  # fmt: skip
+        choice = {
+            "index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
+            "prompt_logprobs": None,
+        }  # fmt: skip
+        return {
+            "id": self.id, "object": "text_completion", "created": self.created, "model": self.request.model,
+            "choices": [choice], "usage": usage, "kv_transfer_params": None,
+        }  # fmt: skip

@@ -1,0 +1,261 @@
+"""Server: vLLM's OpenAI-compatible HTTP surface over one simulated `Engine`, on aiohttp.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
+``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
+``GET /load``, ``GET /metrics``. Errors use vLLM's ``{"error": {message, type, param, code}}`` shape with
+vLLM's statuses; validation errors on a streaming request are plain JSON with a 4xx, errors after the first
+chunk arrive in-band followed by ``data: [DONE]``. A client that disconnects aborts its request (handler
+cancellation), which frees its KV blocks at once.
+
+aiohttp rather than FastAPI/uvicorn: one event loop writes several thousand SSE chunks a second with
+templated bytes and no per-chunk pydantic work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from engine_sim import VLLM_VERSION
+from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStream
+from engine_sim.errors import RequestError
+from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
+
+__all__ = ["ServerSettings", "create_app"]
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model: str
+    served_model_names: tuple[str, ...]
+    max_model_len: int
+    api_key: str | None = None
+    enable_prompt_tokens_details: bool = False
+    enable_force_include_usage: bool = False
+    enable_request_id_headers: bool = False
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=dumps)
+
+
+def error_response(error: RequestError) -> web.Response:
+    return _json(error.to_json(), status=error.status)
+
+
+class _Routes:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: ServerSettings,
+        faults: FaultPolicy,
+        on_crash: Callable[[], None],
+        on_die: Callable[[], None],
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.faults = faults
+        self.on_crash = on_crash
+        self.created = int(time.time())
+        if faults.spec.die_mid_stream_after_tokens is not None:
+
+            def hook(stream: TokenStream) -> None:
+                if faults.should_die(stream.request.num_output_tokens):
+                    on_die()
+
+            engine.on_token = hook
+
+    # -- simple endpoints ----------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        del request  # Unused.
+        return web.Response(status=503 if self.engine.state is EngineState.DEAD else 200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        del request  # Unused.
+        return _json({"version": VLLM_VERSION})
+
+    async def load(self, request: web.Request) -> web.Response:
+        del request  # Unused.
+        return _json({"server_load": 0})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        del request  # Unused.
+        body = self.engine.metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def models(self, request: web.Request) -> web.Response:
+        del request  # Unused.
+        s = self.settings
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": s.model,
+                "parent": None,
+                "max_model_len": s.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{name}",
+                        "object": "model_permission",
+                        "created": self.created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in s.served_model_names
+        ]
+        return _json({"object": "list", "data": cards})
+
+    # -- generation ----------------------------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return error_response(RequestError(400, f"Invalid JSON body: {exc}"))
+        s = self.settings
+        try:
+            gen = parse_generation_request(body, kind, s.served_model_names, s.max_model_len)
+        except RequestError as exc:
+            return error_response(exc)
+        if s.enable_force_include_usage and gen.stream:
+            gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
+        action = self.faults.on_request()
+        if action.crash:
+            self.crash()
+        elif action.error is not None:
+            return error_response(action.error)
+        framer = ResponseFramer(gen, s.enable_prompt_tokens_details)
+        try:
+            stream = self.engine.submit(gen.to_sim_request(framer.id))
+        except RequestError as exc:
+            return error_response(exc)
+        try:
+            if gen.stream:
+                return await self._stream(request, stream, framer)
+            return await self._collect(stream, framer)
+        finally:
+            if stream.finished is None:
+                self.engine.abort(framer.id)  # client went away (handler cancelled) or write failed
+
+    async def _collect(self, stream: TokenStream, framer: ResponseFramer) -> web.Response:
+        tokens: list[int] = []
+        while True:
+            batch, finish = await stream.next_batch()
+            tokens.extend(batch)
+            if finish is not None:
+                break
+        if stream.error is not None:
+            return error_response(RequestError(500, stream.error, "InternalServerError"))
+        req = stream.request
+        return _json(framer.body(tokens, finish.value, req.num_prompt_tokens, max(0, req.num_cached_tokens)))
+
+    async def _stream(self, request: web.Request, stream: TokenStream, framer: ResponseFramer) -> web.StreamResponse:
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        req = stream.request
+        prompt_tokens = req.num_prompt_tokens
+        try:
+            while True:
+                tokens, finish = await stream.next_batch()
+                if not response.prepared:
+                    await response.prepare(request)  # headers only with the first token (after prefill)
+                if stream.error is not None:
+                    await response.write(framer.error_event(RequestError(500, stream.error, "InternalServerError")))
+                    break
+                await response.write(framer.chunks(tokens, None if finish is None else finish.value, prompt_tokens))
+                if finish is not None:
+                    await response.write(framer.closing(prompt_tokens, max(0, req.num_cached_tokens)))
+                    break
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the finally in _generate aborts the request
+        return response
+
+    def crash(self) -> None:
+        self.engine.kill(ENGINE_DEAD_MESSAGE)
+        self.on_crash()
+
+
+def _middlewares(settings: ServerSettings, faults: FaultSpec) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
+    out: list[Callable[..., Awaitable[web.StreamResponse]]] = []
+    if faults.hang:
+
+        @web.middleware
+        async def hang(request: web.Request, handler: _Handler) -> web.StreamResponse:
+            del request, handler  # Unused: the request is accepted and never answered.
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        out.append(hang)
+    if settings.api_key is not None:
+        expected = f"Bearer {settings.api_key}"
+
+        @web.middleware
+        async def auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
+            if (
+                request.path.startswith(("/v1", "/v2", "/inference"))
+                and request.headers.get("Authorization") != expected
+            ):
+                return _json({"error": "Unauthorized"}, status=401)
+            return await handler(request)
+
+        out.append(auth)
+    if settings.enable_request_id_headers:
+
+        @web.middleware
+        async def request_id(request: web.Request, handler: _Handler) -> web.StreamResponse:
+            rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+            response = await handler(request)
+            if not response.prepared:
+                response.headers["X-Request-Id"] = rid
+            return response
+
+        out.append(request_id)
+    return out
+
+
+def create_app(
+    engine: Engine,
+    settings: ServerSettings,
+    faults: FaultPolicy | None = None,
+    on_crash: Callable[[], None] = lambda: None,
+    on_die: Callable[[], None] = lambda: None,
+) -> web.Application:
+    """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort."""
+    policy = faults or FaultPolicy(FaultSpec())
+    routes = _Routes(engine, settings, policy, on_crash, on_die)
+    app = web.Application(middlewares=_middlewares(settings, policy.spec), client_max_size=64 * 1024**2)
+    app.router.add_get("/health", routes.health)
+    app.router.add_route("*", "/ping", routes.health)
+    app.router.add_get("/version", routes.version)
+    app.router.add_get("/load", routes.load)
+    app.router.add_get("/metrics", routes.metrics)
+    app.router.add_get("/v1/models", routes.models)
+    app.router.add_post("/v1/chat/completions", routes.chat)
+    app.router.add_post("/v1/completions", routes.completions)
+    return app

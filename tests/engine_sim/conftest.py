@@ -1,0 +1,169 @@
+"""Fixtures: an in-process simulator on a free loopback port, and real `python -m engine_sim` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from engine_sim.engine import Engine
+from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.server import ServerSettings, create_app
+from tests.engine_sim.builders import make_config
+
+
+@dataclass
+class SimHandle:
+    base_url: str
+    engine: Engine
+    client: httpx.AsyncClient
+    crashes: list[str] = field(default_factory=list)
+
+    async def metrics_text(self) -> str:
+        response = await self.client.get("/metrics")
+        response.raise_for_status()
+        return response.text
+
+
+StartSim = Callable[..., Awaitable[SimHandle]]
+
+
+@pytest.fixture
+async def start_sim() -> AsyncIterator[StartSim]:
+    """``await start_sim(time_scale=.., faults=FaultSpec(..), settings overrides.., **EngineConfig overrides)``."""
+    cleanups: list[Callable[[], Awaitable[None]]] = []
+
+    async def start(
+        time_scale: float = 20.0,
+        faults: FaultSpec | None = None,
+        prompt_details: bool = False,
+        **overrides: Any,
+    ) -> SimHandle:
+        overrides.setdefault("max_model_len", 8192)
+        config = make_config(**overrides)
+        engine = Engine(config, time_scale=time_scale)
+        engine.start()
+        settings = ServerSettings(
+            model=config.model,
+            served_model_names=(config.served_model_name,),
+            max_model_len=config.max_model_len,
+            enable_prompt_tokens_details=prompt_details,
+        )
+        crashes: list[str] = []
+        app = create_app(engine, settings, FaultPolicy(faults or FaultSpec()), on_crash=lambda: crashes.append("x"))
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        base = f"http://{host}:{port}"
+        client = httpx.AsyncClient(base_url=base, timeout=30.0)
+
+        async def cleanup() -> None:
+            await client.aclose()
+            await runner.cleanup()
+            await engine.stop()
+
+        cleanups.append(cleanup)
+        return SimHandle(base, engine, client, crashes)
+
+    yield start
+    for cleanup in reversed(cleanups):
+        await cleanup()
+
+
+async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> list[Any]:
+    """POST a streaming request; the decoded ``data:`` payloads, ``"[DONE]"`` kept as a string."""
+    events: list[Any] = []
+    async with client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                payload = line[6:]
+                events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class SimProcess:
+    proc: subprocess.Popen[str]
+    port: int
+    log_path: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        with open(self.log_path) as fh:
+            return fh.read()
+
+    def wait_for_log(self, text: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} not logged within {timeout}s:\n{self.log()}")
+
+    def wait_healthy(self, timeout: float = 20.0) -> float:
+        """Poll /health until 200; returns the monotonic time it first answered."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=1.0).status_code == 200:
+                    return time.monotonic()
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        raise AssertionError(f"not healthy within {timeout}s:\n{self.log()}")
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+
+SpawnSim = Callable[..., SimProcess]
+
+
+@pytest.fixture
+def spawn_sim(tmp_path: Any) -> Iterator[SpawnSim]:
+    """Start ``python -m engine_sim serve`` on a free port; every process is killed at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def spawn(*flags: str, model: str = "Qwen/Qwen2.5-7B-Instruct") -> SimProcess:
+        port = free_port()
+        log_path = str(tmp_path / f"sim-{port}.log")
+        cmd = [sys.executable, "-m", "engine_sim", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--served-model-name", "qwen", "--max-model-len", "4096", *flags]
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ})
+        procs.append(proc)
+        return SimProcess(proc, port, log_path)
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
