@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.errors import GatewayError, error_body
 from gateway.quota.base import QuotaBackend
 from gateway.quota.memory import MemoryQuota
-from gateway.service import Gateway, new_request_id
+from gateway.service import REQUEST_ID, Gateway, new_request_id
 from gateway.settings import GatewaySettings
 
 __all__ = ["GATEWAY", "create_app", "default_session"]
@@ -43,7 +43,7 @@ def default_session() -> aiohttp.ClientSession:
 async def _request_id(request: web.Request, handler: Handler) -> web.StreamResponse:
     sent = request.headers.get("x-request-id")
     rid = sent if sent and _REQUEST_ID.match(sent) else new_request_id()
-    request["request_id"] = rid
+    request[REQUEST_ID] = rid
     try:
         response = await handler(request)
     except GatewayError as exc:

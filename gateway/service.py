@@ -47,7 +47,9 @@ from gateway.retries import RetryBudget
 from gateway.routing.base import RequestInfo, Router
 from gateway.settings import GatewaySettings
 
-__all__ = ["Gateway", "Outcome"]
+__all__ = ["REQUEST_ID", "Gateway", "Outcome"]
+
+REQUEST_ID = web.RequestKey("request_id", str)
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -172,7 +174,7 @@ class Gateway:
             raise BodyTooLarge(f"request body exceeds {limit} bytes") from None
 
     async def complete(self, request: web.Request, kind: Kind) -> web.StreamResponse:
-        out = Outcome(request_id=request["request_id"], received=self.clock())
+        out = Outcome(request_id=request[REQUEST_ID], received=self.clock())
         wall = self.wall()
         try:
             response = await self._complete(request, kind, out)

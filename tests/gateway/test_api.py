@@ -1,0 +1,137 @@
+"""The gateway's HTTP API against real simulator processes: every status code from a realistic request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from multidict import CIMultiDict
+
+from fleet.validate import hash_api_key
+from tests.gateway.builders import BASE_CONFIG, KEYS, MODEL, gateway_config
+from tests.gateway.conftest import SimFactory, serve, settings_for
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 8}
+GOLD = {"Authorization": f"Bearer {KEYS['gold']}"}
+
+
+async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, CIMultiDict[str], Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", data=data, headers=headers or {}) as resp:
+            text = await resp.read()
+            return resp.status, CIMultiDict(resp.headers), json.loads(text) if text else None
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "headers", "status"),
+    [
+        ("ok", CHAT, GOLD, 200),
+        ("bad-json", b"{nope", GOLD, 400),
+        ("bad-param", {**CHAT, "max_tokens": -1}, GOLD, 400),
+        ("no-key", CHAT, {}, 401),
+        ("unknown-key", CHAT, {"Authorization": "Bearer sk-wrong"}, 401),
+        ("model-not-allowed", {**CHAT, "model": "small-model"}, {"Authorization": f"Bearer {KEYS['bronze']}"}, 403),
+        ("unknown-model", {**CHAT, "model": "gpt-17"}, GOLD, 404),
+        ("too-large", {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}, GOLD, 413),
+        ("pool-at-zero", {**CHAT, "model": "small-model"}, GOLD, 503),
+    ],
+)
+async def test_status_codes(sims: SimFactory, name: str, body: Any, headers: dict[str, str], status: int) -> None:
+    (sim,) = sims([])
+    async with serve(settings_for([sim.url])) as (url, _):
+        got, response_headers, payload = await _post(url, body, {**headers, "x-request-id": f"req-{name}"})
+    assert got == status, payload
+    assert response_headers["x-request-id"] == f"req-{name}"
+    if status != 200:
+        assert set(payload["error"]) >= {"message", "type", "code"}
+    if status == 503:
+        assert int(response_headers["Retry-After"]) >= 1  # retryable, never a 404 for a pool at zero
+
+
+async def test_quota_429_with_retry_after(sims: SimFactory) -> None:
+    (sim,) = sims([])
+    tenants = [dict(BASE_CONFIG["llmfleet:tenants"][0], requestsPerSecond=1)]
+    async with serve(settings_for([sim.url], tenants=tenants)) as (url, _):
+        first = await _post(url, CHAT, GOLD)
+        second = await _post(url, CHAT, GOLD)
+    assert (first[0], second[0]) == (200, 429)
+    assert second[2]["error"]["type"] == "rate_limit_error" and int(second[1]["Retry-After"]) >= 1
+
+
+async def test_queue_full_429_queue_timeout_503_and_first_token_timeout_504(sims: SimFactory) -> None:
+    (slow,) = sims([], time_scale=1.0, max_num_seqs=1)
+    gateway = gateway_config(
+        queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 0.3}, timeouts={"firstTokenS": 0.5}
+    )
+    settings = settings_for([slow.url], gateway=gateway)
+    pool = dict(BASE_CONFIG["llmfleet:pools"][0], engine={"kind": "sim", "maxNumSeqs": 1})
+    settings = settings_for([slow.url], gateway=gateway, pools=[pool, BASE_CONFIG["llmfleet:pools"][1]])
+    del pool
+    long = {**CHAT, "max_tokens": 3000, "stream": True}
+    async with serve(settings) as (url, _):
+        holder = asyncio.create_task(_post(url, long, GOLD))  # occupies the only slot
+        await asyncio.sleep(0.3)
+        waiter = asyncio.create_task(_post(url, CHAT, GOLD))  # queues (the one waiting place)
+        await asyncio.sleep(0.05)
+        full = await _post(url, CHAT, GOLD)
+        timed_out = await waiter
+        holder.cancel()
+    assert full[0] == 429 and "Retry-After" in full[1]
+    assert timed_out[0] == 503 and "Retry-After" in timed_out[1]
+
+
+async def test_openai_client_models_chat_stream_and_completions(sims: SimFactory) -> None:
+    (sim,) = sims([])
+    async with serve(settings_for([sim.url])) as (url, _):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0)
+        bronze = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["bronze"], max_retries=0)
+        try:
+            assert sorted(m.id for m in (await client.models.list()).data) == [MODEL, "small-model"]
+            assert [m.id for m in (await bronze.models.list()).data] == [MODEL]
+            chat = await client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5
+            )
+            assert chat.usage is not None and chat.usage.completion_tokens == 5
+            stream = await client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=6, stream=True
+            )
+            chunks = [c async for c in stream]
+            assert all(c.usage is None for c in chunks)  # the usage chunk the gateway asked for stays hidden
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            with_usage = await client.completions.create(
+                model=MODEL, prompt="once upon", max_tokens=4, stream=True, stream_options={"include_usage": True}
+            )
+            usage = [c.usage async for c in with_usage if c.usage is not None]
+            assert usage and usage[-1].completion_tokens == 4
+        finally:
+            await client.close()
+            await bronze.close()
+
+
+async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(sims: SimFactory) -> None:
+    (sim,) = sims([])
+    assert hash_api_key(KEYS["bronze"]) in BASE_CONFIG["llmfleet:tenants"][1]["apiKeyHashes"]
+    headers = {"Authorization": f"Bearer {KEYS['bronze']}", "x-tenant": "gold", "x-priority": "9"}
+    async with serve(settings_for([sim.url])) as (url, gw):
+        status, _, _ = await _post(url, {**CHAT, "model": "small-model"}, headers)
+        assert status == 403  # still bronze
+        await _post(url, CHAT, headers)
+        text = gw.metrics.render().decode()
+    assert 'tenant="bronze"' in text and 'llmfleet_gateway_requests_total{model="' + MODEL in text
+
+
+async def test_health_ready_metrics_and_unknown_path(sims: SimFactory) -> None:
+    (sim,) = sims([])
+    async with serve(settings_for([sim.url])) as (url, _):
+        async with aiohttp.ClientSession() as session:
+            for path, status in [("/healthz", 200), ("/readyz", 200), ("/metrics", 200), ("/nope", 404)]:
+                async with session.get(url + path) as resp:
+                    assert resp.status == status
+                    assert resp.headers["x-request-id"]
+            async with session.get(url + "/readyz") as resp:
+                assert (await resp.json())["routable_replicas"] == {"qwen-7b": 1, "small": 0}

@@ -1,0 +1,99 @@
+"""Failures with real simulator processes: retries before the first byte, in-band errors after it, ejection."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from fleet.promtext import counter_value, parse
+from gateway.service import Gateway
+from tests.gateway.builders import KEYS, MODEL, gateway_config
+from tests.gateway.conftest import SimFactory, serve, settings_for
+
+MESSAGES = [{"role": "user", "content": "Tell me a story."}]
+
+
+def _client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0, timeout=30)
+
+
+def _metric(gw: Gateway, name: str) -> float:
+    samples = parse(gw.metrics.render().decode())
+    try:
+        return counter_value(samples, name)
+    except KeyError:
+        return 0.0
+
+
+def _round_robin(**extra: object) -> dict[str, object]:
+    return gateway_config(routing={"scrapeIntervalS": 0.2, "picker": {"name": "round-robin"}}, **extra)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [["--fault-die-mid-stream-after-tokens", "0"], ["--fault-error-rate", "1", "--fault-error-status", "503"]],
+    ids=["killed-before-first-token", "engine-503"],
+)
+async def test_failure_before_the_first_byte_is_served_by_another_replica(sims: SimFactory, fault: list[str]) -> None:
+    bad, good = sims(fault, [])
+    async with serve(settings_for([bad.url, good.url], gateway=_round_robin())) as (url, gw):
+        client = _client(url)
+        try:
+            for _ in range(2):  # round-robin: one of the first two requests is sent to the bad replica first
+                stream = await client.chat.completions.create(
+                    model=MODEL,
+                    messages=MESSAGES,
+                    max_tokens=12,
+                    stream=True,  # type: ignore[arg-type]
+                )
+                chunks = [c async for c in stream]
+                assert chunks[-1].choices[0].finish_reason == "length"
+        finally:
+            await client.close()
+        assert _metric(gw, "llmfleet_gateway_retries") >= 1
+
+
+async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sims: SimFactory) -> None:
+    (dying,) = sims(["--fault-die-mid-stream-after-tokens", "5"], time_scale=5.0)
+    async with serve(settings_for([dying.url])) as (url, _):
+        client = _client(url)
+        received = ""
+        try:
+            stream = await client.chat.completions.create(
+                model=MODEL,
+                messages=MESSAGES,
+                max_tokens=200,
+                stream=True,  # type: ignore[arg-type]
+            )
+            with pytest.raises(openai.APIError, match="mid-stream|closed the stream"):
+                async for chunk in stream:
+                    received += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+        finally:
+            await client.close()
+    assert received  # tokens arrived before the failure, then an explicit error (not a silent truncation)
+
+
+async def test_hung_engine_times_out_with_504_and_is_ejected(sims: SimFactory) -> None:
+    hung, good = sims(["--fault-slowdown", "100000"], [])
+    config = _round_robin(timeouts={"connectS": 1, "firstTokenS": 1, "totalS": 30})
+    async with serve(settings_for([hung.url, good.url], gateway=config)) as (url, gw):
+        client = _client(url)
+        statuses: list[int] = []
+        try:
+            for _ in range(8):
+                try:
+                    stream = await client.chat.completions.create(
+                        model=MODEL,
+                        messages=MESSAGES,
+                        max_tokens=4,
+                        stream=True,  # type: ignore[arg-type]
+                    )
+                    _ = [c async for c in stream]
+                    statuses.append(200)
+                except openai.APIStatusError as exc:
+                    statuses.append(exc.status_code)
+        finally:
+            await client.close()
+        ejected = _metric(gw, "llmfleet_gateway_ejections")
+    assert statuses.count(504) == 1 and statuses.count(200) == 7, statuses  # after one timeout it is out
+    assert ejected == 1
