@@ -1,0 +1,79 @@
+"""Routing through a real gateway over real simulator processes: p2c vs random, session stickiness."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from typing import Any
+
+import aiohttp
+
+from tests.gateway.builders import KEYS, MODEL, gateway_config
+from tests.gateway.conftest import SimFactory, serve, settings_for
+
+GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
+
+
+async def _send(session: aiohttp.ClientSession, url: str, headers: dict[str, str], max_tokens: int = 16) -> str:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi there."}], "max_tokens": max_tokens}
+    async with session.post(url + "/v1/chat/completions", data=json.dumps(body), headers=headers) as resp:
+        await resp.read()
+        assert resp.status == 200
+        return resp.headers["x-llmfleet-replica"]
+
+
+async def _spread(url: str, requests: int, concurrency: int) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(i)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            queue.get_nowait()
+            counts[await _send(session, url, GOLD)] += 1
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return counts
+
+
+async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims: SimFactory) -> None:
+    # One replica is 15x slower: under the same concurrent load its requests pile up.
+    slow, fast1, fast2 = sims(["--fault-slowdown", "15"], [], [], time_scale=20.0)
+    busy_id = slow.url.split("://")[1]
+    shares: dict[str, float] = {}
+    for picker in ("p2c", "random"):
+        routing: dict[str, Any] = {
+            "scrapeIntervalS": 0.2,
+            "scorers": [{"name": "queue-depth", "weight": 1}, {"name": "in-flight", "weight": 1}],
+            "picker": {"name": picker},
+        }
+        settings = settings_for([slow.url, fast1.url, fast2.url], gateway=gateway_config(routing=routing))
+        async with serve(settings) as (url, _):
+            counts = await _spread(url, requests=90, concurrency=9)
+        shares[picker] = counts[busy_id] / sum(counts.values())
+    assert shares["p2c"] < shares["random"] * 0.6, shares
+
+
+async def test_session_sticks_to_one_replica_until_it_leaves_rotation(sims: SimFactory) -> None:
+    procs = sims([], [], [])
+    routing: dict[str, Any] = {
+        "scrapeIntervalS": 0.2,
+        "scorers": [{"name": "session-affinity", "weight": 10}, {"name": "in-flight", "weight": 1}],
+        "picker": {"name": "max-score"},
+    }
+    settings = settings_for([p.url for p in procs], gateway=gateway_config(routing=routing))
+    async with serve(settings) as (url, _), aiohttp.ClientSession() as session:
+        sessions = {name: {**GOLD, "x-session-id": name} for name in ("alice", "bob", "carol", "dave")}
+        before = {name: {await _send(session, url, h) for _ in range(5)} for name, h in sessions.items()}
+        assert all(len(replicas) == 1 for replicas in before.values()), before
+        alice = next(iter(before["alice"]))
+        victim = next(p for p in procs if p.url.endswith(alice))
+        victim.kill()  # alice's replica leaves: her next request is retried elsewhere and she sticks there
+        after = {name: {await _send(session, url, h) for _ in range(5)} for name, h in sessions.items()}
+    assert len(after["alice"]) == 1 and after["alice"] != before["alice"]
+    for name in ("bob", "carol", "dave"):  # sessions on other replicas did not move
+        if before[name] != before["alice"]:
+            assert after[name] == before[name]
