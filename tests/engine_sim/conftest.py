@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,46 +42,61 @@ StartSim = Callable[..., Awaitable[SimHandle]]
 
 @pytest.fixture
 async def start_sim() -> AsyncIterator[StartSim]:
-    """``await start_sim(time_scale=.., faults=FaultSpec(..), settings overrides.., **EngineConfig overrides)``."""
+    """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., **EngineConfig overrides)``."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
-    async def start(
-        time_scale: float = 20.0,
-        faults: FaultSpec | None = None,
-        prompt_details: bool = False,
-        **overrides: Any,
-    ) -> SimHandle:
-        overrides.setdefault("max_model_len", 8192)
-        config = make_config(**overrides)
-        engine = Engine(config, time_scale=time_scale)
-        engine.start()
-        settings = ServerSettings(
-            model=config.model,
-            served_model_names=(config.served_model_name,),
-            max_model_len=config.max_model_len,
-            enable_prompt_tokens_details=prompt_details,
-        )
-        crashes: list[str] = []
-        app = create_app(engine, settings, FaultPolicy(faults or FaultSpec()), on_crash=lambda: crashes.append("x"))
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        base = f"http://{host}:{port}"
-        client = httpx.AsyncClient(base_url=base, timeout=30.0)
-
-        async def cleanup() -> None:
-            await client.aclose()
-            await runner.cleanup()
-            await engine.stop()
-
+    async def start(*args: Any, **kwargs: Any) -> SimHandle:
+        sim, cleanup = await _start(*args, **kwargs)
         cleanups.append(cleanup)
-        return SimHandle(base, engine, client, crashes)
+        return sim
 
     yield start
     for cleanup in reversed(cleanups):
         await cleanup()
+
+
+@contextlib.asynccontextmanager
+async def sim_server(**kwargs: Any) -> AsyncIterator[SimHandle]:
+    """The same server as `start_sim`, as a context manager (for module-scoped fixtures)."""
+    sim, cleanup = await _start(**kwargs)
+    try:
+        yield sim
+    finally:
+        await cleanup()
+
+
+async def _start(
+    time_scale: float = 20.0,
+    faults: FaultSpec | None = None,
+    prompt_details: bool = False,
+    **overrides: Any,
+) -> tuple[SimHandle, Callable[[], Awaitable[None]]]:
+    overrides.setdefault("max_model_len", 8192)
+    config = make_config(**overrides)
+    engine = Engine(config, time_scale=time_scale)
+    engine.start()
+    settings = ServerSettings(
+        model=config.model,
+        served_model_names=(config.served_model_name,),
+        max_model_len=config.max_model_len,
+        enable_prompt_tokens_details=prompt_details,
+    )
+    crashes: list[str] = []
+    app = create_app(engine, settings, FaultPolicy(faults or FaultSpec()), on_crash=lambda: crashes.append("x"))
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    base = f"http://{host}:{port}"
+    client = httpx.AsyncClient(base_url=base, timeout=30.0)
+
+    async def cleanup() -> None:
+        await client.aclose()
+        await runner.cleanup()
+        await engine.stop()
+
+    return SimHandle(base, engine, client, crashes), cleanup
 
 
 async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> list[Any]:
