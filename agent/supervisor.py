@@ -193,8 +193,7 @@ class Supervisor:
         if task.done():
             return task.result()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task})
         result: T = _INTERRUPTED
         return result
 
@@ -355,8 +354,12 @@ class Supervisor:
             await self._pause(min(self.settings.drain_poll_s, max(0.0, deadline - now)))
 
     async def _reap(self, engine: EngineHandle) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(engine.wait(), timeout=10.0)
+        # asyncio.wait, not wait_for: on 3.11 wait_for can swallow a cancellation racing the result.
+        waiter = asyncio.ensure_future(engine.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=10.0)
+        finally:
+            waiter.cancel()
 
     async def _restarting(self) -> None:
         if self.engine is not None:

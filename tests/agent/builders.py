@@ -1,0 +1,151 @@
+"""Builders for agent tests: pools, stack documents, a virtual clock, fake engines and a fake spawner."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.engine_client import Health
+from fleet.spec import PoolSpec
+
+BASE_POOL: dict[str, Any] = {
+    "name": "qwen-7b",
+    "model": "Qwen/Qwen2.5-7B-Instruct",
+    "servedModelName": "qwen2.5-7b-instruct",
+    "engine": {"kind": "sim", "maxNumSeqs": 64, "sim": {"startupSeconds": 0.3, "timeScale": 1.0}},
+    "coldStartSeconds": 20,
+    "drain": {"graceSeconds": 12, "propagationSeconds": 0.5},
+}
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_pool(**overrides: Any) -> PoolSpec:
+    return PoolSpec.model_validate(deep_merge(BASE_POOL, overrides))
+
+
+def stack_document(pool_overrides: dict[str, Any] | None = None, **config: Any) -> dict[str, Any]:
+    """A local stack document (the YAML's top-level mapping) with one short-timed sim pool."""
+    values: dict[str, Any] = {
+        "environment": "agenttest",
+        "target": "local",
+        "availabilityZones": ["local-a"],
+        "pools": [deep_merge(BASE_POOL, pool_overrides or {})],
+        "tenants": [{"name": "t", "apiKeyHashes": ["sha256:" + "0" * 64]}],
+        **config,
+    }
+    return {"config": {f"llmfleet:{k}": v for k, v in values.items()}}
+
+
+class VirtualClock:
+    """Monotonic and wall time that only move when someone sleeps: supervisor tests run instantly."""
+
+    def __init__(self, wall0: float = 1_790_000_000.0) -> None:
+        self.now = 1000.0
+        self.wall0 = wall0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.wall0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+
+class FakeEngine:
+    """An engine process: exits when killed, and on SIGTERM unless ``ignores_sigterm``."""
+
+    def __init__(self, pid: int, ignores_sigterm: bool = False) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.ignores_sigterm = ignores_sigterm
+        self.terminated_at: float | None = None
+        self.killed = False
+        self._exited = asyncio.Event()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def exit(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+            self._exited.set()
+
+    def terminate(self) -> None:
+        self.terminated_at = self.terminated_at or -1.0
+        if not self.ignores_sigterm:
+            self.exit(0)
+
+    def kill(self) -> None:
+        self.killed = True
+        self.exit(-9)
+
+
+@dataclass
+class FakeWorld:
+    """A spawner plus an engine client whose answers follow the current fake engine and the virtual clock."""
+
+    clock: VirtualClock
+    startup_s: float = 2.0
+    warm_ok: bool = True
+    healthy: bool = True
+    crash_on_start: bool = False
+    ignores_sigterm: bool = False
+    in_flight: float = 0.0
+    engines: list[FakeEngine] = field(default_factory=list)
+    spawned_at: list[float] = field(default_factory=list)
+    warmups: int = 0
+
+    @property
+    def engine(self) -> FakeEngine | None:
+        return self.engines[-1] if self.engines else None
+
+    async def spawn(self) -> FakeEngine:
+        engine = FakeEngine(100 + len(self.engines), ignores_sigterm=self.ignores_sigterm)
+        self.engines.append(engine)
+        self.spawned_at.append(self.clock.now)
+        if self.crash_on_start:
+            engine.exit(1)
+        return engine
+
+    def _listening(self) -> bool:
+        engine = self.engine
+        return (
+            engine is not None and engine.returncode is None and self.clock.now - self.spawned_at[-1] >= self.startup_s
+        )
+
+    async def health(self) -> Health:
+        if not self._listening():
+            return Health.REFUSED
+        return Health.OK if self.healthy else Health.UNHEALTHY
+
+    async def warm_up(self) -> bool:
+        self.warmups += 1
+        return self._listening() and self.warm_ok
+
+    async def metrics(self) -> str:
+        if not self._listening():
+            raise ConnectionError("refused")
+        return (
+            f"vllm:num_requests_running {self.in_flight}\nvllm:num_requests_waiting 0\n"
+            "vllm:kv_cache_usage_perc 0.1\nvllm:num_preemptions_total 0\n"
+            "vllm:prompt_tokens_total 0\nvllm:generation_tokens_total 0\n"
+        )
+
+    async def version(self) -> str | None:
+        return "sim-test"

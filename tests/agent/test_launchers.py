@@ -1,0 +1,70 @@
+"""Launchers: the exact vLLM command line for the prod pool, the simulator's, and the registry."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agent.launchers import REGISTRY, LaunchConfig, make_launcher
+from fleet.loader import load_spec
+from fleet.plugins import registered_names
+from tests.agent.builders import build_pool
+
+
+def test_vllm_argv_for_the_prod_pool_is_exact() -> None:
+    pool = load_spec("prod").spec.pool("qwen-7b")
+    argv = make_launcher(pool, LaunchConfig(host="0.0.0.0", port=8000)).argv()
+    assert argv[1:] == [
+        "serve", "Qwen/Qwen2.5-7B-Instruct",
+        "--host", "0.0.0.0",
+        "--port", "8000",
+        "--served-model-name", "qwen2.5-7b-instruct",
+        "--tensor-parallel-size", "1",
+        "--gpu-memory-utilization", "0.9",
+        "--max-model-len", "8192",
+        "--max-num-seqs", "256",
+        "--max-num-batched-tokens", "2048",
+        "--enable-prefix-caching",
+        "--shutdown-timeout", "105",  # grace 120 - propagation 10 - 5
+    ]  # fmt: skip
+    assert argv[0].endswith("vllm")
+
+
+@pytest.mark.parametrize("removed", ["--disable-log-requests", "--swap-space", "--swap-space=4"])
+def test_flags_removed_from_vllm_are_rejected(removed: str) -> None:
+    pool = build_pool(engine={"kind": "vllm", "extraArgs": [removed]})
+    with pytest.raises(ValueError, match="removed"):
+        make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1)).argv()
+
+
+def test_optional_flags_follow_the_spec() -> None:
+    pool = build_pool(engine={"kind": "vllm", "enablePrefixCaching": False, "dtype": "bfloat16"})
+    argv = make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, extra_args=("--enforce-eager",))).argv()
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert argv[-1] == "--enforce-eager"
+
+
+def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:
+    pool = build_pool(engine={"sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
+    config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))
+    argv = make_launcher(pool, config).argv()
+    assert argv[:6] == [sys.executable, "-m", "fleet.cli", "sim", "serve", "Qwen/Qwen2.5-7B-Instruct"]
+    flags = argv[6:]
+    pairs = dict(zip(flags[::2], flags[1::2], strict=False))
+    assert pairs["--port"] == "4321" and pairs["--max-num-seqs"] == "64"
+    assert flags[flags.index("--time-scale") + 1] == "20"
+    assert flags[flags.index("--startup-seconds") + 1] == "0.5"
+    assert flags[flags.index("--shutdown-timeout") + 1] == "6"  # 12 - 0.5 - 5, floored
+    assert flags[-1] == "--fault-hang"
+
+
+def test_registry_holds_the_engine_kinds_the_validator_checks() -> None:
+    assert {"vllm", "sim"} <= set(REGISTRY)
+    assert registered_names("engine kind") == sorted(REGISTRY)
+
+
+def test_unknown_kind_lists_known_ones() -> None:
+    with pytest.raises(ValueError, match="known: .*sim.*vllm"):
+        make_launcher(build_pool(engine={"kind": "tgi"}), LaunchConfig(host="127.0.0.1", port=1))
