@@ -29,7 +29,7 @@ from fleet.spec import PoolSpec
 from fleet.wire import ReplicaList
 from gateway.routing.base import EndpointView
 
-__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher"]
+__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher", "load_lines"]
 
 log = logging.getLogger("llmfleet.gateway.endpoints")
 
@@ -219,7 +219,7 @@ class Refresher:
             self.endpoints.set_ready(ep, health is not None)
         if metrics is not None:
             with contextlib.suppress(KeyError, ValueError):
-                ep.metrics = EngineMetrics.from_text(metrics)
+                ep.metrics = EngineMetrics.from_text(load_lines(metrics))
                 ep.metrics_at = self.endpoints._clock()
 
     async def _get(self, url: str) -> str | None:
@@ -230,6 +230,26 @@ class Refresher:
                 return await resp.text()
         except (aiohttp.ClientError, TimeoutError):
             return None
+
+
+# The series routing reads; everything else in a scrape (dozens of histograms) is skipped before parsing, which
+# keeps a scrape from blocking the event loop for milliseconds.
+_LOAD_SERIES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting{",
+    "vllm:num_requests_waiting ",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+)
+
+
+def load_lines(text: str) -> str:
+    """The lines of a ``/metrics`` scrape that `EngineMetrics` needs for load (TTFT buckets are left out)."""
+    return "\n".join(line for line in text.splitlines() if line.startswith(_LOAD_SERIES))
 
 
 def _rid(url: str) -> str:

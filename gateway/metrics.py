@@ -27,6 +27,7 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         p = "llmfleet_gateway_"
         self.requests = Counter(p + "requests", "Requests answered", ["tenant", "model", "status"], registry=r)
@@ -52,6 +53,14 @@ class GatewayMetrics:
         )
         self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, memoised: prometheus_client's own lookup takes a lock on every call."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

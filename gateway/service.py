@@ -142,11 +142,11 @@ class Gateway:
         routable = self.endpoints.routable(pool)
         per_replica = spec.engine.max_num_seqs + self.config.queue.per_replica_threshold
         self.admission[pool].set_capacity(routable * per_replica)
-        self.metrics.ready.labels(pool).set(routable)
+        self.metrics.child(self.metrics.ready, pool).set(routable)
 
     def _ejected(self, ep: Endpoint, backoff_s: float) -> None:
         del backoff_s  # Unused.
-        self.metrics.ejections.labels(ep.pool, ep.id).inc()
+        self.metrics.child(self.metrics.ejections, ep.pool, ep.id).inc()
 
     def _account(self, ep: Endpoint, exc: UpstreamError) -> None:
         if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
@@ -193,8 +193,9 @@ class Gateway:
         tenant = self.keys.authenticate(request.headers.get("Authorization"))
         out.tenant = tenant.name
         parsed = parse_body(await self.read_body(request), kind)
-        out.model, out.stream = parsed.model, parsed.stream
+        out.stream = parsed.stream
         pool = self.resolve(parsed.model, tenant)
+        out.model = pool.served_name  # never the client's string: metric labels stay bounded
         limits = QuotaLimits.of(tenant)
         check_fits(limits, parsed.reserve_tokens)
         reservation = await self.quota.acquire(tenant.name, limits, out.request_id, parsed.reserve_tokens)
@@ -202,13 +203,13 @@ class Gateway:
             if not self.dynamic and self.endpoints.routable(pool.name) == 0:
                 raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
             admission = self.admission[pool.name]
-            self.metrics.queue_depth.labels(pool.served_name).set(admission.waiting + 1)
+            self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting + 1)
             try:
                 slot = await admission.acquire(tenant.name, tenant.priority)
             finally:
-                self.metrics.queue_depth.labels(pool.served_name).set(admission.waiting)
+                self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting)
             out.queued_s = slot.waited_s
-            self.metrics.queue_wait.labels(pool.served_name, str(tenant.priority)).observe(slot.waited_s)
+            self.metrics.child(self.metrics.queue_wait, pool.served_name, str(tenant.priority)).observe(slot.waited_s)
             try:
                 return await self._attempts(request, parsed, pool, tenant, out)
             finally:
@@ -252,9 +253,9 @@ class Gateway:
             out.attempts += 1
             out.replica = ep.id
             out.routed_s = self.clock() - out.received
-            self.metrics.routed.labels(pool.served_name, ep.id).inc()
+            self.metrics.child(self.metrics.routed, pool.served_name, ep.id).inc()
             ep.in_flight += 1
-            gauge = self.metrics.in_flight.labels(pool.name, ep.id)
+            gauge = self.metrics.child(self.metrics.in_flight, pool.name, ep.id)
             gauge.inc()
             started = self.clock()
             try:
@@ -277,7 +278,7 @@ class Gateway:
             except UpstreamError as exc:
                 self._account(ep, exc)
                 if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
-                    self.metrics.retries.labels(pool.served_name, type(exc).__name__).inc()
+                    self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
                     log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
                     continue
                 raise _client_error(exc) from exc
@@ -350,17 +351,17 @@ class Gateway:
     def _record(self, out: Outcome, wall: float) -> None:
         out.done_s = self.clock() - out.received
         m = self.metrics
-        m.requests.labels(out.tenant, out.model, str(out.status)).inc()
+        m.child(m.requests, out.tenant, out.model, str(out.status)).inc()
         if out.status == 200:
-            m.e2e.labels(out.tenant, out.model).observe(out.done_s)
+            m.child(m.e2e, out.tenant, out.model).observe(out.done_s)
             if out.first_token_s is not None:
-                m.ttft.labels(out.tenant, out.model).observe(out.first_token_s)
+                m.child(m.ttft, out.tenant, out.model).observe(out.first_token_s)
             if out.prompt_tokens:
-                m.tokens.labels(out.tenant, out.model, "in").inc(out.prompt_tokens)
+                m.child(m.tokens, out.tenant, out.model, "in").inc(out.prompt_tokens)
             if out.completion_tokens:
-                m.tokens.labels(out.tenant, out.model, "out").inc(out.completion_tokens)
+                m.child(m.tokens, out.tenant, out.model, "out").inc(out.completion_tokens)
         if out.attempts and not out.stream:
-            m.overhead.labels(out.model).observe(max(0.0, out.done_s - out.upstream_s - (out.queued_s or 0.0)))
+            m.child(m.overhead, out.model).observe(max(0.0, out.done_s - out.upstream_s - (out.queued_s or 0.0)))
         if self.access_log is not None:
             self.access_log.write(
                 {

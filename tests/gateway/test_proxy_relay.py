@@ -24,3 +24,24 @@ def test_relay_counts_events_and_takes_usage(hide: bool, expect_usage_event: boo
     assert (relay.usage.prompt_tokens, relay.usage.completion_tokens) == (5, 2)
     assert (USAGE in sent) is expect_usage_event
     assert sent.endswith(DONE) and sent.count(CHUNK) == 2
+
+
+def test_scrape_filter_keeps_exactly_the_load_series() -> None:
+    from fleet.promtext import EngineMetrics
+    from gateway.endpoints import load_lines
+
+    text = "\n".join(
+        [
+            "# HELP vllm:num_requests_running x",
+            'vllm:num_requests_running{model_name="m"} 3.0',
+            'vllm:num_requests_waiting{model_name="m"} 2.0',
+            'vllm:num_requests_waiting_by_reason{reason="capacity"} 2.0',
+            'vllm:kv_cache_usage_perc{model_name="m"} 0.5',
+            'vllm:num_preemptions_total{model_name="m"} 0.0',
+            'vllm:prompt_tokens_total{model_name="m"} 10.0',
+            'vllm:generation_tokens_total{model_name="m"} 20.0',
+            'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 4.0',
+        ]
+    )
+    metrics = EngineMetrics.from_text(load_lines(text))
+    assert (metrics.running, metrics.waiting, metrics.kv_usage) == (3.0, 2.0, 0.5)

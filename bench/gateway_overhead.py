@@ -1,0 +1,352 @@
+"""Gateway overhead: the same load sent direct to one engine and through the gateway, in the same run.
+
+    .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick]
+
+Starts one simulator with (almost) zero model latency (``--time-scale 1e6``) and one ``llmfleet gateway``
+process with auth, in-memory quotas and power-of-two-choices routing, each pinned to its own core when the
+machine has two or more. The load generator (this process) runs three scenarios against both targets:
+non-streaming at concurrency 1 (added latency), non-streaming at concurrency 64 (throughput), and streaming
+responses of 256 chunks at concurrency 16 (relay cost). CPU per request is the gateway (or engine) process's
+user+system time from /proc divided by the requests served. With the ``bench`` extra installed it also runs
+LiteLLM's proxy against the same engine. It also measures the CPU that aiohttp and httpx clients spend per
+request (the reason the gateway proxies with aiohttp). Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fleet.validate import hash_api_key  # noqa: E402
+
+MODEL = "qwen2.5-7b-instruct"
+KEY = "sk-bench-key"
+_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
+
+
+@dataclass
+class Result:
+    scenario: str
+    target: str
+    requests: int
+    errors: int
+    seconds: float
+    latencies: list[float]
+    cpu_s: float | None
+    chunks: int
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pin(core: int | None) -> list[str]:
+    if core is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(core)]
+
+
+def _start(args: list[str], log: Path, marker: str) -> tuple[subprocess.Popen[bytes], str]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if marker in text and (match := _URL.search(text[text.index(marker) :])):
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{args} did not start:\n{log.read_text(errors='replace')}")
+
+
+def _stack(tmp: Path) -> Path:
+    config = {
+        "llmfleet:environment": "bench",
+        "llmfleet:target": "local",
+        "llmfleet:availabilityZones": ["local-a"],
+        "llmfleet:pools": [
+            {
+                "name": "qwen-7b",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "servedModelName": MODEL,
+                "engine": {"kind": "sim", "maxNumSeqs": 256},
+            }
+        ],
+        "llmfleet:gateway": {
+            "replicas": 1,
+            "queue": {"perReplicaThreshold": 64, "maxWaiting": 4096, "timeoutS": 30},
+            "routing": {"picker": {"name": "p2c"}},
+        },
+        "llmfleet:tenants": [
+            {
+                "name": "bench",
+                "apiKeyHashes": [hash_api_key(KEY)],
+                "requestsPerSecond": 1_000_000,
+                "tokensPerMinute": 10**12,
+                "maxConcurrency": 100_000,
+            }
+        ],
+    }
+    path = tmp / "Pulumi.bench.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+async def _run(
+    scenario: str, target: str, url: str, pid: int, requests: int, concurrency: int, stream_tokens: int | None
+) -> Result:
+    body: dict[str, object] = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    if stream_tokens:
+        body.update(max_tokens=stream_tokens, stream=True, ignore_eos=True)
+    data = json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+    chunks = 0
+    remaining = requests
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal remaining, errors, chunks
+        while remaining > 0:
+            remaining -= 1
+            start = time.perf_counter()
+            try:
+                async with session.post(url + "/v1/chat/completions", data=data, headers=headers) as resp:
+                    if stream_tokens:
+                        async for line in resp.content:
+                            if line.startswith(b"data: {"):
+                                chunks += 1
+                    else:
+                        await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+            except aiohttp.ClientError:
+                errors += 1
+            latencies.append(time.perf_counter() - start)
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(min(20, requests)):  # warm connections and code paths
+            async with session.post(url + "/v1/chat/completions", data=data, headers=headers) as resp:
+                await resp.read()
+        cpu0, t0 = _cpu_seconds(pid), time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        seconds, cpu = time.perf_counter() - t0, _cpu_seconds(pid) - cpu0
+    return Result(scenario, target, requests, errors, seconds, latencies, cpu, chunks)
+
+
+async def _client_cpu(url: str, n: int) -> dict[str, float]:
+    """CPU seconds per request this process spends with each HTTP client (same engine, concurrency 16)."""
+    import httpx
+
+    data = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
+    headers = {"Content-Type": "application/json"}
+    out: dict[str, float] = {}
+
+    async def timed(name: str, one: Callable[[], Awaitable[None]]) -> None:
+        for _ in range(20):
+            await one()
+        left = n
+        start = time.process_time()
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await one()
+
+        await asyncio.gather(*(worker() for _ in range(16)))
+        out[name] = (time.process_time() - start) / n
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def aio_one() -> None:
+            async with session.post(url + "/v1/chat/completions", data=data, headers=headers) as resp:
+                await resp.read()
+
+        await timed("aiohttp", aio_one)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as client:
+
+        async def httpx_one() -> None:
+            (await client.post(url + "/v1/chat/completions", content=data, headers=headers)).raise_for_status()
+
+        await timed("httpx", httpx_one)
+    return out
+
+
+def _litellm(tmp: Path, engine: str, core: int | None) -> tuple[subprocess.Popen[bytes], str] | None:
+    if shutil.which("litellm") is None and not (Path(sys.executable).parent / "litellm").exists():
+        return None
+    config = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {"model": f"openai/{MODEL}", "api_base": engine + "/v1", "api_key": "x"},
+            }
+        ]
+    }
+    path = tmp / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = 40000 + os.getpid() % 20000
+    env_cmd = ["env", "LITELLM_LOCAL_MODEL_COST_MAP=True"]
+    binary = str(Path(sys.executable).parent / "litellm")
+    args = [*env_cmd, *_pin(core), binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        proc, _ = _start(args, tmp / "litellm.log", "Uvicorn running on")
+    except RuntimeError:
+        return None
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _print(results: list[Result], clients: dict[str, float]) -> None:
+    head = f"{'scenario':<26}{'target':<9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'CPU ms/req':>12}"
+    head += f"{'chunks/s':>11}{'CPU us/chunk':>14}"
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        cpu = r.cpu_s / r.requests * 1000 if r.cpu_s is not None else float("nan")
+        cps = r.chunks / r.seconds if r.chunks else 0.0
+        per_chunk = r.cpu_s / r.chunks * 1e6 if r.chunks and r.cpu_s is not None else float("nan")
+        print(
+            f"{r.scenario:<26}{r.target:<9}{r.rps:>9.0f}{r.pct(0.5):>9.2f}{r.pct(0.99):>9.2f}{r.errors:>8}"
+            f"{cpu:>12.3f}{cps:>11.0f}{per_chunk:>14.1f}"
+        )
+    print()
+    by = {(r.scenario, r.target): r for r in results}
+    for scenario in dict.fromkeys(r.scenario for r in results):
+        direct, gw = by.get((scenario, "direct")), by.get((scenario, "gateway"))
+        if direct is None or gw is None:
+            continue
+        line = (
+            f"{scenario}: gateway/direct req/s {gw.rps / direct.rps:.2f}x, p50 +{gw.pct(0.5) - direct.pct(0.5):.2f} ms, "
+            f"p99 +{gw.pct(0.99) - direct.pct(0.99):.2f} ms, gateway CPU {gw.cpu_s / gw.requests * 1000:.3f} ms/req"  # type: ignore[operator]
+        )
+        if gw.chunks:
+            line += f" ({gw.cpu_s / gw.chunks * 1e6:.1f} us/chunk)"  # type: ignore[operator]
+        lite = by.get((scenario, "litellm"))
+        if lite is not None:
+            line += f"; litellm/gateway req/s {lite.rps / gw.rps:.2f}x"
+        print(line)
+    if clients:
+        print(
+            "upstream client CPU per request (this process, concurrency 16): "
+            + ", ".join(f"{name} {sec * 1000:.3f} ms" for name, sec in clients.items())
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    cores = os.cpu_count() or 1
+    engine_core, gateway_core = (0, 1) if cores >= 2 else (None, None)
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        try:
+            sim_cmd = [
+                *_pin(engine_core),
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "sim",
+                "serve",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--served-model-name",
+                MODEL,
+                "--time-scale",
+                "1000000",
+                "--startup-seconds",
+                "0",
+                "--max-num-seqs",
+                "256",
+                "--disable-log-stats",
+            ]
+            sim, engine = _start(sim_cmd, tmp / "sim.log", "API server")
+            procs.append(sim)
+            gw_cmd = [
+                *_pin(gateway_core),
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "gateway",
+                "--stack",
+                str(_stack(tmp)),
+                "--port",
+                "0",
+                "--replica",
+                engine,
+                "--no-access-log",
+                "--log-level",
+                "WARNING",
+            ]
+            gw, gateway = _start(gw_cmd, tmp / "gateway.log", "listening on")
+            procs.append(gw)
+            targets = [("direct", engine, sim.pid), ("gateway", gateway, gw.pid)]
+            lite = _litellm(tmp, engine, gateway_core) if not args.quick else None
+            if lite is not None:
+                procs.append(lite[0])
+                targets.append(("litellm", lite[1], lite[0].pid))
+            n = args.requests
+            scenarios = [
+                ("non-stream c=1", max(200, n // 10), 1, None),
+                ("non-stream c=64", n, 64, None),
+                ("stream 256 chunks c=16", max(64, n // 20), 16, 256),
+            ]
+            results = []
+            for name, count, concurrency, tokens in scenarios:
+                for target, url, pid in targets:  # same run, back to back
+                    results.append(await _run(name, target, url, pid, count, concurrency, tokens))
+            clients = await _client_cpu(engine, max(300, n // 5))
+            print(
+                f"\ncores: {cores}; engine on core {engine_core}, gateway on core {gateway_core}; "
+                f"litellm: {'run' if lite else 'not installed (pip install -e .[bench])'}\n"
+            )
+            _print(results, clients)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=4000, help="requests in the c=64 scenario")
+    parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
+    ns = parser.parse_args()
+    if ns.quick:
+        ns.requests = min(ns.requests, 1000)
+    asyncio.run(main(ns))
+    del statistics
