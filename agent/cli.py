@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s agent %(name)s: %(message)s", stream=sys.stderr
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
     try:
         stack = load_spec(args.stack)
         pool = stack.spec.pool(args.pool)

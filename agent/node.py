@@ -171,7 +171,12 @@ class Agent:
             },
             "gpus": self.gpus,
             "transitions": [
-                {"from": t.source.value, "event": t.event.value, "to": t.target.value, "at_s": round(t.at, 3)}
+                {
+                    "from": t.source.value,
+                    "event": t.event.value,
+                    "to": t.target.value,
+                    "ago_s": round(self.clock.monotonic() - t.at, 3),
+                }
                 for t in sup.machine.history[-20:]
             ],
         }
@@ -188,8 +193,9 @@ class Agent:
         self.gpus = await query_gpus()
         try:
             code = await self.supervisor.run()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.reporter.push_once(), timeout=2.0)  # tell it we stopped
+            if self.control.base_url is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.reporter.push_once(), timeout=3.0)  # tell it we stopped
             return code
         finally:
             reporter.cancel()

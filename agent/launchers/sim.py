@@ -25,6 +25,9 @@ class SimLauncher(Launcher, name="sim"):
             "--gpu-profile", sim.gpu_profile,
             "--time-scale", _num(sim.time_scale),
             "--startup-seconds", _num(sim.startup_seconds),
+            "--jitter", _num(sim.jitter),
+            "--degradation-per-72h", _num(sim.degradation_per_72h),
+            "--seed", str(sim.seed),
         ]  # fmt: skip
         head = [sys.executable, "-m", "fleet.cli", "sim", "serve", self.pool.model]
         return [*head, *self.common_flags(), *flags, *self.extra_flags()]
