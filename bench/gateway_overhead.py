@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -247,12 +246,14 @@ def _print(results: list[Result], clients: dict[str, float]) -> None:
         direct, gw = by.get((scenario, "direct")), by.get((scenario, "gateway"))
         if direct is None or gw is None:
             continue
+        cpu = (gw.cpu_s or 0.0) / gw.requests * 1000
         line = (
-            f"{scenario}: gateway/direct req/s {gw.rps / direct.rps:.2f}x, p50 +{gw.pct(0.5) - direct.pct(0.5):.2f} ms, "
-            f"p99 +{gw.pct(0.99) - direct.pct(0.99):.2f} ms, gateway CPU {gw.cpu_s / gw.requests * 1000:.3f} ms/req"  # type: ignore[operator]
+            f"{scenario}: gateway/direct req/s {gw.rps / direct.rps:.2f}x, "
+            f"p50 +{gw.pct(0.5) - direct.pct(0.5):.2f} ms, p99 +{gw.pct(0.99) - direct.pct(0.99):.2f} ms, "
+            f"gateway CPU {cpu:.3f} ms/req"
         )
         if gw.chunks:
-            line += f" ({gw.cpu_s / gw.chunks * 1e6:.1f} us/chunk)"  # type: ignore[operator]
+            line += f" ({(gw.cpu_s or 0.0) / gw.chunks * 1e6:.1f} us/chunk)"
         lite = by.get((scenario, "litellm"))
         if lite is not None:
             line += f"; litellm/gateway req/s {lite.rps / gw.rps:.2f}x"
@@ -349,4 +350,3 @@ if __name__ == "__main__":
     if ns.quick:
         ns.requests = min(ns.requests, 1000)
     asyncio.run(main(ns))
-    del statistics
