@@ -7,7 +7,8 @@ Order (each step sees the previous one's number; the first that binds is named i
    trend and raise the proposal by the same factor (never lowers it);
 3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
    while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
-   zero). TTFT: P99 above the SLO adds one replica unless capacity is already arriving (cold start), and
+   zero). TTFT: P99 above the SLO adds one replica while requests are in the pool, unless capacity is already
+   arriving (cold start), and
    blocks shrinking while P99 is within 80% of the SLO. Throughput: the policy's own number. A lower
    priority can never undo a higher one, so two triggers never act against each other;
 4. bounds ``[min, max]``;
@@ -109,12 +110,13 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         no_shrink = "availability: no fresh metrics; unknown load is not zero load"
     ttft = ctx.ttft_p99_s
     if ttft is not None and ttft > ctx.ttft_slo_s:
-        if ctx.arriving:
-            no_shrink = no_shrink or f"ttft: P99 {ttft * 1000:.0f}ms over SLO, {len(ctx.arriving)} replica(s) arriving"
-            desired = max(desired, capacity)
-        elif desired <= capacity:
+        over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms"
+        no_shrink = no_shrink or over
+        # Add one while requests are in the pool and no capacity is arriving yet (a cold start already under
+        # way is the answer); a lagging P99 over an idle pool adds nothing.
+        if not ctx.arriving and desired <= capacity and ctx.demand > 0:
             desired = capacity + 1
-            reason = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms: add one"
+            reason = f"{over}: add one"
     elif ttft is not None and ttft > 0.8 * ctx.ttft_slo_s and desired < capacity:
         no_shrink = no_shrink or f"ttft: P99 {ttft * 1000:.0f}ms within 20% of the SLO"
     if no_shrink and desired < capacity:

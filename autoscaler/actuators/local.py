@@ -163,16 +163,24 @@ class LocalActuator(Actuator, name="local"):
     async def _stop(self, agent: _Agent, drain: bool) -> None:
         pool = self.spec.pool(agent.pool)
         try:
-            if drain:
-                with contextlib.suppress(httpx.HTTPError):
-                    await self._http.post(f"{agent.agent_url}/drain")
+            if drain and await self._post_drain(agent):
                 await self._wait_drained(agent, pool.drain.grace_seconds)
+            # SIGTERM also drains (the same path Kubernetes uses); it is the way in when the agent's API is not
+            # up yet, e.g. a replica launched a moment ago.
             self._signal(agent, signal.SIGTERM)
             if not await self._wait_exit(agent, 10.0):
                 self._signal(agent, signal.SIGKILL)
                 await self._wait_exit(agent, 5.0)
         finally:
             self._forget(agent)
+
+    async def _post_drain(self, agent: _Agent) -> bool:
+        """Ask the agent to drain; False when it cannot take the request (not listening yet, or refused)."""
+        try:
+            response = await self._http.post(f"{agent.agent_url}/drain")
+        except httpx.HTTPError:
+            return False
+        return response.status_code < 300
 
     async def _wait_drained(self, agent: _Agent, grace_s: float) -> None:
         """Until the agent exits or says ``stopped`` (its engine finished in-flight work), at most ``grace_s``."""

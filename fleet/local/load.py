@@ -129,8 +129,10 @@ async def run_load(
     seed: int = 0,
     on_progress: Callable[[LoadStats], None] | None = None,
     stats: LoadStats | None = None,
+    stop: asyncio.Event | None = None,
 ) -> LoadStats:
-    """Send Poisson traffic at ``rps`` for ``duration_s``, then wait for every request to finish."""
+    """Send Poisson traffic at ``rps`` for ``duration_s`` (or until ``stop`` is set), then wait for every
+    request in flight to finish: none is abandoned, so every request ends as ok or as a counted error."""
     rng = random.Random(seed)
     stats = stats or LoadStats()
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
@@ -141,7 +143,7 @@ async def run_load(
         end = loop.time() + duration_s
         next_progress = loop.time()
         next_send = loop.time()
-        while loop.time() < end:
+        while loop.time() < end and not (stop is not None and stop.is_set()):
             now = loop.time()
             while next_send <= now:
                 task = asyncio.create_task(_one(client, _request(rng, model, prompt_tokens, output_tokens), stats))
@@ -152,7 +154,7 @@ async def run_load(
             if on_progress is not None and now >= next_progress:
                 on_progress(stats)
                 next_progress = now + 0.5
-            await asyncio.sleep(max(0.0, min(next_send, end) - loop.time()))
+            await asyncio.sleep(max(0.0, min(next_send, end, loop.time() + 0.1) - loop.time()))
         while tasks:
             await asyncio.wait(set(tasks), timeout=0.5)
             if on_progress is not None:

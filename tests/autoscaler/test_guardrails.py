@@ -75,9 +75,14 @@ def test_stale_replicas_block_scale_down_and_the_reason_says_so() -> None:
 
 
 def test_ttft_breach_adds_a_replica_even_when_throughput_wants_fewer() -> None:
-    ctx = context(ready("a", ttft=0.5), ready("b", ttft=0.2))
+    ctx = context(ready("a", running=3, ttft=0.5), ready("b", ttft=0.2))
     verdict = guard(ctx, 1, scale_down_stabilization_s=0)
     assert verdict.target == 3 and verdict.reason.startswith("ttft")
+
+
+def test_a_lagging_ttft_over_an_idle_pool_adds_nothing_but_holds_scale_down() -> None:
+    verdict = guard(context(ready("a", ttft=0.5), ready("b")), 1, scale_down_stabilization_s=0)
+    assert verdict.target == 2
 
 
 def test_ttft_breach_waits_for_arriving_capacity_instead_of_adding_more() -> None:

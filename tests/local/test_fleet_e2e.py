@@ -1,0 +1,163 @@
+"""The whole fleet on loopback (`llmfleet up` with a short-timed stack): serve, scale out, scale back, stop.
+
+One fleet per module; the tests run in file order: streamed completion, scale out under load and back to the
+minimum with no failed request, a silent replica not counted as idle capacity, and Ctrl-C leaving no process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fleet.local.load import LoadStats, run_load
+from fleet.validate import DEMO_API_KEY
+from tests.local.conftest import Fleet, stop_fleet
+
+pytestmark = pytest.mark.slow
+
+MODEL = "qwen2.5-7b-instruct"
+
+
+async def poll(predicate: Callable[[], Any], timeout_s: float, what: str, fleet: Fleet) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError, KeyError):
+            value = await predicate()
+            if value:
+                return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{fleet.logs()}")
+
+
+async def replicas(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = (await client.get("/v1/pools/qwen-7b/replicas")).json()["replicas"]
+    return listed
+
+
+def test_up_prints_the_banner_and_a_streamed_completion_works(fleet: Fleet) -> None:
+    banner = fleet.output[0]
+    assert fleet.gateway in banner and DEMO_API_KEY in banner and "curl -N" in banner and "OpenAI(" in banner
+    body = {"model": MODEL, "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "Hello!"}]}
+    headers = {"Authorization": f"Bearer {DEMO_API_KEY}"}
+    with httpx.stream("POST", f"{fleet.gateway}/v1/chat/completions", json=body, headers=headers, timeout=30) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert len(lines) >= 2 and lines[-1] == "data: [DONE]"
+
+
+async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: Fleet) -> None:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2) as cp:
+        busy = LoadStats()
+        burst = asyncio.create_task(
+            run_load(
+                fleet.gateway,
+                DEMO_API_KEY,
+                MODEL,
+                rps=12,
+                duration_s=10,
+                prompt_tokens=64,
+                output_tokens=48,
+                seed=1,
+                stats=busy,
+            )
+        )
+        served: dict[str, float] = {}
+
+        async def scaled_out() -> bool:
+            for r in await replicas(cp):
+                running = r["last_report"].get("running") or 0
+                served[r["replica"]] = max(served.get(r["replica"], 0), running)
+            ready = [r for r in await replicas(cp) if r["state"] == "ready" and not r["stale"]]
+            return len(ready) >= 2 and sum(1 for v in served.values() if v > 0) >= 2
+
+        await poll(scaled_out, 30, "a second replica ready and taking traffic", fleet)
+        await burst
+        assert busy.errors == {} and busy.ok == busy.sent > 50
+
+        # A trickle keeps requests in flight while the pool shrinks: drained victims must not fail any.
+        trickle, stop = LoadStats(), asyncio.Event()
+        quiet = asyncio.create_task(
+            run_load(
+                fleet.gateway,
+                DEMO_API_KEY,
+                MODEL,
+                rps=1.5,
+                duration_s=60,
+                prompt_tokens=32,
+                output_tokens=24,
+                seed=2,
+                stats=trickle,
+                stop=stop,
+            )
+        )
+
+        async def back_to_min() -> bool:
+            live = [r for r in await replicas(cp) if r["state"] != "draining"]
+            downs = [d for d in (await cp.get("/v1/decisions")).json()["decisions"] if d["kind"] == "scale-down"]
+            return len(live) == 1 and len(downs) >= 1
+
+        try:
+            await poll(back_to_min, 60, "the pool back at its minimum", fleet)
+            await asyncio.sleep(1.0)  # the last victim's drain finishes with the trickle still running
+        finally:
+            stop.set()
+            await quiet  # every request in flight finishes
+        assert trickle.errors == {}, trickle.errors
+        assert trickle.ok >= 5
+
+        decisions = (await cp.get("/v1/decisions")).json()["decisions"]
+    ups = [d for d in decisions if d["kind"] == "scale-up" and d["current"] >= 1]
+    downs = [d for d in decisions if d["kind"] == "scale-down"]
+    assert ups and all(d["reason"] and d["inputs"]["queue_depth"] is not None for d in ups)
+    assert downs and all("low for" in d["reason"] and d["victims"] for d in downs)
+    assert min(d["at"] for d in downs) - max(d["at"] for d in ups) >= 4.0  # the stabilisation window held
+
+
+async def test_a_replica_whose_reports_stop_is_not_counted_as_idle_capacity(fleet: Fleet) -> None:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2) as cp:
+        [victim] = [r["replica"] for r in await replicas(cp) if r["state"] == "ready"]
+        pid = agent_pid(fleet, victim)
+        os.kill(pid, signal.SIGSTOP)  # the agent freezes: its reports stop, its engine still runs
+        try:
+
+            async def flagged() -> bool:
+                return any(r["replica"] == victim and r["stale"] for r in await replicas(cp))
+
+            await poll(flagged, 15, f"{victim} flagged stale", fleet)
+
+            async def replaced() -> dict[str, Any] | None:
+                for d in (await cp.get("/v1/decisions")).json()["decisions"]:
+                    if d["kind"] == "scale-up" and victim in d["inputs"]["unknown"]:
+                        return d
+                return None
+
+            decision = await poll(replaced, 15, "a scale-up replacing the silent replica", fleet)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert decision["inputs"]["capacity"] == 0
+    assert decision["reason"].startswith("availability")
+
+
+def agent_pid(fleet: Fleet, replica: str) -> int:
+    for pid in fleet.tree():
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"agent" in argv and replica.encode() in argv:
+                return pid
+    raise AssertionError(f"no agent process for {replica}")
+
+
+def test_sigint_stops_everything_and_leaves_no_process(fleet: Fleet) -> None:
+    assert len(fleet.tree()) >= 5  # up, control plane, gateway, agents, engines
+    code, left = stop_fleet(fleet)
+    assert code == 0
+    assert left == set()
