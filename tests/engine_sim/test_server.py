@@ -218,7 +218,6 @@ async def test_client_disconnect_aborts_the_request_and_frees_its_blocks(start_s
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
                 break
-    assert sim.engine.scheduler.kv_usage > 0 or sim.engine.scheduler.num_running == 0
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         samples = await _scrape(sim)
