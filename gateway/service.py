@@ -14,8 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -75,7 +74,6 @@ class Outcome:
     done_s: float | None = None
     upstream_s: float = 0.0
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Gateway:

@@ -119,6 +119,14 @@ def sims(tmp_path: Path) -> Iterator[SimFactory]:
         proc.kill()
 
 
+@pytest.fixture(scope="module")
+def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """One healthy, fast simulator shared by a module's tests that inject no fault."""
+    proc = _start(sim_args(), tmp_path_factory.mktemp("sim") / "sim.log", "API server")
+    yield proc
+    proc.kill()
+
+
 def settings_for(urls: list[str], pool: str = "qwen-7b", **spec_overrides: Any) -> GatewaySettings:
     from tests.gateway.builders import fleet_spec
 

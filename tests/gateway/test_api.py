@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 
 from fleet.validate import hash_api_key
 from tests.gateway.builders import BASE_CONFIG, KEYS, MODEL, gateway_config
-from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.gateway.conftest import Proc, SimFactory, serve, settings_for
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 8}
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}"}
@@ -41,9 +41,8 @@ async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> t
         ("pool-at-zero", {**CHAT, "model": "small-model"}, GOLD, 503),
     ],
 )
-async def test_status_codes(sims: SimFactory, name: str, body: Any, headers: dict[str, str], status: int) -> None:
-    (sim,) = sims([])
-    async with serve(settings_for([sim.url])) as (url, _):
+async def test_status_codes(shared_sim: Proc, name: str, body: Any, headers: dict[str, str], status: int) -> None:
+    async with serve(settings_for([shared_sim.url])) as (url, _):
         got, response_headers, payload = await _post(url, body, {**headers, "x-request-id": f"req-{name}"})
     assert got == status, payload
     assert response_headers["x-request-id"] == f"req-{name}"
@@ -53,8 +52,8 @@ async def test_status_codes(sims: SimFactory, name: str, body: Any, headers: dic
         assert int(response_headers["Retry-After"]) >= 1  # retryable, never a 404 for a pool at zero
 
 
-async def test_quota_429_with_retry_after(sims: SimFactory) -> None:
-    (sim,) = sims([])
+async def test_quota_429_with_retry_after(shared_sim: Proc) -> None:
+    sim = shared_sim
     tenants = [dict(BASE_CONFIG["llmfleet:tenants"][0], requestsPerSecond=1)]
     async with serve(settings_for([sim.url], tenants=tenants)) as (url, _):
         first = await _post(url, CHAT, GOLD)
@@ -63,15 +62,11 @@ async def test_quota_429_with_retry_after(sims: SimFactory) -> None:
     assert second[2]["error"]["type"] == "rate_limit_error" and int(second[1]["Retry-After"]) >= 1
 
 
-async def test_queue_full_429_queue_timeout_503_and_first_token_timeout_504(sims: SimFactory) -> None:
+async def test_queue_full_429_and_queue_timeout_503(sims: SimFactory) -> None:
     (slow,) = sims([], time_scale=1.0, max_num_seqs=1)
-    gateway = gateway_config(
-        queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 0.3}, timeouts={"firstTokenS": 0.5}
-    )
-    settings = settings_for([slow.url], gateway=gateway)
+    gateway = gateway_config(queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 0.3})
     pool = dict(BASE_CONFIG["llmfleet:pools"][0], engine={"kind": "sim", "maxNumSeqs": 1})
     settings = settings_for([slow.url], gateway=gateway, pools=[pool, BASE_CONFIG["llmfleet:pools"][1]])
-    del pool
     long = {**CHAT, "max_tokens": 3000, "stream": True}
     async with serve(settings) as (url, _):
         holder = asyncio.create_task(_post(url, long, GOLD))  # occupies the only slot
@@ -85,8 +80,8 @@ async def test_queue_full_429_queue_timeout_503_and_first_token_timeout_504(sims
     assert timed_out[0] == 503 and "Retry-After" in timed_out[1]
 
 
-async def test_openai_client_models_chat_stream_and_completions(sims: SimFactory) -> None:
-    (sim,) = sims([])
+async def test_openai_client_models_chat_stream_and_completions(shared_sim: Proc) -> None:
+    sim = shared_sim
     async with serve(settings_for([sim.url])) as (url, _):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0)
         bronze = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["bronze"], max_retries=0)
@@ -113,8 +108,8 @@ async def test_openai_client_models_chat_stream_and_completions(sims: SimFactory
             await bronze.close()
 
 
-async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(sims: SimFactory) -> None:
-    (sim,) = sims([])
+async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(shared_sim: Proc) -> None:
+    sim = shared_sim
     assert hash_api_key(KEYS["bronze"]) in BASE_CONFIG["llmfleet:tenants"][1]["apiKeyHashes"]
     headers = {"Authorization": f"Bearer {KEYS['bronze']}", "x-tenant": "gold", "x-priority": "9"}
     async with serve(settings_for([sim.url])) as (url, gw):
@@ -125,8 +120,8 @@ async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(sims:
     assert 'tenant="bronze"' in text and 'llmfleet_gateway_requests_total{model="' + MODEL in text
 
 
-async def test_health_ready_metrics_and_unknown_path(sims: SimFactory) -> None:
-    (sim,) = sims([])
+async def test_health_ready_metrics_and_unknown_path(shared_sim: Proc) -> None:
+    sim = shared_sim
     async with serve(settings_for([sim.url])) as (url, _):
         async with aiohttp.ClientSession() as session:
             for path, status in [("/healthz", 200), ("/readyz", 200), ("/metrics", 200), ("/nope", 404)]:

@@ -1,0 +1,48 @@
+"""EndpointSet: outlier ejection with growing backoff, bounded to a fraction of the pool."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.endpoints import EndpointSet, OutlierPolicy
+from tests.gateway.builders import fleet_spec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _set(size: int, clock: Clock) -> EndpointSet:
+    spec = fleet_spec()
+    endpoints = EndpointSet(spec.pools, clock, OutlierPolicy(consecutive_failures=3, base_s=5, max_s=40))
+    endpoints.set_members("qwen-7b", [(f"r{i}", f"http://r{i}", True) for i in range(size)])
+    return endpoints
+
+
+def test_consecutive_failures_eject_with_growing_backoff() -> None:
+    clock = Clock()
+    endpoints = _set(3, clock)
+    ep = endpoints.get("qwen-7b", "r0")
+    assert ep is not None
+    assert [endpoints.failed(ep) for _ in range(3)] == [False, False, True]
+    assert endpoints.routable("qwen-7b") == 2
+    backoffs = []
+    for _ in range(4):
+        backoffs.append(ep.ejected_until - clock.now)
+        clock.now = ep.ejected_until
+        endpoints.failed(ep, eject_now=True)
+    assert backoffs == [5, 10, 20, 40]
+    clock.now = ep.ejected_until
+    endpoints.succeeded(ep)
+    assert endpoints.routable("qwen-7b") == 3
+
+
+@pytest.mark.parametrize(("size", "max_ejected"), [(1, 0), (2, 1), (3, 1), (4, 2), (10, 5)])
+def test_at_most_half_the_pool_is_ejected(size: int, max_ejected: int) -> None:
+    endpoints = _set(size, Clock())
+    ejected = sum(endpoints.failed(ep, eject_now=True) for ep in endpoints.members("qwen-7b"))
+    assert ejected == max_ejected
