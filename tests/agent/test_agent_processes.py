@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
