@@ -146,3 +146,20 @@ async def test_pools_and_metrics(served: Served) -> None:
     assert 'llmfleet_pool_replicas{pool="qwen-7b",state="ready"} 1.0' in text
     assert "llmfleet_control_plane_reports_total" in text
     assert (await served.http.get("/healthz")).status_code == 200
+
+
+def test_victims_are_launching_first_then_least_loaded_never_unknown() -> None:
+    from autoscaler.context import ReplicaLoad
+    from autoscaler.loop import pick_victims
+    from tests.autoscaler.builders import context, ready, stale
+
+    ctx = context(
+        ready("busy", waiting=3, running=10),
+        ready("light", running=1),
+        ready("idle"),
+        ReplicaLoad("new", "launching"),
+        stale("silent"),
+        ReplicaLoad("leaving", "draining"),
+    )
+    assert pick_victims(ctx, 3) == ("new", "idle", "light")
+    assert pick_victims(ctx, 9) == ("new", "idle", "light", "busy", "silent")

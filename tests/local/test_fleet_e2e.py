@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +148,34 @@ async def test_a_replica_whose_reports_stop_is_not_counted_as_idle_capacity(flee
             os.kill(pid, signal.SIGCONT)
     assert decision["inputs"]["capacity"] == 0
     assert decision["reason"].startswith("availability")
+
+
+def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "fleet.cli"]
+    table = subprocess.run(
+        [*cli, "status", "--control-plane", fleet.control_plane], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert "pool qwen-7b" in table and "recent decisions:" in table and "scale-up" in table
+    raw = subprocess.run(
+        [*cli, "status", "--json", "--control-plane", fleet.control_plane],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    [pool] = json.loads(raw)["pools"]
+    assert pool["replica_list"] and pool["replica_list"][0]["engine_url"].startswith("http://127.0.0.1:")
+    summary = tmp_path / "summary.json"
+    done = subprocess.run(
+        [*cli, "load", "--rps", "4", "--duration", "1.5", "--gateway", fleet.gateway, "--summary", str(summary)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(summary.read_text())
+    assert figures["sent"] == figures["ok"] > 0 and figures["errors"] == {}
+    assert "sent" in done.stderr and "TTFT" in done.stderr  # the progress line
 
 
 def agent_pid(fleet: Fleet, replica: str) -> int:
