@@ -1,0 +1,150 @@
+"""Autoscaling bench: the shipped policies, through the same guard-rails, on one synthetic day-shape trace.
+
+A fluid model of one pool (no processes, so it runs in a second): requests arrive at the trace's rate, each
+ready replica runs up to ``SLOTS`` at once, each for ``SERVICE_S`` (so ``MU`` requests/s at full batch), the rest
+wait; a new replica is ready
+``COLD_START_S`` after launch. The loop ticks every ``intervalS`` and sees what agents would report (waiting,
+running, KV usage, a TTFT estimate). Printed per policy: replica-hours, mean utilisation of ready replicas, peak
+queue, seconds with the TTFT estimate over the SLO, and the number of scaling actions.
+
+    .venv/bin/python bench/autoscaling.py
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoscaler.context import ReplicaLoad, ScalingContext
+from autoscaler.guardrails import apply_guardrails
+from autoscaler.policies import make_policy
+from fleet.spec import AutoscalingSpec
+
+MU = 6.0  # requests/s one replica completes at full batch
+SLOTS = 16  # concurrent sequences per replica (maxNumSeqs)
+SERVICE_S = SLOTS / MU  # mean time a request runs (Little's law at full batch)
+COLD_START_S = 45.0
+SLO_S = 0.3
+BASE_TTFT_S = 0.08
+MIN, MAX = 1, 12
+
+
+def rate(t: float) -> float:
+    """Requests/s: quiet, a ramp to a peak, a plateau, a sudden drop, a second short burst."""
+    if t < 120:
+        return 3.0
+    if t < 420:
+        return 3.0 + (t - 120) * 0.17  # to ~54 req/s
+    if t < 720:
+        return 54.0
+    if t < 900:
+        return 10.0
+    if t < 960:
+        return 40.0
+    return 5.0
+
+
+@dataclass
+class Result:
+    name: str
+    replica_s: float = 0.0
+    busy_s: float = 0.0
+    ready_s: float = 0.0
+    peak_queue: float = 0.0
+    over_slo_s: float = 0.0
+    actions: int = 0
+
+
+def simulate(name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1500.0, dt: float = 0.5) -> Result:
+    policy = make_policy(policy_name)
+    result = Result(name)
+    ready, launching = MIN, []  # launching: ready-at times
+    in_system, state, history = 0.0, {}, []
+    next_tick, t = 0.0, 0.0
+    while t < end_s:
+        launching, newly = [x for x in launching if x > t], [x for x in launching if x <= t]
+        ready += len(newly)
+        in_system += rate(t) * dt
+        running = min(in_system, ready * SLOTS)
+        served = running * dt / SERVICE_S  # each running request finishes after SERVICE_S on average
+        in_system -= served
+        running = min(in_system, ready * SLOTS)
+        waiting = max(0.0, in_system - ready * SLOTS)
+        ttft = BASE_TTFT_S + waiting / max(ready * MU, 1e-9)
+        result.replica_s += (ready + len(launching)) * dt
+        result.busy_s += served / MU
+        result.ready_s += ready * dt
+        result.peak_queue = max(result.peak_queue, waiting)
+        result.over_slo_s += dt if ttft > SLO_S else 0.0
+        if t >= next_tick:
+            next_tick += cfg.interval_s
+            per = ReplicaLoad(
+                "r",
+                "ready",
+                waiting=waiting / ready,
+                running=running / ready,
+                kv_usage=min(1.0, running / ready / SLOTS * 0.5),
+                ttft_p99_s=ttft,
+            )
+            replicas = tuple(
+                ReplicaLoad(
+                    f"r{i}", "ready", waiting=per.waiting, running=per.running, kv_usage=per.kv_usage, ttft_p99_s=ttft
+                )
+                for i in range(ready)
+            )
+            replicas += tuple(ReplicaLoad(f"l{i}", "launching") for i in range(len(launching)))
+            history = [(ht, hv) for ht, hv in history if t - ht <= COLD_START_S] + [(t, waiting + running)]
+            ctx = ScalingContext(
+                pool="p",
+                now=t,
+                replicas=replicas,
+                min_replicas=MIN,
+                max_replicas=MAX,
+                target_queue_per_replica=cfg.target_queue_per_replica,
+                target_kv_usage=cfg.target_kv_usage,
+                target_utilisation=cfg.target_utilisation,
+                max_num_seqs=SLOTS,
+                ttft_slo_s=SLO_S,
+                cold_start_s=COLD_START_S,
+                demand_history=tuple(history),
+                params=cfg.policy.params,
+                state=state,
+            )
+            verdict = apply_guardrails(ctx, policy.propose(ctx), cfg)
+            state = verdict.state
+            delta = verdict.target - ctx.current
+            if delta > 0:
+                launching += [t + COLD_START_S] * delta
+                result.actions += 1
+            elif delta < 0:
+                drop = -delta
+                cancel = min(drop, len(launching))
+                launching = launching[cancel:]
+                ready = max(0, ready - (drop - cancel))
+                result.actions += 1
+        t += dt
+    return result
+
+
+def main() -> None:
+    base = {"interval_s": 5.0, "scale_down_stabilization_s": 120.0, "max_scale_up_step": 4}
+    runs = [
+        simulate("threshold (waiting > 5)", "threshold", AutoscalingSpec(**base)),
+        simulate("target-tracking", "target-tracking", AutoscalingSpec(**base)),
+        simulate("target-tracking + predictive", "target-tracking", AutoscalingSpec(**base, predictive=True)),
+    ]
+    print(
+        f"fluid pool model: {MU:g} req/s and {SLOTS} slots per replica, cold start {COLD_START_S:g}s, "
+        f"TTFT SLO {SLO_S * 1000:.0f}ms, replicas {MIN}..{MAX}, trace peak 54 req/s"
+    )
+    print(f"{'policy':<32} {'replica-h':>9} {'util':>6} {'peak queue':>10} {'over SLO s':>10} {'actions':>8}")
+    for r in runs:
+        util = r.busy_s / r.ready_s if r.ready_s else math.nan
+        print(
+            f"{r.name:<32} {r.replica_s / 3600:>9.2f} {util:>6.0%} {r.peak_queue:>10.0f} "
+            f"{r.over_slo_s:>10.0f} {r.actions:>8}"
+        )
+
+
+if __name__ == "__main__":
+    main()
