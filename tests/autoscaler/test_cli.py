@@ -1,0 +1,53 @@
+"""``llmfleet control-plane`` as a real process: serves, decides, and in dry-run launches nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from autoscaler.actuators.local import free_port
+from fleet.local.procs import descendants
+
+
+def test_dry_run_control_plane_logs_decisions_and_starts_no_agent() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "control-plane", "--stack", "local", "--port", str(port), "--dry-run"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        decisions: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not decisions:
+            try:
+                decisions = httpx.get(f"http://127.0.0.1:{port}/v1/decisions", timeout=1).json()["decisions"]
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        assert decisions and decisions[0]["kind"] == "scale-up"
+        assert str(decisions[0]["reason"]).startswith("availability")
+        assert descendants(process.pid) == set()  # dry run: nothing launched
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def test_unknown_stack_exits_2_with_the_list_of_stacks() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "control-plane", "--stack", "nope", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "local" in done.stderr
