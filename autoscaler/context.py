@@ -92,13 +92,18 @@ class ScalingContext:
 
     @property
     def unknown(self) -> tuple[ReplicaLoad, ...]:
-        """Replicas whose health or load is unknown or bad: stale, failed, or ready without metrics."""
+        """Replicas whose load is unknown: stale (reports stopped) or ready without metrics (scrape failed)."""
         return tuple(
             r
             for r in self.replicas
-            if r.state not in ("draining", "stopped")
-            and (r.stale or r.state == "failed" or (r.state == "ready" and not r.has_metrics))
+            if r.state not in ("draining", "stopped", "failed")
+            and (r.stale or (r.state == "ready" and not r.has_metrics))
         )
+
+    @property
+    def failed(self) -> tuple[ReplicaLoad, ...]:
+        """Replicas their agent gave up on (crash loop): known to serve nothing, first to go on a scale-down."""
+        return tuple(r for r in self.replicas if r.state == "failed" and not r.stale)
 
     @property
     def current(self) -> int:

@@ -73,6 +73,7 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         "arriving": len(ctx.arriving),
         "draining": len(ctx.draining),
         "unknown": [r.replica for r in ctx.unknown],
+        "failed": [r.replica for r in ctx.failed],
         "queue_depth": ctx.queue_depth,
         "running": ctx.running,
         "kv_usage_total": round(ctx.kv_usage_total, 4),
@@ -105,7 +106,7 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         reason = f"availability: capacity {capacity} below min {ctx.min_replicas}"
     elif ctx.unknown:
         names = ", ".join(sorted(r.replica for r in ctx.unknown))
-        no_shrink = f"availability: load of {names} unknown (stale, failed or no metrics), not counted as capacity"
+        no_shrink = f"availability: load of {names} unknown (stale or no metrics), not counted as capacity"
     elif not ctx.has_metrics and capacity > 0:
         no_shrink = "availability: no fresh metrics; unknown load is not zero load"
     ttft = ctx.ttft_p99_s

@@ -29,13 +29,15 @@ log = logging.getLogger("llmfleet.autoscaler.loop")
 
 
 def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
-    """The ``count`` replicas to remove: ones still launching first (no traffic, nothing to drain), then ready
-    ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale, failed, no metrics)
-    come last: they are never taken for idle ones."""
+    """The ``count`` replicas to remove: failed ones first, then ones still launching (no traffic, nothing to
+    drain), then ready ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale,
+    no metrics) come last: they are never taken for idle ones."""
     candidates = [r for r in ctx.replicas if r.state not in ("draining", "stopped")]
 
     def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
-        unknown = r.stale or r.state == "failed" or (r.state == "ready" and not r.has_metrics)
+        if r.state == "failed" and not r.stale:
+            return (-1, 0.0, 0.0, r.replica)  # broken: serves nothing, goes first
+        unknown = r.stale or (r.state == "ready" and not r.has_metrics)
         rank = 3 if unknown else 0 if r.state == "launching" else 1 if r.state != "ready" else 2
         return (rank, r.load, r.kv_usage if r.kv_usage is not None else 1.0, r.replica)
 

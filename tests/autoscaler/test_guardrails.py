@@ -74,6 +74,18 @@ def test_stale_replicas_block_scale_down_and_the_reason_says_so() -> None:
     assert "c" in verdict.inputs["unknown"] and "scale-down blocked" in verdict.reason
 
 
+def test_a_failed_replica_is_replaced_and_does_not_block_scale_down() -> None:
+    from autoscaler.context import ReplicaLoad
+    from autoscaler.loop import pick_victims
+
+    broken = ReplicaLoad("broken", "failed")
+    assert guard(context(ready("a", waiting=6), broken), 2).target == 3  # replaced: not capacity
+    ctx = context(ready("a"), ready("b"), broken)
+    verdict = guard(ctx, 1, scale_down_stabilization_s=0)
+    assert verdict.target == 2 and verdict.inputs["failed"] == ["broken"]
+    assert pick_victims(ctx, 1) == ("broken",)
+
+
 def test_ttft_breach_adds_a_replica_even_when_throughput_wants_fewer() -> None:
     ctx = context(ready("a", running=3, ttft=0.5), ready("b", ttft=0.2))
     verdict = guard(ctx, 1, scale_down_stabilization_s=0)
