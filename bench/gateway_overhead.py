@@ -67,6 +67,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _pin(core: int | None) -> list[str]:
     if core is None or shutil.which("taskset") is None:
         return []
@@ -254,6 +262,9 @@ def _print(results: list[Result], clients: dict[str, float]) -> None:
         )
         if gw.chunks:
             line += f" ({(gw.cpu_s or 0.0) / gw.chunks * 1e6:.1f} us/chunk)"
+        plain = by.get((scenario, "gw-asyncio"))
+        if plain is not None:
+            line += f"; asyncio loop: {(plain.cpu_s or 0.0) / plain.requests * 1000:.3f} ms/req"
         lite = by.get((scenario, "litellm"))
         if lite is not None:
             line += f"; litellm/gateway req/s {lite.rps / gw.rps:.2f}x"
@@ -312,9 +323,13 @@ async def main(args: argparse.Namespace) -> None:
                 "--log-level",
                 "WARNING",
             ]
-            gw, gateway = _start(gw_cmd, tmp / "gateway.log", "listening on")
+            gw, gateway = _start([*gw_cmd, "--loop", args.loop], tmp / "gateway.log", "listening on")
             procs.append(gw)
             targets = [("direct", engine, sim.pid), ("gateway", gateway, gw.pid)]
+            if args.loop != "asyncio" and _has_uvloop():  # the same gateway on the standard loop, for comparison
+                plain, plain_url = _start([*gw_cmd, "--loop", "asyncio"], tmp / "gateway-asyncio.log", "listening on")
+                procs.append(plain)
+                targets.append(("gw-asyncio", plain_url, plain.pid))
             lite = _litellm(tmp, engine, gateway_core) if not args.quick else None
             if lite is not None:
                 procs.append(lite[0])
@@ -346,6 +361,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000, help="requests in the c=64 scenario")
     parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="the gateway's loop")
     ns = parser.parse_args()
     if ns.quick:
         ns.requests = min(ns.requests, 1000)

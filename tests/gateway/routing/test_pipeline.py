@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from fleet.spec import PluginRef
 from gateway.routing import filters, pickers, scorers
-from gateway.routing.base import EndpointView, Filter, RequestInfo, Router, Scored, Scorer, make_plugin
+from gateway.routing.base import (
+    FILTERS,
+    SCORERS,
+    EndpointView,
+    Filter,
+    RequestInfo,
+    Router,
+    Scored,
+    Scorer,
+    make_plugin,
+)
 from tests.gateway.builders import endpoint, request
 
 
@@ -103,19 +113,27 @@ def test_max_score_breaks_ties_at_random_and_round_robin_cycles() -> None:
     assert set(_counts("round-robin", tied, n=300).values()) == {100}
 
 
-class _Constant(Scorer, name="test-constant"):
-    def __init__(self, value: float = 0.0) -> None:
-        self.value = value
+@pytest.fixture
+def test_plugins() -> Iterator[None]:
+    """Registers two plugins for the runner test and removes them again (registries are process-wide)."""
 
-    def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
-        return [self.value if i == 0 else 0.5 for i, _ in enumerate(endpoints)]
+    class Constant(Scorer, name="test-constant"):
+        def __init__(self, value: float = 0.0) -> None:
+            self.value = value
+
+        def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
+            return [self.value if i == 0 else 0.5 for i, _ in enumerate(endpoints)]
+
+    class Nothing(Filter, name="test-nothing"):
+        def filter(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[EndpointView]:
+            return []
+
+    yield
+    SCORERS.pop("test-constant")
+    FILTERS.pop("test-nothing")
 
 
-class _Nothing(Filter, name="test-nothing"):
-    def filter(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[EndpointView]:
-        return []
-
-
+@pytest.mark.usefixtures("test_plugins")
 def test_router_clamps_weights_and_times_plugins() -> None:
     timings: list[str] = []
     router = Router.from_refs(
