@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from agent.launchers import LaunchConfig, make_launcher
 from agent.node import Agent, AgentOptions
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
@@ -116,10 +117,6 @@ async def _serve(agent: Agent) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s agent %(name)s: %(message)s", stream=sys.stderr
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
     try:
         stack = load_spec(args.stack)
         pool = stack.spec.pool(args.pool)
@@ -130,6 +127,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet agent: {exc.args[0]}", file=sys.stderr)
         return 2
     options = build_options(args, stack.spec)
+    try:
+        config = LaunchConfig(options.engine_host, options.engine_port, extra_args=options.engine_args)
+        make_launcher(pool, config).argv()
+    except ValueError as exc:  # an engine command line that could never start: fail before spawning anything
+        print(f"llmfleet agent: {exc}", file=sys.stderr)
+        return 2
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s agent %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
 
     async def main() -> int:
         async with httpx.AsyncClient(trust_env=False) as http:
