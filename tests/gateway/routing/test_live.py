@@ -40,8 +40,8 @@ async def _spread(url: str, requests: int, concurrency: int) -> collections.Coun
 
 
 async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims: SimFactory) -> None:
-    # One replica is 15x slower: under the same concurrent load its requests pile up.
-    slow, fast1, fast2 = sims(["--fault-slowdown", "15"], [], [], time_scale=20.0)
+    # One replica is 40x slower: under the same concurrent load its requests pile up.
+    slow, fast1, fast2 = sims(["--fault-slowdown", "40"], [], [], time_scale=20.0)
     busy_id = slow.url.split("://")[1]
     shares: dict[str, float] = {}
     for picker in ("p2c", "random"):
@@ -54,7 +54,8 @@ async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims:
         async with serve(settings) as (url, _):
             counts = await _spread(url, requests=90, concurrency=9)
         shares[picker] = counts[busy_id] / sum(counts.values())
-    assert shares["p2c"] < shares["random"] * 0.6, shares
+    print("share of requests sent to the busiest replica:", shares)
+    assert shares["p2c"] < shares["random"] * 0.5, shares
 
 
 async def test_session_sticks_to_one_replica_until_it_leaves_rotation(sims: SimFactory) -> None:
