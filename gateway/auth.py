@@ -14,10 +14,13 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from fleet.spec import TenantSpec
+from fleet.spec import KEY_HASH, TenantSpec
 from gateway.errors import Unauthorized
 
-__all__ = ["FORWARDED_HEADERS", "KeyRing", "keys_from_secret", "secret_env_name"]
+__all__ = ["FORWARDED_HEADERS", "KEY_HASHES_FILE", "KeyRing", "hashes_from_file", "keys_from_secret", "secret_env_name"]
+
+# In the secrets directory: JSON {tenant: ["sha256:..."]}, rendered by the Pulumi program from tenants' secrets.
+KEY_HASHES_FILE = "tenant-keys.json"
 
 # Client headers passed to the engine; everything else (Authorization, x-tenant, x-priority, ...) is dropped.
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
@@ -26,18 +29,28 @@ FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
 class KeyRing:
     """Digests of API keys -> tenant. Built once at startup; read-only afterwards."""
 
-    def __init__(self, tenants: Iterable[TenantSpec], extra_keys: Mapping[str, Iterable[str]] | None = None) -> None:
-        """``extra_keys`` maps a tenant name to plain keys (from secrets); they are hashed here and dropped."""
+    def __init__(
+        self,
+        tenants: Iterable[TenantSpec],
+        extra_keys: Mapping[str, Iterable[str]] | None = None,
+        extra_hashes: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """``extra_keys``: tenant -> plain keys (from secrets), hashed here and dropped; ``extra_hashes``: tenant ->
+        ``sha256:<hex>`` digests (the ``tenant-keys.json`` the Pulumi program mounts). Unknown tenants are skipped
+        for hashes (a file may cover several stacks) and rejected for keys."""
         entries: list[tuple[bytes, TenantSpec]] = []
         by_name = {}
         for tenant in tenants:
             by_name[tenant.name] = tenant
             for stored in tenant.api_key_hashes:
-                entries.append((bytes.fromhex(stored.removeprefix("sha256:")), tenant))
+                entries.append((_digest(stored), tenant))
         for name, keys in (extra_keys or {}).items():
             if name not in by_name:
                 raise ValueError(f"keys given for unknown tenant {name!r}; tenants: {', '.join(sorted(by_name))}")
             entries += [(hashlib.sha256(key.encode()).digest(), by_name[name]) for key in keys]
+        for name, hashes in (extra_hashes or {}).items():
+            if name in by_name:
+                entries += [(_digest(h), by_name[name]) for h in hashes]
         self._entries = tuple(entries)
         self.tenants: Mapping[str, TenantSpec] = by_name
 
@@ -60,6 +73,24 @@ class KeyRing:
         if found is None:
             raise Unauthorized("invalid API key")
         return found
+
+
+def _digest(stored: str) -> bytes:
+    if not KEY_HASH.match(stored):
+        raise ValueError(f"not a key hash: expected 'sha256:<64 hex digits>', got {stored[:12]!r}...")
+    return bytes.fromhex(stored.removeprefix("sha256:"))
+
+
+def hashes_from_file(path: Path) -> dict[str, list[str]]:
+    """``{tenant: ["sha256:..."]}`` from a JSON file (the ``tenant-keys.json`` Secret); {} when absent."""
+    if not path.is_file():
+        return {}
+    table = json.loads(path.read_text())
+    if not isinstance(table, dict) or not all(
+        isinstance(v, list) and all(isinstance(h, str) for h in v) for v in table.values()
+    ):
+        raise ValueError(f"{path}: expected a JSON object of tenant -> list of 'sha256:<hex>'")
+    return {str(k): list(v) for k, v in table.items()}
 
 
 def secret_env_name(secret: str) -> str:

@@ -1,9 +1,13 @@
 """CLI: ``llmfleet gateway --stack NAME --port PORT [--host H] [--replica [POOL=]URL ...] [--control-plane URL]``.
 
-Keys: tenants' ``apiKeyHashes`` from the stack, plus for each tenant naming an ``apiKeysSecret`` the keys found in
-the env var ``LLMFLEET_SECRET_<SECRET>`` (e.g. ``tenantKeys:acme`` -> ``LLMFLEET_SECRET_TENANTKEYS_ACME``) or in
-the file ``<--secrets-dir>/<secret with ':' as '_'>`` (a JSON list, or one key per line). The local stack's demo
-tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
+Keys come from three places:
+* tenants' ``apiKeyHashes`` in the stack file;
+* ``<--secrets-dir>/tenant-keys.json``, ``{tenant: ["sha256:..."]}``: the Secret the Pulumi program renders from
+  tenants' ``apiKeysSecret`` (only digests reach the cluster);
+* for a tenant naming an ``apiKeysSecret``, plain keys in the env var ``LLMFLEET_SECRET_<SECRET>`` (e.g.
+  ``tenantKeys:acme`` -> ``LLMFLEET_SECRET_TENANTKEYS_ACME``) or the file ``<--secrets-dir>/<secret, ':' as '_'>``
+  (a JSON list, or one key per line), hashed at startup.
+The local stack's demo tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
 
 On start it prints one line, ``llmfleet gateway listening on http://HOST:PORT``, to stdout; SIGTERM or SIGINT
 stops accepting, lets in-flight requests finish (up to --shutdown-timeout) and exits 0.
@@ -28,7 +32,7 @@ from aiohttp import web
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 from gateway.app import create_app
-from gateway.auth import keys_from_secret
+from gateway.auth import KEY_HASHES_FILE, hashes_from_file, keys_from_secret
 from gateway.settings import GatewaySettings
 
 __all__ = ["add_arguments", "run"]
@@ -36,7 +40,9 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", default="local", help="stack name (stacks/Pulumi.NAME.yaml) or path")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host", default=None, help="listen address (default: 127.0.0.1 on target local, 0.0.0.0 elsewhere)"
+    )
     parser.add_argument("--port", type=int, default=None, help="default: the stack's gateway.port; 0 picks one")
     parser.add_argument(
         "--replica",
@@ -79,18 +85,20 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
             pool, url = spec.pools[0].name, item
         spec.pool(pool)  # KeyError lists the pools
         static[pool].append(url)
+    hashes = hashes_from_file(args.secrets_dir / KEY_HASHES_FILE)
     extra: dict[str, list[str]] = {}
     for tenant in spec.tenants:
         if tenant.api_keys_secret:
             keys = keys_from_secret(tenant.api_keys_secret, os.environ, args.secrets_dir)
             if keys:
                 extra[tenant.name] = keys
-            elif not tenant.api_key_hashes:
+            elif not tenant.api_key_hashes and not hashes.get(tenant.name):
                 logging.getLogger("llmfleet.gateway").warning(
                     "tenant %s has no keys: secret %s not found", tenant.name, tenant.api_keys_secret
                 )
     return GatewaySettings(
         spec=spec,
+        extra_hashes=hashes,
         static_replicas=dict(static),
         control_plane=args.control_plane or spec.control_plane.url,
         extra_keys=extra,
@@ -130,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet gateway: {exc}", file=sys.stderr)
         return 2
     port = settings.spec.gateway.port if args.port is None else args.port
-    _run_loop(args.loop, _serve(settings, args.host, port, args.shutdown_timeout))
+    host = args.host or ("127.0.0.1" if settings.spec.target == "local" else "0.0.0.0")
+    _run_loop(args.loop, _serve(settings, host, port, args.shutdown_timeout))
     return 0
 
 

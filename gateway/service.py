@@ -97,7 +97,7 @@ class Gateway:
         self.wall = wall
         self.metrics = metrics or GatewayMetrics()
         self.access_log = AccessLog() if settings.access_log else None
-        self.keys = KeyRing(spec.tenants, settings.extra_keys)
+        self.keys = KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes)
         self.pools: dict[str, PoolSpec] = {}
         for pool in spec.pools:
             self.pools.setdefault(pool.model, pool)

@@ -16,6 +16,7 @@ class GatewaySettings:
     static_replicas: Mapping[str, Sequence[str]] = field(default_factory=dict)  # pool -> engine URLs
     control_plane: str | None = None  # discovery source; None: static replicas only
     extra_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> plain keys (from secrets)
+    extra_hashes: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> sha256 digests
     access_log: bool = True
     routing_seed: int | None = None  # fixes the pickers' random draws (tests, benchmarks)
 

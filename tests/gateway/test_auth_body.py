@@ -57,3 +57,14 @@ def test_stream_asks_the_engine_for_usage_without_touching_other_fields() -> Non
     plain = parse_body(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', "chat")
     assert plain.max_tokens == DEFAULT_RESERVE_TOKENS
     assert plain.upstream_body(b"same") == b"same"
+
+
+def test_hashes_file_adds_digests_for_known_tenants(tmp_path: Path) -> None:
+    from fleet.validate import hash_api_key
+    from gateway.auth import KEY_HASHES_FILE, hashes_from_file
+
+    path = tmp_path / KEY_HASHES_FILE
+    path.write_text(json.dumps({"gold": [hash_api_key("sk-mounted")], "elsewhere": [hash_api_key("x")]}))
+    ring = KeyRing(fleet_spec().tenants, extra_hashes=hashes_from_file(path))
+    assert ring.authenticate("Bearer sk-mounted").name == "gold"
+    assert hashes_from_file(tmp_path / "absent.json") == {}
