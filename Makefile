@@ -34,6 +34,7 @@ up: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/engine_sim.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/autoscaling.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
