@@ -59,7 +59,7 @@ class ControlPlane(pulumi.ComponentResource):
             contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE,
             contract.LABEL_ENVIRONMENT: spec.environment,
         }
-        meta = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.CONTROL_PLANE_NAME}
+        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.CONTROL_PLANE_NAME}
         child = pulumi.ResourceOptions(parent=self)
         annotations = {} if args.role_arn is None else {"eks.amazonaws.com/role-arn": args.role_arn}
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)

@@ -59,7 +59,7 @@ class Gateway(pulumi.ComponentResource):
         spec = args.spec
         gw = spec.gateway
         labels = _labels(spec)
-        meta = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
+        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
         volumes, mounts = spec_volumes(spec)
         pod: dict[str, Any] = {
             "termination_grace_period_seconds": int(gw.timeouts.total_s) + 10,  # in-flight streams finish

@@ -84,7 +84,7 @@ class FleetBase(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        meta = {"namespace": spec.cluster.namespace, "labels": labels}
+        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
         k8s.core.v1.ConfigMap(
             f"{name}-spec",
             metadata={**meta, "name": contract.SPEC_CONFIGMAP},

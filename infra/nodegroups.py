@@ -160,7 +160,7 @@ class NodeGroups(pulumi.ComponentResource):
             tag_specifications=[{"resource_type": "volume", "tags": tags}],
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
 
     def _gpu_group(

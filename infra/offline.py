@@ -121,7 +121,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         self._lock = threading.Lock()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         registration = self.resources.get(response.urn)
         if registration is not None:
             with self._lock:
@@ -167,7 +167,7 @@ def run_offline(
             )
 
         try:
-            pulumi.runtime.test(body)()
+            pulumi.runtime.test(body)()  # type: ignore[no-untyped-call]
         finally:
             pulumi.runtime.set_all_config({})
         run.resources = list(monitor.recorded)

@@ -100,9 +100,7 @@ def render_table(violations: list[Any]) -> str:
     ordered = sorted(violations, key=lambda v: (not v.mandatory, v.policy, v.resource or ""))
     rows += [(v.level, v.policy, v.resource or "(stack)", v.message) for v in ordered]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3] for row in rows
-    )
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3] for row in rows)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,9 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="run the program under mocks and evaluate the policy pack")
     check.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml)")
     check.add_argument("--file", help="stack file to check instead of the stack's own (e.g. an edited copy)")
-    check.add_argument(
-        "--policy-config", help="JSON file {policy: {key: value, enforcementLevel: ...}} (as pulumi's)"
-    )
+    check.add_argument("--policy-config", help="JSON file {policy: {key: value, enforcementLevel: ...}} (as pulumi's)")
     check.add_argument("--json", action="store_true", help="print the violations as JSON")
 
 

@@ -174,7 +174,7 @@ class EnginePool(pulumi.ComponentResource):
         spec, pool = args.spec, args.pool
         labels = engine_labels(spec, pool)
         self.deployment_name = contract.pool_deployment_name(pool.name)
-        meta = {"namespace": spec.cluster.namespace, "labels": labels}
+        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
         k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},

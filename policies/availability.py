@@ -20,7 +20,7 @@ from infra import contract
 from policies.common import (
     PDB,
     PRODUCTION_SCHEMA,
-    annotations,
+    annotations_of,
     as_float,
     as_int,
     containers,
@@ -76,7 +76,8 @@ def engine_has_probes_validator(args: ResourceValidationArgs, report_violation: 
         if missing:
             report_violation(
                 f"container {container.get('name')!r} lacks {', '.join(missing)}. Risk: traffic reaches an engine "
-                "still loading weights, or a hung engine is never restarted."
+                "still loading weights, or a hung engine is never restarted.",
+                None,
             )
 
 
@@ -95,11 +96,12 @@ def engine_grace_covers_drain_validator(args: ResourceValidationArgs, report_vio
     if not is_engine(args.resource_type, args.props):
         return
     grace = as_float(pod_spec(args.props).get("terminationGracePeriodSeconds"), 30.0) or 0.0
-    shutdown = as_float(annotations(args.props).get(contract.ANN_SHUTDOWN_TIMEOUT))
+    shutdown = as_float(annotations_of(args.props).get(contract.ANN_SHUTDOWN_TIMEOUT))
     if shutdown is None:
         report_violation(
             f"engine Deployment lacks the {contract.ANN_SHUTDOWN_TIMEOUT} annotation, so its termination grace "
-            "cannot be checked. Risk: the kubelet kills engines mid-request during a drain."
+            "cannot be checked. Risk: the kubelet kills engines mid-request during a drain.",
+            None,
         )
         return
     for container in containers(args.props):
@@ -108,7 +110,8 @@ def engine_grace_covers_drain_validator(args: ResourceValidationArgs, report_vio
             report_violation(
                 f"terminationGracePeriodSeconds {grace:g} < preStop {pre_stop:g} s + engine shutdown timeout "
                 f"{shutdown:g} s. Risk: SIGKILL arrives while in-flight requests are still decoding; clients see "
-                "dropped streams on every scale-down and rollout."
+                "dropped streams on every scale-down and rollout.",
+                None,
             )
 
 
@@ -119,12 +122,13 @@ def prod_min_replicas_validator(args: ResourceValidationArgs, report_violation: 
     if not is_production(args.props, config):
         return
     minimum = int(config.get("minReplicas", 2))
-    declared = as_int(annotations(args.props).get(contract.ANN_MIN_REPLICAS))
+    declared = as_int(annotations_of(args.props).get(contract.ANN_MIN_REPLICAS))
     replicas = declared if declared is not None else as_int(get_path(args.props, "spec", "replicas"), 1)
     if replicas is not None and replicas < minimum:
         report_violation(
             f"production pool minimum is {replicas} replica(s); at least {minimum} are required. Risk: one pod "
-            "restart, node failure or restart window leaves the model with no serving replica."
+            "restart, node failure or restart window leaves the model with no serving replica.",
+            None,
         )
 
 
@@ -135,13 +139,14 @@ def prod_capacity_buffer_validator(args: ResourceValidationArgs, report_violatio
     if not is_production(args.props, config):
         return
     minimum = float(config.get("minCapacityBuffer", 0.3))
-    buffer = as_float(annotations(args.props).get(contract.ANN_CAPACITY_BUFFER))
+    buffer = as_float(annotations_of(args.props).get(contract.ANN_CAPACITY_BUFFER))
     if buffer is None or buffer < minimum:
         shown = "none declared" if buffer is None else f"{1 + buffer:g}x"
         report_violation(
             f"production pool is sized with a capacity buffer of {shown}; at least {1 + minimum:g}x peak is "
             "advised. Risk: a traffic spike or a lost zone pushes queues past the TTFT SLO before new replicas "
-            "finish their cold start."
+            "finish their cold start.",
+            None,
         )
 
 
@@ -171,7 +176,9 @@ prod_min_replicas = ResourceValidationPolicy(
     description="Production pools keep at least two replicas.",
     validate=prod_min_replicas_validator,
     enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=PolicyConfigSchema(properties={**PRODUCTION_SCHEMA, "minReplicas": {"type": "integer", "default": 2}}),
+    config_schema=PolicyConfigSchema(
+        properties={**PRODUCTION_SCHEMA, "minReplicas": {"type": "integer", "default": 2}}
+    ),
 )
 
 prod_capacity_buffer = ResourceValidationPolicy(

@@ -18,7 +18,7 @@ __all__ = [
     "PDB",
     "PRODUCTION_SCHEMA",
     "SERVICE",
-    "annotations",
+    "annotations_of",
     "as_float",
     "as_int",
     "containers",
@@ -84,7 +84,7 @@ def labels(props: Any) -> Mapping[str, Any]:
     return mapping(get_path(props, "metadata", "labels"))
 
 
-def annotations(props: Any) -> Mapping[str, Any]:
+def annotations_of(props: Any) -> Mapping[str, Any]:
     return mapping(get_path(props, "metadata", "annotations"))
 
 

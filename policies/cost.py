@@ -38,7 +38,8 @@ def allowed_instance_types_validator(args: ResourceValidationArgs, report_violat
         if instance not in allowed:
             report_violation(
                 f"instance type {instance!r} is not in the allowed list. Risk: unreviewed hardware (wrong GPU, "
-                "too little GPU memory or NVMe, unplanned cost) enters the fleet."
+                "too little GPU memory or NVMe, unplanned cost) enters the fleet.",
+                None,
             )
 
 
@@ -68,7 +69,8 @@ def monthly_cost_ceiling_validator(args: StackValidationArgs, report_violation: 
         if ceiling is not None and total > ceiling:
             report_violation(
                 f"stack {env!r}: GPU node groups at their maximum size cost ${total:,.0f}/month, above the "
-                f"${ceiling:,.0f} ceiling. Risk: the autoscaler can run up a bill nobody approved."
+                f"${ceiling:,.0f} ceiling. Risk: the autoscaler can run up a bill nobody approved.",
+                None,
             )
 
 

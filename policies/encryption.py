@@ -54,14 +54,18 @@ def volumes_encrypted_validator(args: ResourceValidationArgs, report_violation: 
             if ebs and not _true(ebs.get("encrypted")):
                 report_violation(
                     f"launch template volume {mapping(mapping_).get('deviceName')!r} is not encrypted. Risk: "
-                    "cached model weights, logs and container layers on node disks are readable from snapshots."
+                    "cached model weights, logs and container layers on node disks are readable from snapshots.",
+                    None,
                 )
     elif args.resource_type == "aws:ebs/volume:Volume" and not _true(props.get("encrypted")):
-        report_violation("EBS volume is not encrypted. Risk: its data is readable from snapshots and detached copies.")
+        report_violation(
+            "EBS volume is not encrypted. Risk: its data is readable from snapshots and detached copies.", None
+        )
     elif args.resource_type == NODE_GROUP and not props.get("launchTemplate"):
         report_violation(
             "node group has no launch template, so its root volume's encryption is left to account defaults. "
-            "Risk: node disks holding model weights may be unencrypted."
+            "Risk: node disks holding model weights may be unencrypted.",
+            None,
         )
 
 
@@ -73,7 +77,8 @@ def cluster_secrets_encrypted_validator(args: ResourceValidationArgs, report_vio
     if "secrets" not in resources or not get_path(config, "provider", "keyArn"):
         report_violation(
             "EKS cluster does not envelope-encrypt Kubernetes secrets with a KMS key. Risk: tenant key hashes "
-            "and service credentials are readable from etcd backups."
+            "and service credentials are readable from etcd backups.",
+            None,
         )
 
 

@@ -18,7 +18,7 @@ from infra import contract
 from policies.common import (
     NODE_GROUP,
     PRODUCTION_SCHEMA,
-    annotations,
+    annotations_of,
     as_float,
     as_int,
     containers,
@@ -73,14 +73,16 @@ def pools_spread_across_zones_validator(args: ResourceValidationArgs, report_vio
     if not zonal:
         report_violation(
             "engine pods have no topologySpreadConstraint on topology.kubernetes.io/zone. Risk: the scheduler "
-            "may pack every replica into one zone, and that zone's outage stops the pool."
+            "may pack every replica into one zone, and that zone's outage stops the pool.",
+            None,
         )
         return
     hard = any(c.get("whenUnsatisfiable") == "DoNotSchedule" for c in zonal)
     if is_production(args.props, config) and not hard:
         report_violation(
             "a production engine pool spreads across zones only as a preference (ScheduleAnyway). Risk: under "
-            "GPU pressure replicas pile into one zone and a zone outage drops below the minimum."
+            "GPU pressure replicas pile into one zone and a zone outage drops below the minimum.",
+            None,
         )
 
 
@@ -89,14 +91,15 @@ def gpu_requests_match_tensor_parallel_validator(
 ) -> None:
     if not is_engine(args.resource_type, args.props):
         return
-    ann = annotations(args.props)
+    ann = annotations_of(args.props)
     if ann.get(contract.ANN_ENGINE_KIND) == "sim":
         return  # simulated engines need no GPU
     tp = as_int(ann.get(contract.ANN_TENSOR_PARALLEL))
     if tp is None:
         report_violation(
             f"engine Deployment lacks the {contract.ANN_TENSOR_PARALLEL} annotation, so its GPU request cannot "
-            "be checked. Risk: replicas start with the wrong number of GPUs and crash or waste GPUs."
+            "be checked. Risk: replicas start with the wrong number of GPUs and crash or waste GPUs.",
+            None,
         )
         return
     for container in containers(args.props):
@@ -107,7 +110,8 @@ def gpu_requests_match_tensor_parallel_validator(
             report_violation(
                 f"container {container.get('name')!r} asks for {limit} GPU(s) (request {request}) but the engine "
                 f"runs tensor parallel size {tp}. Risk: vLLM fails to start with too few GPUs, or idle GPUs are "
-                "paid for with too many."
+                "paid for with too many.",
+                None,
             )
 
 
@@ -115,11 +119,12 @@ def gpu_memory_headroom_validator(args: ResourceValidationArgs, report_violation
     if not is_engine(args.resource_type, args.props):
         return
     ceiling = float(args.get_config().get("maxGpuMemoryUtilization", 0.95))
-    value = as_float(annotations(args.props).get(contract.ANN_GPU_MEMORY_UTILIZATION))
+    value = as_float(annotations_of(args.props).get(contract.ANN_GPU_MEMORY_UTILIZATION))
     if value is not None and value > ceiling:
         report_violation(
             f"gpuMemoryUtilization {value:g} exceeds {ceiling:g}. Risk: CUDA graphs, NCCL buffers and the "
-            "sampler run out of memory under load and the engine crashes (OOM) mid-request."
+            "sampler run out of memory under load and the engine crashes (OOM) mid-request.",
+            None,
         )
 
 

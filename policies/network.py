@@ -5,7 +5,7 @@ from __future__ import annotations
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from infra import contract
-from policies.common import SERVICE, annotations, get_path, labels, sequence
+from policies.common import SERVICE, annotations_of, get_path, labels, sequence
 
 __all__ = ["is_public_service", "only_gateway_public"]
 
@@ -24,7 +24,7 @@ def is_public_service(props: object) -> bool:
         return True
     if kind != "LoadBalancer":
         return False
-    ann = annotations(props)
+    ann = annotations_of(props)
     return not any(str(ann.get(key, "")).lower() == value for key, value in _INTERNAL)
 
 
@@ -37,7 +37,8 @@ def only_gateway_public_validator(args: ResourceValidationArgs, report_violation
     component = labels(args.props).get(contract.LABEL_COMPONENT, "unlabelled")
     report_violation(
         f"Service {name!r} ({component}) is exposed outside the cluster; only the gateway may be. Risk: clients "
-        "bypass authentication, tenant quotas and backpressure and reach engines or the control plane directly."
+        "bypass authentication, tenant quotas and backpressure and reach engines or the control plane directly.",
+        None,
     )
 
 

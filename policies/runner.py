@@ -115,7 +115,9 @@ def evaluate(
                 _guarded(policy.validate, args, report_resource)
         elif isinstance(policy, StackValidationPolicy):
             stack = [
-                PolicyResource(r.type, unknown_checking_proxy(dict(r.props)), r.urn, r.name, _options(), None, None, [], {})
+                PolicyResource(
+                    r.type, unknown_checking_proxy(dict(r.props)), r.urn, r.name, _options(), None, None, [], {}
+                )
                 for r in resources
             ]
             _guarded(policy.validate, StackValidationArgs(stack, settings), report)
