@@ -9,6 +9,7 @@ only the fleet's own GPU node groups. ``Recreate``: never two control planes dec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -59,7 +60,11 @@ class ControlPlane(pulumi.ComponentResource):
             contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE,
             contract.LABEL_ENVIRONMENT: spec.environment,
         }
-        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.CONTROL_PLANE_NAME}
+        meta: dict[str, Any] = {
+            "namespace": spec.cluster.namespace,
+            "labels": labels,
+            "name": contract.CONTROL_PLANE_NAME,
+        }
         child = pulumi.ResourceOptions(parent=self)
         annotations = {} if args.role_arn is None else {"eks.amazonaws.com/role-arn": args.role_arn}
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)
