@@ -1,0 +1,42 @@
+"""Fixtures: one offline program run per shipped stack, shared by every test in this folder.
+
+Pulumi's mock runtime is process-global; `infra.offline.run_offline` installs fresh mocks per run and drains
+every registration before returning, so cached runs never see each other's resources.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet.loader import find_stack, load_spec
+from fleet.spec import FleetSpec
+from infra.offline import OfflineRun
+from infra.policy_check import offline_run
+
+
+def stack_document(name: str) -> dict[str, Any]:
+    return dict(yaml.safe_load(find_stack(name).read_text()))
+
+
+@functools.cache
+def stack_run(name: str) -> OfflineRun:
+    return offline_run(stack_document(name), name)
+
+
+@pytest.fixture(scope="session")
+def prod() -> OfflineRun:
+    return stack_run("prod")
+
+
+@pytest.fixture(scope="session")
+def prod_spec() -> FleetSpec:
+    return load_spec("prod").spec
+
+
+@pytest.fixture(scope="session")
+def dev() -> OfflineRun:
+    return stack_run("dev")

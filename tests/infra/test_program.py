@@ -1,0 +1,146 @@
+"""The program's wiring: config in, rendered stack file, secrets, targets, capacity blocks, `__main__`."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from fleet.errors import SpecError
+from fleet.loader import parse_spec
+from fleet.validate import hash_api_key
+from infra import contract
+from infra.config import spec_from_config, stack_config, tenant_secret_keys
+from infra.k8s_base import render_stack_file
+from infra.network import subnet_cidrs
+from infra.offline import OfflineRun, run_offline
+from infra.policy_check import PLACEHOLDER_KEYS, offline_run
+from infra.program import FleetInputs, LocalTarget, build_fleet
+from tests.infra.conftest import stack_document
+
+MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
+
+
+def test_rendered_stack_file_reparses_to_the_deployed_spec(prod: OfflineRun) -> None:
+    (configmap,) = prod.of_type("kubernetes:core/v1:ConfigMap")
+    ((key, text),) = configmap.props["data"].items()
+    assert key == "Pulumi.prod.yaml"
+    import yaml
+
+    reparsed = parse_spec(yaml.safe_load(text), name="prod").spec
+    original = parse_spec(stack_document("prod"), name="prod").spec
+    assert reparsed.control_plane.url == "http://llmfleet-control-plane.llmfleet.svc.cluster.local:8090"
+    assert reparsed.model_copy(update={"control_plane": original.control_plane}) == original
+    assert render_stack_file(original) == text
+
+
+def test_tenant_secret_holds_hashes_never_keys(prod: OfflineRun) -> None:
+    (secret,) = prod.of_type("kubernetes:core/v1:Secret")
+    table = json.loads(secret.props["stringData"]["tenant-keys.json"])
+    placeholder = json.loads(PLACEHOLDER_KEYS)[0]
+    assert table == {"acme": [hash_api_key(placeholder)], "research": [hash_api_key(placeholder)]}
+    assert placeholder not in json.dumps(secret.props)
+
+
+def test_stack_config_encodes_structures_as_json_and_skips_ciphertext() -> None:
+    document = {"config": {"llmfleet:target": "aws", "llmfleet:pools": [{"name": "a"}], "x:k": {"secure": "v1:abc"}}}
+    config = stack_config(document)
+    assert config == {"llmfleet:target": "aws", "llmfleet:pools": '[{"name": "a"}]'}
+
+
+def test_spec_from_config_reports_every_problem_with_its_key_path() -> None:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:pools"][0]["engine"]["gpuMemoryUtilization"] = 1.5
+    document["config"]["llmfleet:gateway"]["replicaz"] = 3
+
+    def program() -> None:
+        spec_from_config("prod")
+
+    with pytest.raises(SpecError) as error:
+        run_offline(program, stack_config(document), stack="prod")
+    paths = {p.path for p in error.value.problems}
+    assert "llmfleet:pools[0].engine.gpuMemoryUtilization" in paths
+    assert "llmfleet:gateway.replicaz" in paths
+
+
+def test_local_target_is_refused_with_a_pointer_to_llmfleet_up() -> None:
+    spec = parse_spec(stack_document("local"), name="local").spec
+    with pytest.raises(LocalTarget, match="llmfleet up --stack local"):
+        build_fleet(FleetInputs(spec, "{}"))
+
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    with pytest.raises(pulumi.RunError, match="llmfleet up"):
+        run_offline(program, stack_config(stack_document("local")), stack="local")
+
+
+def test_main_wires_config_to_components_and_exports(prod: OfflineRun) -> None:
+    document = stack_document("prod")
+    config = stack_config(document)
+    spec = parse_spec(document, name="prod").spec
+    secrets = tenant_secret_keys(spec)
+    config.update({key: PLACEHOLDER_KEYS for key in secrets})
+
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    run = run_offline(program, config, stack="prod", secret_keys=secrets)
+    assert sorted((r.type, r.name) for r in run.resources) == sorted((r.type, r.name) for r in prod.resources)
+
+
+def test_missing_tenant_secret_fails_the_program() -> None:
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    with pytest.raises(pulumi.ConfigMissingError):
+        run_offline(program, stack_config(stack_document("prod")), stack="prod")
+
+
+def _capacity_block_document() -> dict[str, Any]:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:gpuNodeGroups"][0]["capacityType"] = "capacity-block"
+    document["config"]["llmfleet:gpuNodeGroups"][0]["zones"] = ["us-east-1a"]
+    document["config"]["capacityBlocks:a100-us-east-1a"] = "cr-0123456789abcdef0"
+    return document
+
+
+def test_capacity_block_groups_target_their_reservation_in_one_zone() -> None:
+    run = offline_run(_capacity_block_document(), "prod")
+    (group,) = [g for g in run.of_type("aws:eks/nodeGroup:NodeGroup") if g.props["amiType"].endswith("NVIDIA")]
+    assert group.props["capacityType"] == "CAPACITY_BLOCK"
+    assert "instanceTypes" not in group.props
+    template = run.named("aws:ec2/launchTemplate:LaunchTemplate", "nodes-a100-us-east-1a")
+    assert template.props["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    target = template.props["capacityReservationSpecification"]["capacityReservationTarget"]
+    assert target == {"capacityReservationId": "cr-0123456789abcdef0"}
+    assert group.props["tags"][contract.TAG_ZONE] == "us-east-1a"
+
+
+def test_capacity_block_without_reservation_config_says_what_to_set() -> None:
+    document = _capacity_block_document()
+    config = stack_config(document)
+    del config["capacityBlocks:a100-us-east-1a"]
+    spec = parse_spec(document, name="prod").spec
+    secrets = tenant_secret_keys(spec)
+    config.update({key: PLACEHOLDER_KEYS for key in secrets})
+
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    with pytest.raises(ValueError, match="pulumi config set capacityBlocks:a100-us-east-1a"):
+        run_offline(program, config, stack="prod", secret_keys=secrets)
+
+
+def test_zone_subnets_never_overlap() -> None:
+    networks = [ipaddress.ip_network(c) for i in range(6) for c in subnet_cidrs(i)]
+    assert all(n.subnet_of(ipaddress.ip_network("10.0.0.0/16")) for n in networks)
+    assert not any(a.overlaps(b) for i, a in enumerate(networks) for b in networks[i + 1 :])
+    with pytest.raises(ValueError):
+        subnet_cidrs(6)
