@@ -1,0 +1,171 @@
+"""Builders of resources as CrossGuard sees them (camelCase props), valid unless told otherwise."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra import contract
+
+ENGINE_LABELS = {
+    contract.LABEL_COMPONENT: contract.COMPONENT_ENGINE,
+    contract.LABEL_POOL: "qwen-7b",
+    contract.LABEL_ENVIRONMENT: "prod",
+}
+
+
+@dataclass(frozen=True)
+class Res:
+    type: str
+    props: dict[str, Any]
+    name: str = "r"
+    urn: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.urn:
+            object.__setattr__(self, "urn", f"urn:pulumi:test::llmfleet::{self.type}::{self.name}")
+
+
+def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any) -> Res:
+    """A valid engine Deployment; ``ann`` overrides annotations; ``changes`` maps dotted paths
+    (``pod.terminationGracePeriodSeconds``) to values; a value of ``None`` deletes the key."""
+    labels = {**ENGINE_LABELS, contract.LABEL_ENVIRONMENT: env}
+    probe = {"httpGet": {"path": "/healthz", "port": 8000}}
+    props: dict[str, Any] = {
+        "metadata": {
+            "name": "llmfleet-qwen-7b",
+            "namespace": "llmfleet",
+            "labels": labels,
+            "annotations": {
+                contract.ANN_ENGINE_KIND: "vllm",
+                contract.ANN_TENSOR_PARALLEL: "2",
+                contract.ANN_GPU_MEMORY_UTILIZATION: "0.9",
+                contract.ANN_SHUTDOWN_TIMEOUT: "105",
+                contract.ANN_MIN_REPLICAS: "3",
+                contract.ANN_CAPACITY_BUFFER: "0.3",
+            },
+        },
+        "spec": {
+            "replicas": 3.0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 120.0,
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": contract.ZONE_TOPOLOGY_KEY,
+                            "whenUnsatisfiable": "DoNotSchedule",
+                            "labelSelector": {"matchLabels": labels},
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "resources": {
+                                "limits": {contract.GPU_RESOURCE: "2"},
+                                "requests": {contract.GPU_RESOURCE: "2"},
+                            },
+                            "startupProbe": probe,
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8000}},
+                            "livenessProbe": probe,
+                            "lifecycle": {"preStop": {"sleep": {"seconds": 10.0}}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    shortcuts = {
+        "pod": "spec.template.spec",
+        "container": "spec.template.spec.containers.0",
+        "ann": "metadata.annotations",
+    }
+    props["metadata"]["annotations"].update(ann or {})
+    for path, value in changes.items():
+        head, _, rest = path.partition(".")
+        full = f"{shortcuts.get(head, head)}.{rest}" if rest else shortcuts.get(head, head)
+        _set(props, full.split("."), value)
+    return Res(type="kubernetes:apps/v1:Deployment", props=props, name="pool-qwen-7b-deployment")
+
+
+def _set(target: Any, keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target.setdefault(key, {})
+    last = keys[-1]
+    if value is None:
+        target.pop(last, None)
+    else:
+        target[last] = value
+
+
+def pdb(labels: dict[str, str] | None = None, namespace: str = "llmfleet") -> Res:
+    return Res(
+        type="kubernetes:policy/v1:PodDisruptionBudget",
+        props={
+            "metadata": {"name": "llmfleet-qwen-7b", "namespace": namespace},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(labels or ENGINE_LABELS)}},
+        },
+        name="pool-qwen-7b-pdb",
+    )
+
+
+def service(kind: str = "ClusterIP", component: str = "engine", annotations: dict[str, str] | None = None) -> Res:
+    return Res(
+        type="kubernetes:core/v1:Service",
+        props={
+            "metadata": {
+                "name": f"svc-{component}",
+                "labels": {contract.LABEL_COMPONENT: component},
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {"type": kind, "ports": [{"port": 80}]},
+        },
+        name=f"{component}-service",
+    )
+
+
+def gpu_group(zone: str, env: str = "prod", max_size: int = 2, instance: str = "p4de.24xlarge", **extra: Any) -> Res:
+    props: dict[str, Any] = {
+        "amiType": "AL2023_x86_64_NVIDIA",
+        "instanceTypes": [instance],
+        "scalingConfig": {"minSize": 1.0, "maxSize": float(max_size), "desiredSize": 1.0},
+        "launchTemplate": {"id": "lt-1", "version": "1"},
+        "tags": {contract.TAG_ENVIRONMENT: env, contract.TAG_GPU_GROUP: "a100", contract.TAG_ZONE: zone},
+    }
+    props.update(extra)
+    return Res(type="aws:eks/nodeGroup:NodeGroup", props=props, name=f"nodes-a100-{zone}")
+
+
+def launch_template(encrypted: Any = "true", instance_type: str | None = None) -> Res:
+    props: dict[str, Any] = {
+        "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 500, "encrypted": encrypted}}]
+    }
+    if instance_type is not None:
+        props["instanceType"] = instance_type
+    return Res(type="aws:ec2/launchTemplate:LaunchTemplate", props=props, name="lt")
+
+
+def bucket(name: str = "models-1") -> Res:
+    return Res(type="aws:s3/bucket:Bucket", props={"bucket": name, "arn": f"arn:aws:s3:::{name}"}, name="models")
+
+
+def sse(bucket_name: str = "models-1") -> Res:
+    return Res(
+        type="aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        props={"bucket": bucket_name, "rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]},
+        name="models-sse",
+    )
+
+
+def eks_cluster(encrypted: bool = True) -> Res:
+    props: dict[str, Any] = {"version": "1.33"}
+    if encrypted:
+        props["encryptionConfig"] = {"provider": {"keyArn": "arn:aws:kms:k"}, "resources": ["secrets"]}
+    return Res(type="aws:eks/cluster:Cluster", props=props, name="cluster-eks")
+
+
+def clone(resource: Res) -> Res:
+    return Res(resource.type, copy.deepcopy(resource.props), resource.name, resource.urn)

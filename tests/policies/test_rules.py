@@ -1,0 +1,160 @@
+"""Each policy of the pack, with a passing and a failing case built by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from policies.network import is_public_service
+from policies.pack import POLICIES
+from policies.runner import Violation, evaluate
+from tests.policies.builders import (
+    Res,
+    bucket,
+    eks_cluster,
+    engine,
+    gpu_group,
+    launch_template,
+    pdb,
+    service,
+    sse,
+)
+
+Case = Callable[[], list[Res]]
+
+# policy name -> (passing resources, failing resources)
+CASES: dict[str, tuple[Case, Case]] = {
+    "gpu-capacity-spans-zones": (
+        lambda: [gpu_group("us-east-1a"), gpu_group("us-east-1b")],
+        lambda: [gpu_group("us-east-1a")],
+    ),
+    "pools-spread-across-zones": (
+        lambda: [
+            engine(),
+            engine(env="dev", **{"pod.topologySpreadConstraints.0.whenUnsatisfiable": "ScheduleAnyway"}),
+        ],
+        lambda: [engine(**{"pod.topologySpreadConstraints": None})],
+    ),
+    "gpu-requests-match-tensor-parallel": (
+        lambda: [engine(), engine(ann={"llmfleet.io/engine-kind": "sim"}, **{"container.resources": None})],
+        lambda: [engine(**{"container.resources.limits": {"nvidia.com/gpu": "1"}})],
+    ),
+    "gpu-memory-headroom": (
+        lambda: [engine(ann={"llmfleet.io/gpu-memory-utilization": "0.95"})],
+        lambda: [engine(ann={"llmfleet.io/gpu-memory-utilization": "0.97"})],
+    ),
+    "engine-has-pdb": (
+        lambda: [engine(), pdb()],
+        lambda: [engine(), pdb(namespace="other")],
+    ),
+    "engine-has-probes": (
+        lambda: [engine()],
+        lambda: [engine(**{"container.startupProbe": None})],
+    ),
+    "engine-grace-covers-drain": (
+        lambda: [engine(), engine(**{"container.lifecycle": {"preStop": {"exec": {"command": ["sleep", "15"]}}}})],
+        lambda: [engine(**{"pod.terminationGracePeriodSeconds": 60})],
+    ),
+    "prod-min-replicas": (
+        lambda: [engine(), engine(env="dev", ann={"llmfleet.io/replicas-min": "1"})],
+        lambda: [engine(ann={"llmfleet.io/replicas-min": "1"})],
+    ),
+    "prod-capacity-buffer": (
+        lambda: [engine(ann={"llmfleet.io/capacity-buffer": "0.5"})],
+        lambda: [engine(ann={"llmfleet.io/capacity-buffer": "0.1"})],
+    ),
+    "only-gateway-public": (
+        lambda: [
+            service("LoadBalancer", "gateway"),
+            service("ClusterIP", "engine"),
+            service("LoadBalancer", "control-plane", {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}),
+        ],
+        lambda: [service("LoadBalancer", "engine")],
+    ),
+    "buckets-encrypted": (
+        lambda: [bucket(), sse()],
+        lambda: [bucket(), sse("another-bucket")],
+    ),
+    "volumes-encrypted": (
+        lambda: [launch_template(), gpu_group("us-east-1a")],
+        lambda: [launch_template(encrypted="false")],
+    ),
+    "cluster-secrets-encrypted": (
+        lambda: [eks_cluster()],
+        lambda: [eks_cluster(encrypted=False)],
+    ),
+    "allowed-instance-types": (
+        lambda: [gpu_group("us-east-1a"), launch_template(instance_type="p4de.24xlarge")],
+        lambda: [gpu_group("us-east-1a", instance="x2iedn.32xlarge")],
+    ),
+    "monthly-cost-ceiling": (
+        # 3 zones x 2 nodes x 8 GPUs x $2.5 x 730 h = $87,600 under prod's $250,000
+        lambda: [gpu_group("us-east-1a"), gpu_group("us-east-1b"), gpu_group("us-east-1c")],
+        lambda: [gpu_group(z, max_size=6) for z in ("us-east-1a", "us-east-1b", "us-east-1c")],
+    ),
+}
+
+BY_NAME = {p.name: p for p in POLICIES}
+
+
+def run(name: str, resources: list[Res]) -> list[Violation]:
+    return evaluate(resources, [BY_NAME[name]])
+
+
+def test_every_policy_has_a_case() -> None:
+    assert set(CASES) == set(BY_NAME)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_policy_passes_its_passing_case(name: str) -> None:
+    assert run(name, CASES[name][0]()) == []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_policy_fails_its_failing_case_and_states_the_risk(name: str) -> None:
+    violations = run(name, CASES[name][1]())
+    assert violations, f"{name} accepted its failing case"
+    assert {v.policy for v in violations} == {name}
+    assert all("Risk:" in v.message for v in violations)
+    if name != "monthly-cost-ceiling":  # a stack-wide rule: no single resource is at fault
+        assert all(v.urn for v in violations)
+
+
+def test_capacity_buffer_is_advisory_and_the_rest_mandatory() -> None:
+    advisory = {p.name for p in POLICIES if p.enforcement_level is not None and p.enforcement_level.value == "advisory"}
+    assert advisory == {"prod-capacity-buffer"}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"monthly-cost-ceiling": {"monthlyCeilingUsd": {"prod": 50_000}}}, ["monthly-cost-ceiling"]),
+        ({"monthly-cost-ceiling": {"gpuHourUsd": 10.0}}, ["monthly-cost-ceiling"]),
+        ({"monthly-cost-ceiling": {"enforcementLevel": "disabled", "monthlyCeilingUsd": {"prod": 1}}}, []),
+        ({"allowed-instance-types": {"allowedInstanceTypes": ["p5.48xlarge"]}}, ["allowed-instance-types"] * 3),
+    ],
+)
+def test_policy_config_overrides_defaults(config: dict[str, dict[str, object]], expected: list[str]) -> None:
+    groups = [gpu_group(z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")]
+    assert [v.policy for v in evaluate(groups, POLICIES, config)] == expected
+
+
+def test_enforcement_level_override_is_reported() -> None:
+    (violation,) = evaluate(
+        [gpu_group("us-east-1a")], POLICIES, {"gpu-capacity-spans-zones": {"enforcementLevel": "advisory"}}
+    )
+    assert violation.level == "advisory" and not violation.mandatory
+
+
+@pytest.mark.parametrize(
+    ("kind", "annotations", "public"),
+    [
+        ("ClusterIP", {}, False),
+        ("NodePort", {}, True),
+        ("LoadBalancer", {}, True),
+        ("LoadBalancer", {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}, False),
+    ],
+)
+def test_public_service_detection(kind: str, annotations: dict[str, str], public: bool) -> None:
+    assert is_public_service(service(kind, "x", annotations).props) is public

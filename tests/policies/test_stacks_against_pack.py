@@ -1,0 +1,118 @@
+"""The program under mocks against the whole pack: shipped stacks pass, a broken prod fails as it should."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.cli import main
+from fleet.loader import list_stacks, load_spec
+from infra import contract
+from infra.offline import OfflineRun, RecordedResource
+from infra.policy_check import offline_run
+from policies.pack import POLICIES
+from policies.runner import evaluate
+from tests.policies.conftest import stack_document, stack_run
+
+CLOUD_STACKS = [s for s in list_stacks() if load_spec(s).spec.target != "local"]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_every_shipped_stack_passes_the_pack_without_any_violation(stack: str) -> None:
+    run = stack_run(stack)
+    assert evaluate([r for r in run.resources if r.custom], POLICIES) == []
+
+
+def _one_zone_prod() -> OfflineRun:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:availabilityZones"] = ["us-east-1a"]
+    return offline_run(document, "prod")
+
+
+def _break(run: OfflineRun) -> list[RecordedResource]:
+    """What a bad change to the program would produce: no engine PDB, the engine Service made public."""
+    broken: list[RecordedResource] = []
+    for resource in run.resources:
+        labels = resource.props.get("metadata", {}).get("labels", {})
+        is_engine = labels.get(contract.LABEL_COMPONENT) == contract.COMPONENT_ENGINE
+        if resource.type == "kubernetes:policy/v1:PodDisruptionBudget" and is_engine:
+            continue
+        if resource.type == "kubernetes:core/v1:Service" and is_engine:
+            props = copy.deepcopy(resource.props)
+            props["spec"] = {**props["spec"], "type": "LoadBalancer"}
+            props["spec"].pop("clusterIP")
+            resource = dataclasses.replace(resource, props=props)
+        if resource.custom:
+            broken.append(resource)
+    return broken
+
+
+def test_broken_prod_fails_with_three_named_violations() -> None:
+    violations = evaluate(_break(_one_zone_prod()), POLICIES)
+    assert sorted((v.policy, v.resource) for v in violations) == [
+        ("engine-has-pdb", "pool-qwen-7b-deployment"),
+        ("gpu-capacity-spans-zones", "nodes-a100-us-east-1a"),
+        ("only-gateway-public", "pool-qwen-7b-service"),
+    ]
+    assert all(v.mandatory for v in violations)
+
+
+def _write(tmp_path: Path, document: dict[str, object]) -> str:
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def test_cli_passes_a_shipped_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "check", "--stack", "prod"]) == 0
+    out = capsys.readouterr().out
+    assert "0 mandatory, 0 advisory" in out
+
+
+def test_cli_reports_a_local_stack_has_nothing_to_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "check", "--stack", "local"]) == 0
+    assert "no cloud resources to check" in capsys.readouterr().out
+
+
+def test_cli_file_override_fails_on_mandatory_violations_with_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:availabilityZones"] = ["us-east-1a"]
+    document["config"]["llmfleet:pools"][0]["replicas"] = {"min": 1, "max": 8}
+    document["config"]["llmfleet:pools"][0]["workload"]["capacityBuffer"] = 0.1
+    assert main(["policy", "check", "--stack", "prod", "--file", _write(tmp_path, document)]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = [line for line in lines if line.startswith("LEVEL")][0]
+    assert header.split() == ["LEVEL", "POLICY", "RESOURCE", "MESSAGE"]
+    assert "gpu-capacity-spans-zones" in out and "prod-min-replicas" in out and "prod-capacity-buffer" in out
+    assert "2 mandatory, 1 advisory violation(s)" in out
+
+
+def test_cli_advisory_only_exits_zero_and_policy_config_applies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:pools"][0]["workload"]["capacityBuffer"] = 0.1
+    stack_file = _write(tmp_path, document)
+    assert main(["policy", "check", "--stack", "prod", "--file", stack_file]) == 0
+    assert "0 mandatory, 1 advisory" in capsys.readouterr().out
+
+    config = tmp_path / "policy-config.json"
+    config.write_text(json.dumps({"monthly-cost-ceiling": {"monthlyCeilingUsd": {"prod": 10_000}}}))
+    assert main(["policy", "check", "--stack", "prod", "--policy-config", str(config), "--json"]) == 1
+    (violation,) = json.loads(capsys.readouterr().out)
+    assert violation["policy"] == "monthly-cost-ceiling" and violation["level"] == "mandatory"
+
+
+def test_cli_invalid_stack_file_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = copy.deepcopy(stack_document("prod"))
+    document["config"]["llmfleet:pools"][0]["engine"]["gpuMemoryUtilization"] = 1.5
+    assert main(["policy", "check", "--stack", "prod", "--file", _write(tmp_path, document)]) == 1
+    assert "llmfleet:pools[0].engine.gpuMemoryUtilization" in capsys.readouterr().err
