@@ -93,6 +93,8 @@ class ControlPlane(pulumi.ComponentResource):
                         contract.stack_file_path(spec.environment),
                         "--port",
                         str(port),
+                        "--host",
+                        "0.0.0.0",
                     ],
                     "ports": [{"name": "http", "container_port": port}],
                     "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},

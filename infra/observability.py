@@ -9,7 +9,7 @@ The seed's SLOs (availability 99.9%, P99 TTFT 300 ms, P99 decode 30 tok/s, error
 * decode speed: P99 time per output token above 1 / (target tok/s), warning at 80% of that;
 * error rate above half the target (warning) and above it (critical); any preemption (KV pressure).
 
-Availability and errors come from the gateway's ``llmfleet_gateway_requests_total{model, code}`` counter;
+Availability and errors come from the gateway's ``llmfleet_gateway_requests_total{model, status}`` counter;
 latency from the engines' ``vllm:*`` histograms, which the agent re-exports per pod.
 """
 
@@ -39,7 +39,7 @@ def warn_availability(target: float) -> float:
 def _error_ratio(model: str, window: str) -> str:
     sel = f'model="{model}"'
     return (
-        f'(sum(rate({REQUESTS}{{{sel},code=~"5.."}}[{window}])) or vector(0))'
+        f'(sum(rate({REQUESTS}{{{sel},status=~"5.."}}[{window}])) or vector(0))'
         f" / sum(rate({REQUESTS}{{{sel}}}[{window}]))"
     )
 

@@ -69,6 +69,7 @@ def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
+        {"name": "POD_IP", "value_from": {"field_ref": {"field_path": "status.podIP"}}},
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
         {"name": "HF_HOME", "value": "/models/hf"},
     ]
@@ -93,6 +94,15 @@ def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi
             str(contract.AGENT_PORT),
             "--replica",
             "$(POD_NAME)",
+            # Probes and the gateway reach the pod on its IP; the agent advertises the engine there.
+            "--host",
+            "0.0.0.0",
+            "--engine-host",
+            "0.0.0.0",
+            "--engine-port",
+            str(contract.ENGINE_PORT),
+            "--advertise-host",
+            "$(POD_IP)",
         ],
         "ports": [
             {"name": "agent", "container_port": contract.AGENT_PORT},

@@ -173,6 +173,9 @@ def test_engine_deployments_have_probes_grace_prestop_spread_and_pdb(stack: str)
             pool.name,
             "--port",
         ]
+        args = container["args"]
+        assert args[args.index("--engine-port") + 1] == str(contract.ENGINE_PORT)
+        assert args[args.index("--advertise-host") + 1] == "$(POD_IP)"
         shm = [v for v in spec_pod["volumes"] if v["name"] == "dshm"][0]
         assert shm["emptyDir"]["medium"] == "Memory"
         selectors = [p.props["spec"]["selector"]["matchLabels"] for p in pdbs]
@@ -237,6 +240,16 @@ def test_control_plane_role_scales_only_pool_deployments(prod: OfflineRun, prod_
         if s.props["metadata"]["name"] == contract.CONTROL_PLANE_NAME
     ]
     assert account.props["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:")
+    deployment = [d for d in prod.of_type(DEPLOYMENT) if d.props["metadata"]["name"] == contract.CONTROL_PLANE_NAME][0]
+    assert pod(deployment)["containers"][0]["args"] == [
+        "control-plane",
+        "--stack",
+        contract.stack_file_path("prod"),
+        "--port",
+        str(prod_spec.control_plane.port),
+        "--host",
+        "0.0.0.0",
+    ]
 
 
 def test_device_plugin_runs_only_on_gpu_nodes_and_only_on_aws(prod: OfflineRun, dev: OfflineRun) -> None:
