@@ -11,6 +11,7 @@ are serialised by a lock; don't run the program concurrently in one process.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,23 @@ from pulumi.runtime import mocks as pulumi_mocks
 __all__ = ["OfflineRun", "RecordedResource", "RecordingMocks", "run_offline"]
 
 _LOCK = threading.Lock()
+_LOOP: list[asyncio.AbstractEventLoop] = []
+
+
+def _current_loop() -> asyncio.AbstractEventLoop | None:
+    """The thread's current loop without creating one (``get_event_loop`` would make an orphan loop)."""
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    loop = getattr(local, "_loop", None)
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+
+
+def _runtime_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every offline run uses (created once; replaced only if someone closed it)."""
+    if not _LOOP or _LOOP[0].is_closed():
+        _LOOP[:] = [asyncio.new_event_loop()]
+    return _LOOP[0]
+
+
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
 
@@ -153,9 +171,12 @@ def run_offline(
     Exceptions raised by the program (or inside its applies) propagate.
     """
     with _LOCK:
+        # Pulumi's runtime needs a current event loop (a caller may have none, e.g. after `asyncio.run`). All
+        # runs share one loop: its executor threads each hold a loop Pulumi's mocks create, which must stay
+        # alive (a closed executor would drop them unclosed). The caller's loop is put back afterwards.
+        previous = _current_loop()
+        asyncio.set_event_loop(_runtime_loop())
         monitor = _RecordingMonitor(RecordingMocks(region=region))
-        pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
-        pulumi.runtime.set_all_config(dict(config), secret_keys=list(secret_keys or []))
         run = OfflineRun(project=project, stack=stack)
         resolved: dict[str, Any] = {}
 
@@ -167,9 +188,12 @@ def run_offline(
             )
 
         try:
+            pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
+            pulumi.runtime.set_all_config(dict(config), secret_keys=list(secret_keys or []))
             pulumi.runtime.test(body)()  # type: ignore[no-untyped-call]
         finally:
             pulumi.runtime.set_all_config({})
+            asyncio.set_event_loop(previous)
         run.resources = list(monitor.recorded)
         run.outputs = _unsecret(resolved)
         return run
