@@ -1,6 +1,6 @@
 """Gateway overhead: the same load sent direct to one engine and through the gateway, in the same run.
 
-    .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick]
+    .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick] [--litellm PATH] [--loop auto|asyncio|uvloop]
 
 Starts one simulator with (almost) zero model latency (``--time-scale 1e6``) and one ``llmfleet gateway``
 process with auth, in-memory quotas and power-of-two-choices routing, each pinned to its own core when the
@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 from fleet.validate import hash_api_key  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"
-KEY = "sk-bench-key"
+# Also LiteLLM's master key, which must look strong for it to start.
+KEY = "sk-" + hashlib.sha256(b"llmfleet-bench").hexdigest()
 _URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
 
 
@@ -211,26 +215,38 @@ async def _client_cpu(url: str, n: int) -> dict[str, float]:
     return out
 
 
-def _litellm(tmp: Path, engine: str, core: int | None) -> tuple[subprocess.Popen[bytes], str] | None:
-    if shutil.which("litellm") is None and not (Path(sys.executable).parent / "litellm").exists():
-        return None
-    config = {
-        "model_list": [
-            {
-                "model_name": MODEL,
-                "litellm_params": {"model": f"openai/{MODEL}", "api_base": engine + "/v1", "api_key": "x"},
-            }
-        ]
-    }
+def _litellm_binary(given: str | None) -> str | None:
+    if given:
+        return given
+    local = Path(sys.executable).parent / "litellm"
+    return str(local) if local.exists() else shutil.which("litellm")
+
+
+def _litellm(tmp: Path, engine: str, core: int | None, binary: str) -> tuple[subprocess.Popen[bytes], str] | None:
+    """LiteLLM's proxy in front of the same engine, offline (local cost map), no auth, no database."""
+    params = {"model": f"openai/{MODEL}", "api_base": engine + "/v1", "api_key": "unused"}
+    config = {"model_list": [{"model_name": MODEL, "litellm_params": params}]}
     path = tmp / "litellm.yaml"
     path.write_text(yaml.safe_dump(config))
-    port = 40000 + os.getpid() % 20000
-    env_cmd = ["env", "LITELLM_LOCAL_MODEL_COST_MAP=True"]
-    binary = str(Path(sys.executable).parent / "litellm")
-    args = [*env_cmd, *_pin(core), binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
-    try:
-        proc, _ = _start(args, tmp / "litellm.log", "Uvicorn running on")
-    except RuntimeError:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = ["env", "LITELLM_LOCAL_MODEL_COST_MAP=True", "LITELLM_LOG=ERROR", f"LITELLM_MASTER_KEY={KEY}"]
+    args = [*env, *_pin(core), binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    log = tmp / "litellm.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # it logs no "listening" line: poll its health
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=1) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        print(f"litellm did not start: {log.read_text(errors='replace')[-400:]}", file=sys.stderr)
+        os.killpg(proc.pid, signal.SIGKILL)
         return None
     return proc, f"http://127.0.0.1:{port}"
 
@@ -330,7 +346,8 @@ async def main(args: argparse.Namespace) -> None:
                 plain, plain_url = _start([*gw_cmd, "--loop", "asyncio"], tmp / "gateway-asyncio.log", "listening on")
                 procs.append(plain)
                 targets.append(("gw-asyncio", plain_url, plain.pid))
-            lite = _litellm(tmp, engine, gateway_core) if not args.quick else None
+            binary = _litellm_binary(args.litellm) if not args.quick else None
+            lite = _litellm(tmp, engine, gateway_core, binary) if binary else None
             if lite is not None:
                 procs.append(lite[0])
                 targets.append(("litellm", lite[1], lite[0].pid))
@@ -347,7 +364,7 @@ async def main(args: argparse.Namespace) -> None:
             clients = await _client_cpu(engine, max(300, n // 5))
             print(
                 f"\ncores: {cores}; engine on core {engine_core}, gateway on core {gateway_core}; "
-                f"litellm: {'run' if lite else 'not installed (pip install -e .[bench])'}\n"
+                f"litellm: {'run' if lite else 'not run' if binary else 'not installed (pip install -e .[bench])'}\n"
             )
             _print(results, clients)
         finally:
@@ -361,6 +378,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000, help="requests in the c=64 scenario")
     parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
+    parser.add_argument("--litellm", default=None, help="path of a `litellm` binary (default: this venv, PATH)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="the gateway's loop")
     ns = parser.parse_args()
     if ns.quick:
