@@ -7,9 +7,10 @@ process with auth, in-memory quotas and power-of-two-choices routing, each pinne
 machine has two or more. The load generator (this process) runs three scenarios against both targets:
 non-streaming at concurrency 1 (added latency), non-streaming at concurrency 64 (throughput), and streaming
 responses of 256 chunks at concurrency 16 (relay cost). CPU per request is the gateway (or engine) process's
-user+system time from /proc divided by the requests served. With the ``bench`` extra installed it also runs
-LiteLLM's proxy against the same engine. It also measures the CPU that aiohttp and httpx clients spend per
-request (the reason the gateway proxies with aiohttp). Figures are printed, never asserted.
+user+system time from /proc divided by the requests served. With the ``bench`` extra (or ``--litellm PATH``)
+it also runs LiteLLM's proxy against the same engine (offline cost map, master key, no database). It also
+measures the CPU that aiohttp and httpx clients spend per request (the reason the gateway proxies with aiohttp).
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
