@@ -67,9 +67,9 @@ class ControlPlane(pulumi.ComponentResource):
         }
         child = pulumi.ResourceOptions(parent=self)
         annotations = {} if args.role_arn is None else {"eks.amazonaws.com/role-arn": args.role_arn}
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)
-        k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=control_plane_rules(spec), opts=child)
-        k8s.rbac.v1.RoleBinding(
+        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)  # type: ignore[call-overload]
+        k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=control_plane_rules(spec), opts=child)  # type: ignore[call-overload]
+        k8s.rbac.v1.RoleBinding(  # type: ignore[call-overload]
             f"{name}-binding",
             metadata=meta,
             role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": contract.CONTROL_PLANE_NAME},
@@ -108,7 +108,7 @@ class ControlPlane(pulumi.ComponentResource):
         }
         if spec.target == "aws":
             pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
-        k8s.apps.v1.Deployment(
+        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
             metadata=meta,
             spec={
@@ -119,7 +119,7 @@ class ControlPlane(pulumi.ComponentResource):
             },
             opts=child,
         )
-        k8s.core.v1.Service(
+        k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
             metadata=meta,
             spec={

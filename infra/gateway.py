@@ -92,7 +92,7 @@ class Gateway(pulumi.ComponentResource):
         }
         if spec.target == "aws":
             pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
-        k8s.apps.v1.Deployment(
+        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
             metadata=meta,
             spec={
@@ -102,7 +102,7 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
         )
-        service = k8s.core.v1.Service(
+        service = k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
             metadata={**meta, "annotations": gateway_service_annotations(spec)},
             spec={
@@ -112,7 +112,7 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
-        k8s.autoscaling.v2.HorizontalPodAutoscaler(
+        k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
             f"{name}-hpa",
             metadata=meta,
             spec={
@@ -128,7 +128,7 @@ class Gateway(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
-        k8s.policy.v1.PodDisruptionBudget(
+        k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]
             f"{name}-pdb",
             metadata=meta,
             spec={"max_unavailable": 1, "selector": {"match_labels": labels}},

@@ -85,13 +85,13 @@ class FleetBase(pulumi.ComponentResource):
         )
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
-        k8s.core.v1.ConfigMap(
+        k8s.core.v1.ConfigMap(  # type: ignore[call-overload]
             f"{name}-spec",
             metadata={**meta, "name": contract.SPEC_CONFIGMAP},
             data={f"Pulumi.{spec.environment}.yaml": render_stack_file(spec)},
             opts=child,
         )
-        k8s.core.v1.Secret(
+        k8s.core.v1.Secret(  # type: ignore[call-overload]
             f"{name}-tenant-keys",
             metadata={**meta, "name": contract.TENANT_KEYS_SECRET},
             type="Opaque",
@@ -99,7 +99,7 @@ class FleetBase(pulumi.ComponentResource):
             opts=child,
         )
         annotations = {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}
-        k8s.core.v1.ServiceAccount(
+        k8s.core.v1.ServiceAccount(  # type: ignore[call-overload]
             f"{name}-engine",
             metadata={**meta, "name": contract.ENGINE_SERVICE_ACCOUNT, "annotations": annotations},
             automount_service_account_token=False,

@@ -142,7 +142,7 @@ class NodeGroups(pulumi.ComponentResource):
                 "capacity_reservation_target": {"capacity_reservation_id": reservation}
             }
             extra["instance_type"] = instance_type  # a Capacity Block template names its instance type
-        return aws.ec2.LaunchTemplate(
+        return aws.ec2.LaunchTemplate(  # type: ignore[call-overload,no-any-return]
             name,
             block_device_mappings=[
                 {

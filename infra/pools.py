@@ -185,13 +185,13 @@ class EnginePool(pulumi.ComponentResource):
         labels = engine_labels(spec, pool)
         self.deployment_name = contract.pool_deployment_name(pool.name)
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
-        k8s.apps.v1.Deployment(
+        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
             metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},
             spec=engine_deployment_spec(spec, pool, args.model_bucket),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
         )
-        k8s.core.v1.Service(
+        k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
             metadata={**meta, "name": self.deployment_name},
             spec={
@@ -204,7 +204,7 @@ class EnginePool(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
-        k8s.policy.v1.PodDisruptionBudget(
+        k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]
             f"{name}-pdb",
             metadata={**meta, "name": self.deployment_name},
             spec={"max_unavailable": pool.restart_window.max_unavailable, "selector": {"match_labels": labels}},
