@@ -1,6 +1,9 @@
 """CLI: ``llmfleet control-plane --stack NAME --port PORT [--host H] [--dry-run]``.
 
-Serves the control-plane API and runs the autoscaling loop with the stack's actuator. SIGINT or SIGTERM stops
+Serves the control-plane API and runs the autoscaling loop with the stack's actuator. On start it prints one line,
+``llmfleet control-plane listening on http://HOST:PORT`` with the port actually bound (``--port 0`` picks a free
+one), to stdout; agents it launches are told that port too unless ``--url`` or ``controlPlane.url`` says otherwise.
+SIGINT or SIGTERM stops
 the loop, then closes the actuator (the local actuator drains and stops every agent it started), then the
 HTTP server.
 """
@@ -12,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -32,7 +36,7 @@ log = logging.getLogger("llmfleet.autoscaler")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", required=True, help="stack name (local, dev, ...) or path to a stack file")
-    parser.add_argument("--port", type=int, default=None, help="listen port (default: controlPlane.port)")
+    parser.add_argument("--port", type=int, default=None, help="listen port (default: controlPlane.port; 0 picks one)")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--url", default=None, help="URL agents use to reach this control plane")
     parser.add_argument("--dry-run", action="store_true", help="log scaling decisions without acting on them")
@@ -50,6 +54,14 @@ async def serve(args: argparse.Namespace) -> int:
     loaded = load_spec(args.stack)
     spec = loaded.spec
     port = args.port if args.port is not None else spec.control_plane.port
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, port))  # bound before anything else so that port 0 is known to agents and printed
+    except OSError:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
     url_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = args.url or spec.control_plane.url or f"http://{url_host}:{port}"
     env = ActuatorEnv(stack=_stack_ref(args.stack), control_plane_url=url, log_dir=args.log_dir)
@@ -59,7 +71,7 @@ async def serve(args: argparse.Namespace) -> int:
     cp = ControlPlane.build(spec, time.time, loop)
     runner = web.AppRunner(create_app(cp), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, args.host, port).start()
+    await web.SockSite(runner, sock).start()
     log.info(
         "control plane for stack %s on %s (actuator %s%s)",
         loaded.name,
@@ -67,7 +79,7 @@ async def serve(args: argparse.Namespace) -> int:
         spec.autoscaling.actuator,
         ", dry-run" if args.dry_run or spec.autoscaling.dry_run else "",
     )
-    print(f"control plane listening on {url}", flush=True)
+    print(f"llmfleet control-plane listening on http://{args.host}:{port}", flush=True)
 
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

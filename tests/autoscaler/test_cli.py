@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -51,3 +53,29 @@ def test_unknown_stack_exits_2_with_the_list_of_stacks() -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "local" in done.stderr
+
+
+def test_port_zero_prints_the_bound_address_and_serves_on_it(tmp_path: Path) -> None:
+    out = tmp_path / "stdout.txt"
+    with out.open("w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fleet.cli", "control-plane", "--stack", "local", "--port", "0", "--dry-run"],
+            stdout=handle,
+            stderr=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "\n" not in out.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = out.read_text().split("\n")[0]
+        match = re.fullmatch(r"llmfleet control-plane listening on http://127\.0\.0\.1:(\d+)", line)
+        assert match, line
+        port = int(match.group(1))
+        assert port != 0
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
