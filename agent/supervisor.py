@@ -7,7 +7,7 @@ One handler per state runs until it fires an event; the loop then runs the next 
 * warming    -- a short completion must succeed before the replica is ready, within the same deadline.
 * ready      -- liveness: ``liveness_failures`` consecutive failed checks, or the process exiting, restart it.
   Inside the pool's restart window (and past its minimum uptime) ask the control plane for a restart lease;
-  no lease, no restart; an unreachable control plane skips this window occurrence.
+  no lease, no restart; an unreachable control plane skips this window occurrence (`agent.rollover`).
 * draining   -- readiness is already false (it fell the moment the drain was requested). Wait
   ``drain.propagationSeconds`` so gateways stop routing, SIGTERM the engine (its ``--shutdown-timeout`` lets
   accepted requests finish), wait for running + waiting = 0 and its exit up to the grace deadline, SIGKILL
@@ -29,17 +29,16 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from agent.clock import Clock
-from agent.control import ControlClient, ControlPlaneUnavailable, LeaseRefused
+from agent.control import ControlClient
 from agent.engine_client import EngineClient, Health
 from agent.launchers import EngineHandle
 from agent.metrics import AgentMetrics
 from agent.restarts import CrashHistory, RestartPolicy
+from agent.rollover import Rollover
 from agent.states import Event, State, StateMachine, Transition
-from agent.windows import restart_due
 from fleet.promtext import EngineMetrics
 from fleet.spec import PoolSpec
 
@@ -79,7 +78,6 @@ class Supervisor:
         self.settings = settings or SupervisorSettings()
         self._spawn = spawn
         self._engine_client = engine_client
-        self._control = control
         self._clock = clock
         self._metrics = metrics
         self._rand = rand
@@ -87,6 +85,7 @@ class Supervisor:
         self.machine.subscribe(metrics.on_transition)
         self.machine.subscribe(self._on_transition)
         self.crashes = CrashHistory(self.settings.restart)
+        self.rollover = Rollover(pool, replica, control, clock, metrics, self.settings.lease_retry_s, rand)
         self.engine: EngineHandle | None = None
         self.engine_started_at: float | None = None
         self.engine_version: str | None = None
@@ -96,9 +95,6 @@ class Supervisor:
         self._drain_source: State | None = None
         self._restart_reason = "crash"
         self._reset_requested = False
-        self._lease_held = False
-        self._handled_window: datetime | None = None
-        self._next_lease_try = 0.0
         self._wake = asyncio.Event()
         self._drain_event = asyncio.Event()
         self.listeners: list[Callable[[Transition], None]] = []
@@ -256,8 +252,8 @@ class Supervisor:
             if warmed is True:
                 version = await self._unless_drained(self._engine_client.version())
                 self.engine_version = version if isinstance(version, str) else None
-                if self._fire(State.WARMING, Event.WARMED) and self._lease_held:
-                    await self._release_lease()
+                if self._fire(State.WARMING, Event.WARMED) and self.rollover.held:
+                    await self.rollover.release()
                 return
             await self._pause(self.settings.probe_interval_s)
 
@@ -277,41 +273,14 @@ class Supervisor:
             await self._pause(self.settings.probe_interval_s)
 
     async def _planned_restart(self) -> bool:
-        """Inside the restart window: try for a lease; True when the planned restart began."""
-        now = datetime.fromtimestamp(self._clock.time(), UTC)
-        occurrence = restart_due(self.pool.restart_window, now, self.engine_uptime_s())
-        if occurrence is None or occurrence == self._handled_window:
+        """Inside the restart window: try for a lease (`agent.rollover`); True when the planned restart began."""
+        if not await self.rollover.acquire(self.engine_uptime_s()):
             return False
-        if self._clock.monotonic() < self._next_lease_try:
-            return False
-        ttl = self.pool.drain.grace_seconds + self.pool.cold_start_seconds + 60.0
-        try:
-            await self._control.acquire_lease(self.pool.name, self.replica, ttl)
-        except LeaseRefused:
-            self._metrics.leases.labels("refused").inc()
-            jitter = 0.5 + self._rand()
-            self._next_lease_try = self._clock.monotonic() + self.settings.lease_retry_s * jitter
-            return False
-        except ControlPlaneUnavailable as exc:
-            self._metrics.leases.labels("unavailable").inc()
-            log.warning("restart window skipped: no control plane to grant a lease (%s)", exc)
-            self._handled_window = occurrence
-            return False
-        self._metrics.leases.labels("granted").inc()
-        self._handled_window = occurrence
-        self._lease_held = True
         self._restart_reason = "planned"
         if not self._fire(State.READY, Event.PLANNED_RESTART):
             return False  # a drain won the race; the lease goes back when it ends
         log.info("restart window: lease granted, draining for a planned restart")
         return True
-
-    async def _release_lease(self) -> None:
-        self._lease_held = False
-        try:
-            await self._control.release_lease(self.pool.name, self.replica)
-        except ControlPlaneUnavailable as exc:
-            log.warning("lease release failed (it will expire): %s", exc)
 
     async def _draining(self) -> None:
         drain = self.pool.drain
@@ -330,8 +299,8 @@ class Supervisor:
             await self._reap(engine)
         self.engine, self.engine_started_at = None, None
         if self._final_drain:
-            if self._lease_held:
-                await self._release_lease()
+            if self.rollover.held:
+                await self.rollover.release()
             self.machine.fire(Event.DRAINED)
         else:
             self.machine.fire(Event.RESTART_DRAINED)
