@@ -6,6 +6,11 @@ synchronous signature and takes the whole request as one frozen `RequestInfo`; n
 
 `Router.route` owns what plugins must not: it stops when a filter empties the set, clamps each scorer's values
 into [0, 1] (NaN -> 0), multiplies by the configured weight, sums, and times every plugin call.
+
+Affinity scorers (``Scorer.affinity = True``: ``session-affinity``, ``prefix-affinity``) say where the request's
+cached state lives. The runner also sums their weighted values alone into `Scored.affinity`, so a picker can
+tell "preferred because of cached state" apart from "preferred because idle": `anchor` is the candidate with
+the highest positive affinity, and `within_bound` says whether its load leaves room to honour it (see p2c).
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ __all__ = [
     "Router",
     "Scored",
     "Scorer",
+    "anchor",
+    "endpoint_load",
     "make_plugin",
+    "within_bound",
 ]
 
 
@@ -71,7 +79,33 @@ class RequestInfo:
 @dataclass(frozen=True, slots=True)
 class Scored:
     endpoint: EndpointView
-    score: float
+    score: float  # weighted sum of every scorer
+    affinity: float = 0.0  # the part of ``score`` that came from affinity scorers
+
+
+def endpoint_load(endpoint: EndpointView) -> float:
+    """Requests on the replica: this gateway's in-flight count or the engine's running + waiting, the larger."""
+    return max(float(endpoint.in_flight), endpoint.running + endpoint.waiting)
+
+
+def anchor(candidates: Sequence[Scored]) -> Scored | None:
+    """The candidate with the highest positive affinity (ties: higher score, then the first); None if no affinity."""
+    best: Scored | None = None
+    for candidate in candidates:
+        if candidate.affinity > 0.0 and (
+            best is None or (candidate.affinity, candidate.score) > (best.affinity, best.score)
+        ):
+            best = candidate
+    return best
+
+
+def within_bound(preferred: Scored, candidates: Sequence[Scored], load_factor: float) -> bool:
+    """Whether ``preferred`` may take one more request: load <= ``load_factor`` x mean candidate load + 1.
+
+    The +1 keeps a nearly idle fleet sticky when a gauge still counts the session's previous request.
+    """
+    mean = sum(endpoint_load(c.endpoint) for c in candidates) / len(candidates)
+    return endpoint_load(preferred.endpoint) <= load_factor * mean + 1.0
 
 
 @dataclass(frozen=True)
@@ -101,9 +135,14 @@ class Filter(abc.ABC):
 
 
 class Scorer(abc.ABC):
-    """Scores each endpoint in [0, 1] (1 = best), index-aligned with ``endpoints``."""
+    """Scores each endpoint in [0, 1] (1 = best), index-aligned with ``endpoints``.
+
+    ``affinity = True`` marks a scorer whose score means "this replica holds the request's cached state"
+    (its weighted values also go to `Scored.affinity`); load scorers leave it False.
+    """
 
     name: ClassVar[str]
+    affinity: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -202,15 +241,20 @@ class Router:
             if not current:
                 return None
         totals = [0.0] * len(current)
+        affinity = [0.0] * len(current)
         if len(current) > 1:
             for scorer, weight in self.scorers:
                 start = time.perf_counter()
                 values = scorer.score(current, request)
                 self._timed(scorer.name, start)
                 for i, value in enumerate(values):
-                    totals[i] += weight * _clamp(value)
+                    weighted = weight * _clamp(value)
+                    totals[i] += weighted
+                    if scorer.affinity:
+                        affinity[i] += weighted
         start = time.perf_counter()
-        chosen = self.picker.pick([Scored(e, s) for e, s in zip(current, totals, strict=True)], request)
+        scored = [Scored(e, s, a) for e, s, a in zip(current, totals, affinity, strict=True)]
+        chosen = self.picker.pick(scored, request)
         self._timed(self.picker.name, start)
         for scorer, _ in self.scorers:
             scorer.observe(request, chosen)

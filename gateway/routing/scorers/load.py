@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.routing.base import EndpointView, RequestInfo, Scorer
+from gateway.routing.base import EndpointView, RequestInfo, Scorer, endpoint_load
 
 __all__ = ["InFlight", "KvUsage", "QueueDepth", "spread"]
 
@@ -41,4 +41,4 @@ class KvUsage(Scorer, name="kv-usage"):
 class InFlight(Scorer, name="in-flight"):
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
         del request  # Unused.
-        return spread([max(float(e.in_flight), e.running + e.waiting) for e in endpoints])
+        return spread([endpoint_load(e) for e in endpoints])

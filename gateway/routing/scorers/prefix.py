@@ -5,6 +5,7 @@ hash(key of block i-1, text of block i), so a key stands for the whole prefix up
 decision every key of the request points at the chosen replica, in an LRU index of at most ``capacity`` keys
 (old prefixes are forgotten, memory stays bounded). Score of a replica = matched leading blocks / blocks
 (the walk stops at the first block not owned by that replica). An engine with prefix caching then reuses the KV.
+It is an affinity scorer: ``p2c`` always draws the replica it prefers, within the picker's load bound.
 
 Example: ``scorers: [{name: prefix-affinity, weight: 1, params: {block_chars: 256, capacity: 65536}}]``
 """
@@ -30,6 +31,8 @@ def block_keys(text: str, block_chars: int, max_blocks: int) -> list[int]:
 
 
 class PrefixAffinity(Scorer, name="prefix-affinity"):
+    affinity = True
+
     def __init__(self, block_chars: int = 256, max_blocks: int = 64, capacity: int = 65536) -> None:
         if block_chars < 1 or max_blocks < 1 or capacity < 1:
             raise ValueError("block_chars, max_blocks and capacity must be >= 1")

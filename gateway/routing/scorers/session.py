@@ -5,9 +5,13 @@ Each candidate owns ``vnodes`` points on a hash ring. A request carrying a sessi
 gateway in-flight count is below ceil(``load_factor`` x (total in-flight + 1) / candidates); that replica
 scores 1, the others 0. While a replica stays in rotation and under the bound its sessions stay on it; when it
 leaves, only its own sessions move (to the next replica on the ring). Requests without a session id score 0
-everywhere, leaving the decision to the other scorers. Pair with a high weight and the ``max-score`` picker.
+everywhere, leaving the decision to the other scorers.
 
-Example: ``scorers: [{name: session-affinity, weight: 10, params: {load_factor: 1.25}}]``
+It is an affinity scorer: with ``p2c`` the session's replica is always one of the two candidates (unless over the
+picker's own load bound), with ``max-score`` it wins outright. Give it a weight above the sum of the other
+scorers' weights so the session's replica wins that comparison whenever it is within the bounds.
+
+Example: ``scorers: [{name: session-affinity, weight: 5, params: {load_factor: 1.25}}]``
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ def _point(text: str) -> int:
 
 
 class SessionAffinity(Scorer, name="session-affinity"):
+    affinity = True
+
     def __init__(self, load_factor: float = 1.25, vnodes: int = 64) -> None:
         if load_factor < 1.0 or vnodes < 1:
             raise ValueError("load_factor must be >= 1 and vnodes >= 1")

@@ -1,4 +1,7 @@
-"""Routing through a real gateway over real simulator processes: p2c vs random, session stickiness."""
+"""Routing through a real gateway over real simulator processes: p2c vs random, session stickiness.
+
+Stickiness is checked with ``max-score`` and with the prod stack's own routing block (p2c).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
+from fleet.loader import load_spec
 from tests.gateway.builders import KEYS, MODEL, gateway_config
 from tests.gateway.conftest import SimFactory, serve, settings_for
 
@@ -58,13 +63,24 @@ async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims:
     assert shares["p2c"] < shares["random"] * 0.5, shares
 
 
-async def test_session_sticks_to_one_replica_until_it_leaves_rotation(sims: SimFactory) -> None:
+def _prod_routing() -> dict[str, Any]:
+    """The prod stack's routing block as shipped (filters, scorers, p2c), refreshed faster for the test."""
+    routing = load_spec("prod").spec.gateway.routing.model_dump(by_alias=True, mode="json")
+    return {**routing, "scrapeIntervalS": 0.2}
+
+
+MAX_SCORE_ROUTING: dict[str, Any] = {
+    "scrapeIntervalS": 0.2,
+    "scorers": [{"name": "session-affinity", "weight": 10}, {"name": "in-flight", "weight": 1}],
+    "picker": {"name": "max-score"},
+}
+
+
+@pytest.mark.parametrize("routing", [MAX_SCORE_ROUTING, _prod_routing()], ids=["max-score", "prod-stack-p2c"])
+async def test_session_sticks_to_one_replica_until_it_leaves_rotation(
+    sims: SimFactory, routing: dict[str, Any]
+) -> None:
     procs = sims([], [], [])
-    routing: dict[str, Any] = {
-        "scrapeIntervalS": 0.2,
-        "scorers": [{"name": "session-affinity", "weight": 10}, {"name": "in-flight", "weight": 1}],
-        "picker": {"name": "max-score"},
-    }
     settings = settings_for([p.url for p in procs], gateway=gateway_config(routing=routing))
     async with serve(settings) as (url, _), aiohttp.ClientSession() as session:
         sessions = {name: {**GOLD, "x-session-id": name} for name in ("alice", "bob", "carol", "dave")}

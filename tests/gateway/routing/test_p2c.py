@@ -1,0 +1,146 @@
+"""p2c's affinity anchor: the preferred replica is always drawn, within a load bound; table-driven."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import pytest
+
+from fleet.loader import load_spec
+from gateway.routing import pickers
+from gateway.routing.base import EndpointView, Router, Scored, anchor, make_plugin, within_bound
+from tests.gateway.builders import endpoint, request
+
+PICKS = 2000
+
+
+def _scored(rid: str, score: float, affinity: float = 0.0, **load: float) -> Scored:
+    return Scored(endpoint(rid, **load), score, affinity)
+
+
+HOT = [_scored("s", 9, 5, in_flight=12), _scored("b", 3, in_flight=2), _scored("c", 3, in_flight=1)]
+
+
+def _counts(candidates: Sequence[Scored], load_factor: float = 1.25) -> collections.Counter[str]:
+    picker = make_plugin(pickers.REGISTRY, "picker", "p2c", {"seed": 3, "load_factor": load_factor})
+    return collections.Counter(picker.pick(candidates, request()).id for _ in range(PICKS))
+
+
+@pytest.mark.parametrize(
+    ("candidates", "load_factor", "always", "never"),
+    [
+        # Five replicas: plain p2c would pick "s" only when drawn (2 in 5); anchored, it is always a candidate.
+        ([_scored("s", 8, 5), *(_scored(x, 3) for x in "bcde")], 1.25, "s", None),
+        # A tie with the other draw goes to the anchor (it holds the cached state).
+        ([_scored("s", 3, 1), _scored("b", 3), _scored("c", 3)], 1.25, "s", None),
+        # The highest affinity is the anchor, not merely any replica with some affinity.
+        ([_scored("p", 4, 1), _scored("s", 8, 5), _scored("c", 3), _scored("d", 3)], 1.25, "s", "p"),
+        # The anchor is drawn but a clearly better replica still wins the comparison.
+        ([_scored("s", 1, 1), _scored("b", 3), _scored("c", 3)], 1.25, None, "s"),
+        # Over the bound (12 > 1.25 x mean 5 + 1): left out of both draws, whatever its affinity.
+        (
+            [_scored("s", 9, 5, in_flight=12), _scored("b", 3, in_flight=2), _scored("c", 3, in_flight=1)],
+            1.25,
+            None,
+            "s",
+        ),
+        # A looser bound keeps it (12 <= 3 x 5 + 1).
+        (
+            [_scored("s", 9, 5, in_flight=12), _scored("b", 3, in_flight=2), _scored("c", 3, in_flight=1)],
+            3.0,
+            "s",
+            None,
+        ),
+        # Engine gauges count too: other gateways' requests queue on the same replica.
+        ([_scored("s", 9, 5, running=8, waiting=30), _scored("b", 3, running=8), _scored("c", 3)], 1.25, None, "s"),
+        # A nearly idle fleet whose gauges still show the session's previous request stays sticky.
+        ([_scored("s", 9, 5, running=1), _scored("b", 3), _scored("c", 3), _scored("d", 3)], 1.25, "s", None),
+        # No affinity anywhere: plain p2c, the worst replica is never picked.
+        ([_scored("busy", 0), _scored("b", 1), _scored("c", 0.9)], 1.25, None, "busy"),
+    ],
+    ids=[
+        "anchor-always-drawn",
+        "tie-goes-to-anchor",
+        "highest-affinity-is-anchor",
+        "anchor-loses-to-better-score",
+        "anchor-over-bound-skipped",
+        "looser-bound-keeps-anchor",
+        "engine-queue-counts-as-load",
+        "idle-fleet-stale-gauge-slack",
+        "no-affinity-plain-p2c",
+    ],
+)
+def test_p2c_anchor_table(candidates: list[Scored], load_factor: float, always: str | None, never: str | None) -> None:
+    counts = _counts(candidates, load_factor)
+    if always is not None:
+        assert counts[always] == PICKS, counts
+    if never is not None:
+        assert counts[never] == 0, counts
+        assert sum(counts.values()) == PICKS
+
+
+@pytest.mark.parametrize(
+    ("candidates", "expected"),
+    [
+        ([_scored("a", 1), _scored("b", 2)], None),
+        ([_scored("a", 1, 0.5), _scored("b", 2)], "a"),
+        ([_scored("a", 6, 5), _scored("b", 7, 1)], "a"),
+        ([_scored("a", 6, 5), _scored("b", 7, 5)], "b"),  # equal affinity: the higher total
+    ],
+    ids=["none", "only-positive", "highest-affinity", "tie-higher-score"],
+)
+def test_anchor_is_the_highest_positive_affinity(candidates: list[Scored], expected: str | None) -> None:
+    found = anchor(candidates)
+    assert (found.endpoint.id if found else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("loads", "load_factor", "expected"),
+    [
+        ([0, 0, 0, 0], 1.25, True),
+        ([5, 3, 3, 3], 1.25, True),  # 5 <= 1.25 x 3.5 + 1
+        ([6, 3, 3, 3], 1.25, False),  # 6 > 1.25 x 3.75 + 1
+        ([6, 3, 3, 3], 1.5, True),
+        ([1, 0, 0, 0], 1.0, True),  # the +1 slack
+        ([2, 0, 0, 0], 1.0, False),
+    ],
+)
+def test_within_bound_compares_the_anchor_with_the_mean_load(
+    loads: list[int], load_factor: float, expected: bool
+) -> None:
+    candidates = [_scored(str(i), 0, in_flight=n) for i, n in enumerate(loads)]
+    assert within_bound(candidates[0], candidates, load_factor) is expected
+
+
+def _prod_router(seed: int) -> Router:
+    routing = load_spec("prod").spec.gateway.routing
+    picker = routing.picker.model_copy(update={"params": {**routing.picker.params, "seed": seed}})
+    return Router.from_refs(routing.filters, routing.scorers, picker)
+
+
+def _route(router: Router, endpoints: list[EndpointView], session: str | None, i: int) -> str:
+    decision = router.route(endpoints, request(request_id=f"{session}-{i}", session_id=session, prompt="Hi there."))
+    assert decision is not None
+    return decision.endpoint.id
+
+
+def test_prod_routing_keeps_each_session_on_one_replica_until_it_leaves() -> None:
+    assert load_spec("prod").spec.gateway.routing.picker.name == "p2c"
+    router = _prod_router(seed=11)
+    endpoints = [endpoint(x, kv_usage=0.1 * i) for i, x in enumerate("abcd")]
+    sessions = [f"user-{i}" for i in range(60)]
+    before = {s: {_route(router, endpoints, s, i) for i in range(10)} for s in sessions}
+    assert all(len(replicas) == 1 for replicas in before.values()), before
+    assert set().union(*before.values()) == set("abcd")  # sessions spread over every replica
+    remaining = [e for e in endpoints if e.id != "b"]
+    after = {s: {_route(router, remaining, s, i) for i in range(10, 20)} for s in sessions}
+    assert all(len(replicas) == 1 for replicas in after.values()), after
+    assert {s for s in sessions if after[s] != before[s]} == {s for s in sessions if before[s] == {"b"}}
+
+
+def test_prod_routing_without_a_session_spreads_load() -> None:
+    router = _prod_router(seed=5)
+    endpoints = [endpoint(x) for x in "abcd"]
+    counts = collections.Counter(_route(router, endpoints, None, i) for i in range(400))
+    assert set(counts) == set("abcd") and min(counts.values()) > 50, counts
