@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/engine_sim.py
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/autoscaling.py
+	$(BIN)/python bench/fleet_sim.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

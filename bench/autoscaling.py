@@ -110,8 +110,9 @@ def simulate(name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1
                 params=cfg.policy.params,
                 state=state,
             )
-            verdict = apply_guardrails(ctx, policy.propose(ctx), cfg)
-            state = verdict.state
+            proposal = policy.propose(ctx)
+            verdict = apply_guardrails(ctx, proposal, cfg)
+            state = {**verdict.state, **dict(proposal.state)}  # as autoscaler.loop carries it
             delta = verdict.target - ctx.current
             if delta > 0:
                 launching += [t + COLD_START_S] * delta

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autoscaler.policies import REGISTRY, make_policy
@@ -67,3 +69,32 @@ def test_validator_sees_the_registry() -> None:
     from fleet.plugins import registered_names
 
     assert {"target-tracking", "threshold"} <= set(registered_names("scaling policy"))
+
+
+@pytest.mark.parametrize(
+    ("case", "state", "params", "now", "expected"),
+    [
+        ("no previous envelope: raw demand", {}, {}, 1000.0, 1.0),
+        ("envelope decays by e after tau", {"envelope": (910.0, 4.0)}, {}, 1000.0, 4.0 / math.e),
+        ("raw demand above the envelope wins", {"envelope": (0.0, 4.0)}, {}, 1000.0, 1.0),
+        ("released at once when turned off", {"envelope": (990.0, 4.0)}, {"releaseTimeConstantS": 0}, 1000.0, 1.0),
+        ("explicit time constant", {"envelope": (900.0, 4.0)}, {"releaseTimeConstantS": 100}, 1000.0, 4.0 / math.e),
+    ],
+)
+def test_target_tracking_releases_capacity_along_a_decaying_envelope(
+    case: str, state: dict, params: dict, now: float, expected: float
+) -> None:
+    # 48 running of 64x0.75 slots: raw demand is exactly one replica; cold start 30 s -> tau 90 s by default.
+    ctx = context(ready("a", running=48), now=now, state=state, params=params)
+    proposal = make_policy("target-tracking").propose(ctx)
+    assert proposal.desired == pytest.approx(expected), case
+    assert proposal.state["envelope"] == (now, pytest.approx(expected))
+
+
+def test_target_tracking_counts_a_backlog_in_batches_while_a_cold_start_is_under_way() -> None:
+    # 200 waiting + 40 running on one replica: 50 replicas by queue target, 5 by batch slots (240 / 48).
+    cold = context(ready("a", waiting=200, running=40), starting("b"))
+    warm = context(ready("a", waiting=200, running=40))
+    policy = make_policy("target-tracking")
+    assert policy.propose(cold).desired == pytest.approx(5.0)
+    assert policy.propose(warm).desired == pytest.approx(50.0)
