@@ -9,8 +9,11 @@ go stops taking traffic at once and stops when its last request finishes (drain)
 
 Events: arrivals (Poisson, a seeded day-shaped trace: quiet, ramp, plateau, drop, burst, quiet), engine step
 ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and the agents' reports see; the
-gateway's own in-flight count is always live), and control-loop ticks (``autoscaling.intervalS``). Requests take
-a prompt of ~200 tokens (a shared 96-token system prompt out of a few, plus a spread) and ~80 output tokens.
+gateway's own in-flight count is always live), gateway queue timeouts, and control-loop ticks
+(``autoscaling.intervalS``). The gateway admits as `gateway.admission.Admission` does: up to ready replicas x
+(``maxNumSeqs`` + ``queue.perReplicaThreshold``) in flight, the rest wait FIFO up to ``queue.timeoutS`` (then
+503), at most ``queue.maxWaiting`` (then 429). Requests take a prompt of ~200 tokens (a shared 96-token system
+prompt out of a few, plus a spread) and ~80 output tokens.
 
 Compared in one run, same trace and seed:
 
@@ -20,8 +23,9 @@ Compared in one run, same trace and seed:
 
 Printed per configuration: engine busy time / replica time (GPU utilisation as ``nvidia-smi`` would show it,
 over every billed replica-second incl. cold starts and drains), served requests/s vs the plan's at-SLO
-capacity (``fleet.capacity.per_replica_qps`` x replicas), replica-hours, virtual TTFT p50/p99, the share of
-requests over the TTFT SLO, preemptions, and the ratios against the baseline. A bench: it prints, never asserts.
+capacity (``fleet.capacity.per_replica_qps`` x replicas), replica-hours, virtual TTFT p50/p99 as the client sees
+it (gateway queue + engine), the share of requests over the TTFT SLO or rejected, rejections, preemptions, and
+the ratios against the baseline. A bench: it prints, never asserts.
 
     .venv/bin/python bench/fleet_sim.py                 # prod pool, trace scaled to fit a couple of minutes
     .venv/bin/python bench/fleet_sim.py --scale 1.0 --min-replicas 3   # the full-size trace (slow)
@@ -39,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +146,7 @@ class Result:
     requests: int = 0
     completed: int = 0
     unrouted: int = 0
+    rejected: int = 0  # gateway queue full (429) or timed out (503)
     ttfts: list[float] = field(default_factory=list)
     replica_s: float = 0.0
     busy_s: float = 0.0
@@ -150,6 +155,7 @@ class Result:
     actions: int = 0
     wall_s: float = 0.0
     generated_tokens: int = 0
+    end_s: float = 0.0  # virtual time the last request finished
 
 
 class FleetSim:
@@ -191,6 +197,13 @@ class FleetSim:
         self.systems = [self.tokens[i * SYSTEM_TOKENS : (i + 1) * SYSTEM_TOKENS] for i in range(SYSTEM_PROMPTS)]
         self.system_text = [f"system prompt {i}: " + "x" * 300 for i in range(SYSTEM_PROMPTS)]
         self.token_rng = token_rng
+        # gateway admission (as gateway.admission.Admission): in flight <= routable x (maxNumSeqs + threshold),
+        # the rest wait FIFO up to timeoutS (then 503), at most maxWaiting of them (then 429)
+        self.queue_cfg = spec.gateway.queue
+        self.gw_queue: deque[Arrival] = deque()
+        self.gw_queued: set[str] = set()
+        self.gw_in_flight = 0
+        self.arrived_at: dict[str, float] = {}
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -224,11 +237,13 @@ class FleetSim:
             "ready": self.on_ready,
             "scrape": self.on_scrape,
             "tick": self.on_tick,
+            "queue-timeout": self.on_queue_timeout,
         }
         now = 0.0
         while self.events:
             now, _, kind, payload = heapq.heappop(self.events)
-            if kind in ("scrape", "tick") and now > end and not any(r.in_flight for r in self.replicas):
+            idle = not self.gw_queued and not any(r.in_flight for r in self.replicas)
+            if kind in ("scrape", "tick") and now > end and idle:
                 continue  # the trace is over and every request has finished: let the clock stop
             handlers[kind](now, payload)
         for r in self.replicas:
@@ -238,7 +253,7 @@ class FleetSim:
             self.result.preemptions += r.scheduler.stats.preemptions
             self.result.generated_tokens += r.scheduler.stats.generation_tokens
         self.result.wall_s = time.perf_counter() - start
-        self.result.end_s = now  # type: ignore[attr-defined]
+        self.result.end_s = now
         return self.result
 
     # -- handlers --------------------------------------------------------------------------------------------
@@ -259,8 +274,37 @@ class FleetSim:
             max_num_seqs=self.pool.engine.max_num_seqs,
         )
 
+    def admission_capacity(self) -> int:
+        routable = sum(1 for r in self.replicas if r.state == "ready")
+        return routable * (self.pool.engine.max_num_seqs + self.queue_cfg.per_replica_threshold)
+
     def on_arrival(self, now: float, a: Arrival) -> None:
         self.result.requests += 1
+        self.arrived_at[a.rid] = a.t
+        if not self.gw_queue and self.gw_in_flight < self.admission_capacity():
+            self.dispatch(now, a)
+        elif len(self.gw_queue) >= self.queue_cfg.max_waiting:
+            self.result.rejected += 1
+        else:
+            self.gw_queue.append(a)
+            self.gw_queued.add(a.rid)
+            self.push(now + self.queue_cfg.timeout_s, "queue-timeout", a)
+
+    def on_queue_timeout(self, now: float, a: Arrival) -> None:
+        if a.rid in self.gw_queued:
+            self.gw_queued.discard(a.rid)
+            self.result.rejected += 1
+
+    def pump(self, now: float) -> None:
+        """Admit queued requests while the pool has room (a slot freed, a replica became ready)."""
+        capacity = self.admission_capacity()
+        while self.gw_queue and self.gw_in_flight < capacity:
+            a = self.gw_queue.popleft()
+            if a.rid in self.gw_queued:
+                self.gw_queued.discard(a.rid)
+                self.dispatch(now, a)
+
+    def dispatch(self, now: float, a: Arrival) -> None:
         views = [self.endpoint_view(r, now) for r in self.replicas if r.state == "ready"]
         info = RequestInfo(a.rid, self.model, "acme", 8, self.system_text[a.system] + a.rid, None, now)
         decision = self.router.route(views, info)
@@ -273,6 +317,7 @@ class FleetSim:
         request = SimRequest(a.rid, self.systems[a.system] + body, max_tokens=a.output_tokens)
         replica.scheduler.add(request, now)
         replica.in_flight += 1
+        self.gw_in_flight += 1
         self.kick(replica, now)
 
     def kick(self, r: Replica, now: float) -> None:
@@ -287,13 +332,16 @@ class FleetSim:
         result = r.scheduler.complete(r.plan)
         r.plan = None
         for ev in result.events:
-            if ev.first:
-                self.result.ttfts.append(ev.latency)
+            if ev.first:  # the client's TTFT includes the gateway queue; the agent sees the engine's
+                self.result.ttfts.append(now - self.arrived_at.pop(ev.request.request_id))
                 r.ttfts.append((now, ev.latency))
             if ev.finished is not None:
                 r.in_flight -= 1
+                self.gw_in_flight -= 1
                 self.result.completed += 1
         self.kick(r, now)
+        if self.gw_queue:
+            self.pump(now)
         if r.state == "draining" and r.in_flight == 0:
             self.stop(r, now)
 
@@ -303,6 +351,7 @@ class FleetSim:
     def on_ready(self, now: float, r: Replica) -> None:
         if r.state == "launching":
             r.state = "ready"
+            self.pump(now)
 
     def on_scrape(self, now: float, _: Any) -> None:
         for r in self.replicas:
@@ -353,7 +402,7 @@ class FleetSim:
             horizon = max(pool.cold_start_seconds, 3 * cfg.interval_s)
             while self.demand and now - self.demand[0][0] > horizon:
                 self.demand.popleft()
-            ctx = _with_history(ctx, tuple(self.demand))
+            ctx = replace(ctx, demand_history=tuple(self.demand))
         proposal = self.policy.propose(ctx)
         verdict = apply_guardrails(ctx, proposal, cfg)
         self.state = {**verdict.state, **dict(proposal.state)}
@@ -371,12 +420,6 @@ class FleetSim:
                     r.state = "draining"
         self.result.peak_replicas = max(self.result.peak_replicas, len(self.live()))
         self.push(now + cfg.interval_s, "tick")
-
-
-def _with_history(ctx: ScalingContext, history: tuple[tuple[float, float], ...]) -> ScalingContext:
-    from dataclasses import replace
-
-    return replace(ctx, demand_history=history)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -438,17 +481,17 @@ def main(argv: list[str] | None = None) -> None:
         results = list(ex.map(_run_one, jobs))
     header = (
         f"{'configuration':<32} {'busy/rep':>8} {'req/cap':>7} {'rep-h':>6} {'peak':>4} {'TTFT p50':>8} "
-        f"{'p99':>7} {'>SLO':>6} {'preempt':>7} {'actions':>7} {'wall':>5}"
+        f"{'p99':>7} {'>SLO':>6} {'reject':>6} {'preempt':>7} {'actions':>7} {'wall':>5}"
     )
     print(header)
     for r in results:
         ttfts = sorted(r.ttfts)
-        over = sum(1 for v in ttfts if v > slo) / max(1, len(ttfts))
+        over = (sum(1 for v in ttfts if v > slo) + r.rejected) / max(1, r.requests)  # a rejection misses too
         cap = r.replica_s * plan.per_replica_qps
         print(
             f"{r.config.name:<32} {r.busy_s / r.replica_s:>8.0%} {r.completed / cap:>7.0%} "
             f"{r.replica_s / 3600:>6.2f} {r.peak_replicas:>4} {_quantile(ttfts, 0.5) * 1000:>6.0f}ms "
-            f"{_quantile(ttfts, 0.99) * 1000:>5.0f}ms {over:>6.2%} {r.preemptions:>7} {r.actions:>7} "
+            f"{_quantile(ttfts, 0.99) * 1000:>5.0f}ms {over:>6.2%} {r.rejected:>6} {r.preemptions:>7} {r.actions:>7} "
             f"{r.wall_s:>4.0f}s"
         )
     base = results[0]
