@@ -5,7 +5,8 @@ ready replica runs up to ``SLOTS`` at once, each for ``SERVICE_S`` (so ``MU`` re
 wait; a new replica is ready
 ``COLD_START_S`` after launch. The loop ticks every ``intervalS`` and sees what agents would report (waiting,
 running, KV usage, a TTFT estimate). Printed per policy: replica-hours, mean utilisation of ready replicas, peak
-queue, seconds with the TTFT estimate over the SLO, and the number of scaling actions.
+queue, seconds with the TTFT estimate over the SLO, and the number of scaling actions; then replica-hours and
+seconds over the SLO when the burst comes 60 s to 10 min after the drop.
 
     .venv/bin/python bench/autoscaling.py
 """
@@ -29,17 +30,17 @@ BASE_TTFT_S = 0.08
 MIN, MAX = 1, 12
 
 
-def rate(t: float) -> float:
-    """Requests/s: quiet, a ramp to a peak, a plateau, a sudden drop, a second short burst."""
+def rate(t: float, gap_s: float = 180.0) -> float:
+    """Requests/s: quiet, a ramp to a peak, a plateau, a sudden drop, after ``gap_s`` a second short burst."""
     if t < 120:
         return 3.0
     if t < 420:
         return 3.0 + (t - 120) * 0.17  # to ~54 req/s
     if t < 720:
         return 54.0
-    if t < 900:
+    if t < 720 + gap_s:
         return 10.0
-    if t < 960:
+    if t < 780 + gap_s:
         return 40.0
     return 5.0
 
@@ -55,7 +56,9 @@ class Result:
     actions: int = 0
 
 
-def simulate(name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1500.0, dt: float = 0.5) -> Result:
+def simulate(
+    name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1500.0, dt: float = 0.5, gap_s: float = 180.0
+) -> Result:
     policy = make_policy(policy_name)
     result = Result(name)
     ready, launching = MIN, []  # launching: ready-at times
@@ -64,7 +67,7 @@ def simulate(name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1
     while t < end_s:
         launching, newly = [x for x in launching if x > t], [x for x in launching if x <= t]
         ready += len(newly)
-        in_system += rate(t) * dt
+        in_system += rate(t, gap_s) * dt
         running = min(in_system, ready * SLOTS)
         served = running * dt / SERVICE_S  # each running request finishes after SERVICE_S on average
         in_system -= served
@@ -145,6 +148,22 @@ def main() -> None:
             f"{r.name:<32} {r.replica_s / 3600:>9.2f} {util:>6.0%} {r.peak_queue:>10.0f} "
             f"{r.over_slo_s:>10.0f} {r.actions:>8}"
         )
+    # The burst after a drop is where policies differ most: capacity released in the quiet gap takes a cold
+    # start to come back. Sweep the gap between the drop and the burst.
+    gaps = (60.0, 180.0, 300.0, 420.0, 600.0)
+    print("\nburst after a quiet gap: replica-hours / seconds over the SLO, per gap (s) between drop and burst")
+    print(f"{'policy':<32} " + " ".join(f"{g:>11.0f}" for g in gaps))
+    policies = [
+        ("threshold (waiting > 5)", "threshold", {}),
+        ("target-tracking", "target-tracking", {}),
+        ("target-tracking + predictive", "target-tracking", {"predictive": True}),
+    ]
+    for name, policy, extra in policies:
+        cells = []
+        for gap in gaps:
+            r = simulate(name, policy, AutoscalingSpec(**base, **extra), gap_s=gap)
+            cells.append(f"{r.replica_s / 3600:>5.2f}/{r.over_slo_s:>4.0f}s")
+        print(f"{name:<32} " + " ".join(f"{c:>11}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from autoscaler.policies import REGISTRY, make_policy
+from autoscaler.policies.target_tracking import RELEASE_COLD_STARTS
 from tests.autoscaler.builders import context, ready, stale, starting
 
 
@@ -71,11 +72,14 @@ def test_validator_sees_the_registry() -> None:
     assert {"target-tracking", "threshold"} <= set(registered_names("scaling policy"))
 
 
+TAU_S = RELEASE_COLD_STARTS * 30.0  # the builder's context has a 30 s cold start
+
+
 @pytest.mark.parametrize(
     ("case", "state", "params", "now", "expected"),
     [
         ("no previous envelope: raw demand", {}, {}, 1000.0, 1.0),
-        ("envelope decays by e after tau", {"envelope": (910.0, 4.0)}, {}, 1000.0, 4.0 / math.e),
+        ("envelope decays by e after tau", {"envelope": (1000.0 - TAU_S, 4.0)}, {}, 1000.0, 4.0 / math.e),
         ("raw demand above the envelope wins", {"envelope": (0.0, 4.0)}, {}, 1000.0, 1.0),
         ("released at once when turned off", {"envelope": (990.0, 4.0)}, {"releaseTimeConstantS": 0}, 1000.0, 1.0),
         ("explicit time constant", {"envelope": (900.0, 4.0)}, {"releaseTimeConstantS": 100}, 1000.0, 4.0 / math.e),
@@ -84,7 +88,7 @@ def test_validator_sees_the_registry() -> None:
 def test_target_tracking_releases_capacity_along_a_decaying_envelope(
     case: str, state: dict, params: dict, now: float, expected: float
 ) -> None:
-    # 48 running of 64x0.75 slots: raw demand is exactly one replica; cold start 30 s -> tau 90 s by default.
+    # 48 running of 64x0.75 slots: raw demand is exactly one replica; the default tau is in cold starts (30 s).
     ctx = context(ready("a", running=48), now=now, state=state, params=params)
     proposal = make_policy("target-tracking").propose(ctx)
     assert proposal.desired == pytest.approx(expected), case
@@ -98,3 +102,11 @@ def test_target_tracking_counts_a_backlog_in_batches_while_a_cold_start_is_under
     policy = make_policy("target-tracking")
     assert policy.propose(cold).desired == pytest.approx(5.0)
     assert policy.propose(warm).desired == pytest.approx(50.0)
+
+
+def test_target_tracking_remembers_at_most_the_pool_maximum() -> None:
+    # 400 waiting at target 4 asks for 100 replicas of a pool of at most 8: the envelope keeps 8, not 100.
+    ctx = context(ready("a", waiting=400, running=64))
+    proposal = make_policy("target-tracking").propose(ctx)
+    assert proposal.desired == pytest.approx(100.0)
+    assert proposal.state["envelope"] == (ctx.now, 8.0)
