@@ -7,6 +7,12 @@ Replica states seen here: an agent state (``starting``, ``warming``, ``ready``, 
 ``restarting``, ``failed``) or ``launching`` (the actuator started it and no report has arrived yet). A replica
 whose last report is older than the stale limit is ``stale``: its load is *unknown*, which is never the same
 as zero; it counts neither as idle capacity nor as load.
+
+Gateways report what no engine sees: requests waiting in their admission queues and the rate requests arrive
+(`fleet.wire.GatewayReport`). ``gateway_waiting`` and ``request_rate`` sum the *fresh* gateway reports; both are
+None when no gateway reported recently (unknown, never zero), and ``gateways_stale`` counts gateways whose
+reports stopped (their share is unknown, so the sums are then a lower bound). ``per_replica_qps`` is the pool's
+planned at-SLO capacity per replica (`fleet.capacity.plan_pool`), fixed when the loop is built.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ class ScalingContext:
     ttft_slo_s: float = 0.3
     # timing
     cold_start_s: float = 120.0
+    # the gateways' view (None: unknown) and the plan's per-replica capacity (None: no plan)
+    gateway_waiting: float | None = None
+    request_rate: float | None = None
+    gateways_stale: int = 0
+    per_replica_qps: float | None = None
     # demand (running + waiting over fresh replicas) per past tick: ((t, value), ...) oldest first
     demand_history: tuple[tuple[float, float], ...] = ()
     # the policy's parameters (PluginRef.params) and the state it returned last tick
@@ -124,8 +135,14 @@ class ScalingContext:
         return bool(self._measured())
 
     @property
-    def queue_depth(self) -> float:
+    def engine_waiting(self) -> float:
+        """Requests waiting inside the engines (the agents' reports)."""
         return sum(r.waiting or 0.0 for r in self._measured())
+
+    @property
+    def queue_depth(self) -> float:
+        """Requests waiting for a batch slot: in the engines plus in the gateways' admission queues (when known)."""
+        return self.engine_waiting + (self.gateway_waiting or 0.0)
 
     @property
     def running(self) -> float:

@@ -7,9 +7,9 @@ Order (each step sees the previous one's number; the first that binds is named i
    trend and raise the proposal by the same factor (never lowers it);
 3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
    while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
-   zero). TTFT: P99 above the SLO adds one replica while requests are in the pool, unless capacity is already
-   arriving (cold start), and
-   blocks shrinking while P99 is within 80% of the SLO. Throughput: the policy's own number. A lower
+   zero), nor while a gateway's reports are stale (its queue is unknown). TTFT: P99 above the SLO adds one
+   replica while requests are in the pool, unless capacity is already arriving (cold start), and blocks
+   shrinking while P99 is within 80% of the SLO. Throughput: the policy's own number. A lower
    priority can never undo a higher one, so two triggers never act against each other;
 4. bounds ``[min, max]``;
 5. stabilisation: a scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more", a
@@ -75,6 +75,10 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         "unknown": [r.replica for r in ctx.unknown],
         "failed": [r.replica for r in ctx.failed],
         "queue_depth": ctx.queue_depth,
+        "gateway_waiting": ctx.gateway_waiting,
+        "request_rate": None if ctx.request_rate is None else round(ctx.request_rate, 3),
+        "gateways_stale": ctx.gateways_stale,
+        "per_replica_qps": None if ctx.per_replica_qps is None else round(ctx.per_replica_qps, 3),
         "running": ctx.running,
         "kv_usage_total": round(ctx.kv_usage_total, 4),
         "ttft_p99_s": ctx.ttft_p99_s,
@@ -109,6 +113,8 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         no_shrink = f"availability: load of {names} unknown (stale or no metrics), not counted as capacity"
     elif not ctx.has_metrics and capacity > 0:
         no_shrink = "availability: no fresh metrics; unknown load is not zero load"
+    elif ctx.gateways_stale:
+        no_shrink = f"availability: {ctx.gateways_stale} gateway report(s) stale; their queue is unknown, not empty"
     ttft = ctx.ttft_p99_s
     if ttft is not None and ttft > ctx.ttft_slo_s:
         over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms"

@@ -1,6 +1,7 @@
 """ControlLoop: every ``autoscaling.intervalS``, turn each pool's reports into a decision and act on it.
 
-    reports (registry) + actuator view -> ScalingContext -> policy -> guard-rails -> Decision -> actuator
+    reports (registry) + gateway reports + actuator view -> ScalingContext -> policy -> guard-rails -> Decision
+                                                                                       -> actuator
 
 ``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
 until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
@@ -20,10 +21,11 @@ from autoscaler.context import ReplicaLoad, ScalingContext
 from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
 from autoscaler.guardrails import apply_guardrails
 from autoscaler.policies import make_policy
-from autoscaler.registry import ReplicaRegistry, Seen
+from autoscaler.registry import GatewayRegistry, GatewaySeen, ReplicaRegistry, Seen
+from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
 
-__all__ = ["ControlLoop", "pick_victims"]
+__all__ = ["ControlLoop", "gateway_demand", "pick_victims", "planned_qps"]
 
 log = logging.getLogger("llmfleet.autoscaler.loop")
 
@@ -64,6 +66,26 @@ def _load(seen: Seen) -> ReplicaLoad:
     )
 
 
+def gateway_demand(seen: list[GatewaySeen]) -> tuple[float | None, float | None, int]:
+    """(waiting, request rate, stale gateways) over one pool's gateway reports: the sums over fresh reports, or
+    None for both when no gateway reported recently (unknown, not zero)."""
+    fresh = [g.report for g in seen if not g.stale]
+    stale = len(seen) - len(fresh)
+    if not fresh:
+        return None, None, stale
+    return float(sum(r.waiting for r in fresh)), sum(r.arrived_per_s for r in fresh), stale
+
+
+def planned_qps(spec: FleetSpec, pool: PoolSpec) -> float | None:
+    """The pool's planned at-SLO requests/s per replica, None when the plan cannot say (no positive figure)."""
+    try:
+        qps = plan_pool(spec, pool).per_replica_qps
+    except (KeyError, ValueError) as exc:
+        log.warning("pool %s: no capacity plan (%s); the request-rate term is off", pool.name, exc)
+        return None
+    return qps if qps > 0 else None
+
+
 class ControlLoop:
     def __init__(
         self,
@@ -72,9 +94,12 @@ class ControlLoop:
         actuator: Actuator,
         clock: Callable[[], float],
         history: int = 500,
+        gateways: GatewayRegistry | None = None,
     ) -> None:
         self.spec = spec
         self.registry = registry
+        self.gateways = gateways or GatewayRegistry(registry.stale_after_s)
+        self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name)
@@ -97,6 +122,7 @@ class ControlLoop:
 
     def context(self, pool: PoolSpec, replicas: tuple[ReplicaLoad, ...], now: float) -> ScalingContext:
         cfg = self.spec.autoscaling
+        waiting, rate, stale = gateway_demand(self.gateways.seen(pool.name, now))
         return ScalingContext(
             pool=pool.name,
             now=now,
@@ -109,6 +135,10 @@ class ControlLoop:
             max_num_seqs=pool.engine.max_num_seqs,
             ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
             cold_start_s=pool.cold_start_seconds,
+            gateway_waiting=waiting,
+            request_rate=rate,
+            gateways_stale=stale,
+            per_replica_qps=self.per_replica_qps.get(pool.name),
             demand_history=tuple(self._demand.get(pool.name, ())),
             params=cfg.policy.params,
             state=self._state.get(pool.name, {}),

@@ -1,6 +1,8 @@
 """Service: the control plane's HTTP API (aiohttp), one process per fleet.
 
     POST   /v1/reports                        LoadReport from an agent             -> 200 {"accepted": true}
+    POST   /v1/gateway-reports                GatewayReport from a gateway (its admission queue and request
+                                              rate per pool)                        -> 200 {"accepted": true}
     GET    /v1/pools                          pools with bounds, counts, last decision
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica)
     POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held)
@@ -28,9 +30,9 @@ from pydantic import ValidationError
 from autoscaler.decisions import decision_to_json
 from autoscaler.leases import LeaseRefused, LeaseTable
 from autoscaler.loop import ControlLoop
-from autoscaler.registry import ReplicaRegistry
+from autoscaler.registry import GatewayRegistry, ReplicaRegistry
 from fleet.spec import FleetSpec
-from fleet.wire import LeaseRequest, LoadReport
+from fleet.wire import GatewayReport, LeaseRequest, LoadReport
 
 __all__ = ["ControlPlane", "create_app", "error_response"]
 
@@ -45,6 +47,13 @@ class ControlPlane:
     clock: Callable[[], float]
     loop: ControlLoop | None = None
     metrics: CollectorRegistry = field(default_factory=CollectorRegistry)
+    gateways: GatewayRegistry | None = None  # None: a fresh one with the registry's stale limit
+
+    def __post_init__(self) -> None:
+        if self.gateways is None:
+            self.gateways = (
+                self.loop.gateways if self.loop is not None else GatewayRegistry(self.registry.stale_after_s)
+            )
 
     @classmethod
     def build(cls, spec: FleetSpec, clock: Callable[[], float], loop: ControlLoop | None = None) -> ControlPlane:
@@ -86,6 +95,15 @@ def create_app(cp: ControlPlane) -> web.Application:
     stale_g = Gauge("llmfleet_pool_stale_replicas", "Replicas whose reports stopped", ["pool"], registry=cp.metrics)
     target_g = Gauge("llmfleet_autoscaler_target_replicas", "Last decided target", ["pool"], registry=cp.metrics)
     leases_g = Gauge("llmfleet_restart_leases", "Restart leases held", ["pool"], registry=cp.metrics)
+    gateway_reports = Counter(
+        "llmfleet_control_plane_gateway_reports_total", "Gateway reports received", ["pool"], registry=cp.metrics
+    )
+    gateway_waiting = Gauge(
+        "llmfleet_gateway_reported_waiting",
+        "Admission queue a gateway last reported",
+        ["pool", "gateway"],
+        registry=cp.metrics,
+    )
     refused = Counter("llmfleet_restart_leases_refused_total", "Lease requests refused", ["pool"], registry=cp.metrics)
 
     def unknown_pool(name: str) -> web.Response:
@@ -98,6 +116,16 @@ def create_app(cp: ControlPlane) -> web.Application:
         cp.registry.record(report, cp.clock())
         reports.labels(report.pool).inc()
         return web.json_response({"accepted": True, "stale_after_s": cp.registry.stale_after_s})
+
+    async def post_gateway_report(request: web.Request) -> web.Response:
+        report: GatewayReport = await _read(request, GatewayReport)
+        if report.pool not in pools:
+            return unknown_pool(report.pool)
+        assert cp.gateways is not None
+        cp.gateways.record(report, cp.clock())
+        gateway_reports.labels(report.pool).inc()
+        gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
+        return web.json_response({"accepted": True, "stale_after_s": cp.gateways.stale_after_s})
 
     async def get_replicas(request: web.Request) -> web.Response:
         name = request.match_info["pool"]
@@ -182,6 +210,7 @@ def create_app(cp: ControlPlane) -> web.Application:
 
     app = web.Application()
     app.router.add_post("/v1/reports", post_report)
+    app.router.add_post("/v1/gateway-reports", post_gateway_report)
     app.router.add_get("/v1/pools", get_pools)
     app.router.add_get("/v1/pools/{pool}/replicas", get_replicas)
     app.router.add_post("/v1/leases/restart", post_lease)

@@ -1,6 +1,8 @@
 """Wire: the JSON bodies exchanged between agents, the control plane and gateways.
 
 agent -> control plane   POST /v1/reports                LoadReport
+gateway -> control plane POST /v1/gateway-reports        GatewayReport (the admission queue: demand not yet
+                                                         in any engine)
 gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
 agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
                          DELETE /v1/leases/restart/{pool}/{replica}   release
@@ -12,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AgentState", "LeaseGrant", "LeaseRequest", "LoadReport", "ReplicaInfo", "ReplicaList"]
+__all__ = ["AgentState", "GatewayReport", "LeaseGrant", "LeaseRequest", "LoadReport", "ReplicaInfo", "ReplicaList"]
 
 AgentState = Literal["starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
 
@@ -39,6 +41,23 @@ class LoadReport(Wire):
     uptime_s: float = 0.0
     restarts: int = 0
     ts: float = Field(description="agent wall-clock time of the report, seconds since the epoch")
+
+
+class GatewayReport(Wire):
+    """What a gateway pushes about each pool about once a second: its admission queue and request rates.
+
+    Requests waiting here are in no engine yet, so no agent reports them. Rates are over the gateway's recent
+    window (``window_s``); ``arrived_per_s`` counts every request for the pool (admitted, queued or refused).
+    """
+
+    gateway: str
+    pool: str
+    waiting: int = Field(ge=0)
+    in_flight: int = Field(ge=0)
+    arrived_per_s: float = Field(ge=0.0)
+    admitted_per_s: float = Field(ge=0.0)
+    window_s: float = Field(default=0.0, ge=0.0)
+    ts: float = Field(description="gateway wall-clock time of the report, seconds since the epoch")
 
 
 class ReplicaInfo(Wire):

@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway.errors import GatewayError, error_body
 from gateway.quota.base import QuotaBackend
 from gateway.quota.memory import MemoryQuota
+from gateway.reporting import GatewayReporter
 from gateway.service import REQUEST_ID, Gateway, new_request_id
 from gateway.settings import GatewaySettings
 
@@ -65,7 +66,8 @@ def create_app(
     quota: QuotaBackend | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> web.Application:
-    """The application; the upstream session, quota backend and refresh loop start with it and stop with it."""
+    """The application; the upstream session, quota backend, refresh loop and (with a control plane) the
+    gateway-report loop (`gateway.reporting`) start with it and stop with it."""
     app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -74,11 +76,23 @@ def create_app(
         gateway = Gateway(settings, session, backend, clock)
         app[GATEWAY] = gateway
         await gateway.refresher.refresh_once()
-        task = asyncio.create_task(_refresh_forever(gateway))
+        tasks = [asyncio.create_task(_refresh_forever(gateway))]
+        if settings.control_plane:
+            reporter = GatewayReporter(
+                settings.control_plane,
+                session,
+                gateway.admission,
+                gateway.traffic,
+                clock,
+                gateway.wall,
+                settings.spec.control_plane.report_interval_s,
+            )
+            tasks.append(asyncio.create_task(reporter.run()))
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await session.close()
         await backend.close()
 

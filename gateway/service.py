@@ -108,6 +108,9 @@ class Gateway:
         self.admission = {
             p.name: Admission(self.config.queue.max_waiting, self.config.queue.timeout_s, clock) for p in spec.pools
         }
+        from gateway.reporting import PoolTraffic
+
+        self.traffic = {p.name: PoolTraffic() for p in spec.pools}  # reported to the control plane
         self.endpoints = EndpointSet(spec.pools, clock, on_change=self._capacity_changed, on_eject=self._ejected)
         routing = self.config.routing
         filters = list(routing.filters)
@@ -200,12 +203,14 @@ class Gateway:
         try:
             if not self.dynamic and self.endpoints.routable(pool.name) == 0:
                 raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
-            admission = self.admission[pool.name]
+            admission, traffic = self.admission[pool.name], self.traffic[pool.name]
             self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting + 1)
+            traffic.arrived += 1
             try:
                 slot = await admission.acquire(tenant.name, tenant.priority)
             finally:
                 self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting)
+            traffic.admitted += 1
             out.queued_s = slot.waited_s
             self.metrics.child(self.metrics.queue_wait, pool.served_name, str(tenant.priority)).observe(slot.waited_s)
             try:

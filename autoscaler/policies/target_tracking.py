@@ -1,17 +1,26 @@
-"""TargetTracking (``target-tracking``, the default): size the pool so queue depth, KV usage and batch
-occupancy each sit at their per-replica target, and release capacity no faster than it can come back.
+"""TargetTracking (``target-tracking``, the default): size the pool so queue depth, KV usage, batch
+occupancy and request rate each sit at their per-replica target, and release capacity no faster than it can
+come back.
 
     raw     = max( queue_depth / targetQueuePerReplica,
                    sum(kv_usage) / targetKvUsage,
-                   running / (maxNumSeqs * targetUtilisation) )
+                   running / (maxNumSeqs * targetUtilisation),
+                   request_rate / (per_replica_qps * targetUtilisation) )
     desired = max( raw, envelope_prev * exp(-(now - t_prev) / tau) ),   tau = releaseTimeConstantS
                                                                         (default 6 x coldStartSeconds)
 
-over fresh ready replicas only. The KV term is the one that matters for long contexts (memory bounds
-concurrency, not QPS); the queue term reacts first to a burst. While a cold start is under way the queue term
+over fresh ready replicas only; ``queue_depth`` counts the engines' queues and the gateways' admission queues.
+The KV term is the one that matters for long contexts (memory bounds concurrency, not QPS); the queue term
+reacts first to a burst. The capacity term reads the request rate the gateways observe against the plan's
+at-SLO per-replica QPS (`fleet.capacity.plan_pool`): a replica's batch occupancy stays under target until it
+falls off its compute cliff (~130 of 256 slots for Qwen2.5-7B on an A100 at a 200+80 mix), so the utilisation
+term alone scales one cold start late on a ramp; the rate warns before the cliff. It is absent (not zero) when
+no gateway reported recently or the pool has no plan. While a cold start is under way the queue term
 is capped at ``(running + waiting) / (maxNumSeqs * targetUtilisation)``: the backlog will be admitted by the
 arriving replicas' batches, so counting it one replica per ``targetQueuePerReplica`` only launched a second
-wave. With no fresh metrics at all the policy proposes the current capacity: unknown load is never read as zero.
+wave. With no fresh engine metrics the policy proposes the current capacity, raised by the gateways' queue and
+rate terms when they are known (a pool at zero replicas starts on its gateway queue): unknown load is never
+read as zero.
 
 The envelope (carried in the proposal's state as ``(t, min(desired, max))``) follows demand up at once and down as an
 exponential decay: capacity dropped after a peak takes a cold start to get back, so a burst shortly after a
@@ -37,18 +46,32 @@ import math
 from autoscaler.context import ScalingContext
 from autoscaler.policies import Proposal, ScalingPolicy
 
-__all__ = ["RELEASE_COLD_STARTS", "TargetTracking"]
+__all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas"]
 
 RELEASE_COLD_STARTS = 6.0  # default release time constant, in cold starts
 
 
+def capacity_replicas(ctx: ScalingContext, target_u: float) -> float | None:
+    """Replicas the observed request rate needs at ``target_u`` of the planned per-replica QPS; None when the
+    rate is unknown (no fresh gateway report) or the pool has no plan."""
+    if ctx.request_rate is None or not ctx.per_replica_qps or ctx.per_replica_qps <= 0 or target_u <= 0:
+        return None
+    return ctx.request_rate / (ctx.per_replica_qps * target_u)
+
+
 class TargetTracking(ScalingPolicy, name="target-tracking"):
     def propose(self, ctx: ScalingContext) -> Proposal:
-        if not ctx.has_metrics:
-            return Proposal(float(ctx.capacity), "no fresh load metrics: holding capacity (unknown is not zero)")
         target_q = float(ctx.params.get("targetQueuePerReplica", ctx.target_queue_per_replica))
         target_kv = float(ctx.params.get("targetKvUsage", ctx.target_kv_usage))
         target_u = float(ctx.params.get("targetUtilisation", ctx.target_utilisation))
+        rate = capacity_replicas(ctx, target_u)
+        if not ctx.has_metrics:
+            hold = float(ctx.capacity)
+            gateway = max(rate or 0.0, (ctx.gateway_waiting or 0.0) / target_q)
+            if gateway > hold:
+                reason = f"no fresh engine metrics; the gateways' queue and request rate need {gateway:.2f} replicas"
+                return Proposal(gateway, reason, {"gateway_replicas": round(gateway, 3)})
+            return Proposal(hold, "no fresh load metrics: holding capacity (unknown is not zero)")
         queue = ctx.queue_depth / target_q
         if ctx.arriving and ctx.queue_depth > 0:
             # A cold start is under way: the backlog will be taken by the arriving replicas' batches, so it
@@ -59,6 +82,8 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
             "kv": ctx.kv_usage_total / target_kv,
             "utilisation": ctx.running / (ctx.max_num_seqs * target_u),
         }
+        if rate is not None:
+            terms["capacity"] = rate
         signal = max(terms, key=lambda k: terms[k])
         desired = terms[signal]
         inputs = {f"{k}_replicas": round(v, 3) for k, v in terms.items()}
@@ -66,8 +91,11 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
             f"{signal} needs {desired:.2f} replicas "
             f"(queue {ctx.queue_depth:g} / target {target_q:g} per replica, "
             f"KV {ctx.kv_usage_total:.2f} / {target_kv:g}, running {ctx.running:g} / "
-            f"{ctx.max_num_seqs}x{target_u:g})"
+            f"{ctx.max_num_seqs}x{target_u:g}"
         )
+        if rate is not None:
+            reason += f", {ctx.request_rate:.1f} req/s / {ctx.per_replica_qps:.1f}x{target_u:g}"
+        reason += ")"
         tau = float(ctx.params.get("releaseTimeConstantS", RELEASE_COLD_STARTS * ctx.cold_start_s))
         envelope = desired
         last = ctx.state.get("envelope")

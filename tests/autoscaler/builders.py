@@ -7,7 +7,7 @@ from typing import Any
 
 from autoscaler.context import ReplicaLoad, ScalingContext
 from fleet.spec import AutoscalingSpec
-from fleet.wire import LoadReport
+from fleet.wire import GatewayReport, LoadReport
 
 
 def ready(name: str, waiting: float = 0, running: float = 0, kv: float = 0.0, ttft: float | None = 0.1) -> ReplicaLoad:
@@ -64,3 +64,18 @@ def report(
     }
     fields.update(load)
     return LoadReport(**fields)
+
+
+def gateway_report(gateway: str = "gw-a", pool: str = "qwen-7b", ts: float | None = None, **load: Any) -> GatewayReport:
+    fields: dict[str, Any] = {
+        "gateway": gateway,
+        "pool": pool,
+        "waiting": 0,
+        "in_flight": 0,
+        "arrived_per_s": 0.0,
+        "admitted_per_s": 0.0,
+        "window_s": 10.0,
+        "ts": time.time() if ts is None else ts,
+    }
+    fields.update(load)
+    return GatewayReport(**fields)

@@ -1,0 +1,149 @@
+"""Reporting: push each pool's admission queue and request rate to the control plane in the background.
+
+    gateway -> control plane   POST /v1/gateway-reports   fleet.wire.GatewayReport, one per pool, every
+                                                          controlPlane.reportIntervalS
+
+Requests waiting in the gateway's admission queue are in no engine, so no agent reports them; without this the
+autoscaler would see at most ``queue.perReplicaThreshold`` waiting per replica while hundreds wait here.
+
+Contract: the request path only bumps two integers (`PoolTraffic`); the reporter reads them, the `Admission`
+gauges and a clock. It never blocks a request. A failed push (control plane down, 4xx/5xx, timeout) is logged
+once per outage and retried with exponential backoff (interval x 2^n, at most ``max_backoff_s``); the gateway
+keeps serving. The control plane marks a gateway stale after ``controlPlane.staleAfterS`` without a report.
+Rates are over a sliding window (``window_s``, default 10 s) so one second's Poisson noise does not reach the
+scaler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from fleet.wire import GatewayReport
+from gateway.admission import Admission
+
+__all__ = ["GatewayReporter", "PoolTraffic", "default_gateway_id"]
+
+log = logging.getLogger("llmfleet.gateway.reporting")
+
+
+def default_gateway_id() -> str:
+    """A name unique per gateway process: host, pid and a short random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class PoolTraffic:
+    """Counters the request path bumps: requests that reached the pool's admission, and those admitted."""
+
+    arrived: int = 0
+    admitted: int = 0
+    samples: deque[tuple[float, int, int]] = field(default_factory=deque)  # (t, arrived, admitted), oldest first
+
+    def rates(self, now: float, window_s: float) -> tuple[float, float, float]:
+        """(arrived/s, admitted/s, seconds covered) over the last ``window_s``; records a sample at ``now``."""
+        self.samples.append((now, self.arrived, self.admitted))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= window_s:
+            self.samples.popleft()
+        t0, a0, d0 = self.samples[0]
+        span = now - t0
+        if span <= 0:
+            return 0.0, 0.0, 0.0
+        return (self.arrived - a0) / span, (self.admitted - d0) / span, span
+
+
+class GatewayReporter:
+    """Builds and pushes one `GatewayReport` per pool; ``run()`` repeats until cancelled."""
+
+    def __init__(
+        self,
+        control_plane: str,
+        session: aiohttp.ClientSession,
+        admission: Mapping[str, Admission],
+        traffic: Mapping[str, PoolTraffic],
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        interval_s: float = 1.0,
+        gateway_id: str | None = None,
+        window_s: float = 10.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.url = control_plane.rstrip("/") + "/v1/gateway-reports"
+        self.session = session
+        self.admission = admission
+        self.traffic = traffic
+        self.clock = clock
+        self.wall = wall
+        self.interval_s = interval_s
+        self.gateway_id = gateway_id or default_gateway_id()
+        self.window_s = window_s
+        self.max_backoff_s = max_backoff_s
+        self.failures = 0  # consecutive failed rounds (sets the backoff)
+        self.pushed = 0  # reports the control plane accepted
+        start = clock()
+        for counters in traffic.values():
+            counters.samples.append((start, counters.arrived, counters.admitted))
+
+    def reports(self) -> list[GatewayReport]:
+        """One report per pool as of now (samples the rate windows)."""
+        now, ts = self.clock(), self.wall()
+        out = []
+        for pool, admission in self.admission.items():
+            arrived, admitted, span = self.traffic[pool].rates(now, self.window_s)
+            out.append(
+                GatewayReport(
+                    gateway=self.gateway_id,
+                    pool=pool,
+                    waiting=admission.waiting,
+                    in_flight=admission.in_flight,
+                    arrived_per_s=round(arrived, 4),
+                    admitted_per_s=round(admitted, 4),
+                    window_s=round(span, 3),
+                    ts=ts,
+                )
+            )
+        return out
+
+    async def push_once(self) -> bool:
+        """Push every pool's report; True when all were accepted. Never raises for a network or HTTP failure."""
+        timeout = aiohttp.ClientTimeout(total=max(0.5, min(2.0, 2 * self.interval_s)))
+        ok = True
+        for report in self.reports():
+            try:
+                async with self.session.post(
+                    self.url,
+                    data=report.model_dump_json(),
+                    headers={"Content-Type": "application/json"},
+                    timeout=timeout,
+                ) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
+                self.pushed += 1
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if self.failures == 0 and ok:
+                    log.warning("gateway report to %s failed (%s); retrying with backoff", self.url, exc)
+                ok = False
+        if ok and self.failures:
+            log.info("gateway reports to %s accepted again", self.url)
+        self.failures = 0 if ok else self.failures + 1
+        return ok
+
+    def next_delay(self) -> float:
+        """The wait before the next round: the interval, doubled per consecutive failure up to the cap."""
+        if self.failures == 0:
+            return self.interval_s
+        return min(self.max_backoff_s, self.interval_s * 2.0 ** min(self.failures, 16))
+
+    async def run(self) -> None:
+        while True:
+            await self.push_once()
+            await asyncio.sleep(self.next_delay())

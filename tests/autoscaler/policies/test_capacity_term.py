@@ -1,0 +1,65 @@
+"""Target tracking's gateway terms: the gateways' queue joins queue depth, the observed request rate against the
+plan's per-replica QPS warns before the compute cliff, and unknown gateway demand is never read as zero."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscaler.policies import make_policy
+from tests.autoscaler.builders import context, ready, starting
+
+IDLE4 = [ready(n, running=10) for n in "abcd"]  # utilisation term: 40 / (64 x 0.75) = 0.83
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "gateway", "expected", "signal"),
+    [
+        ("rate over plan", IDLE4, {"request_rate": 300.0, "per_replica_qps": 40.0}, 10.0, "capacity"),
+        # 16 waiting in the gateway / 4 per replica = 4 > 30 req/s / (40 x 0.75) = 1
+        (
+            "rate under plan",
+            IDLE4,
+            {"request_rate": 30.0, "per_replica_qps": 40.0, "gateway_waiting": 16.0},
+            4.0,
+            "queue",
+        ),
+        ("rate unknown: no capacity term", IDLE4, {"request_rate": None, "per_replica_qps": 40.0}, 40 / 48, "util"),
+        ("no plan: no capacity term", IDLE4, {"request_rate": 300.0, "per_replica_qps": None}, 40 / 48, "util"),
+        ("gateway queue joins queue depth", [ready("a", waiting=2)], {"gateway_waiting": 38.0}, 10.0, "queue"),
+        ("gateway queue unknown", [ready("a", waiting=2)], {"gateway_waiting": None}, 0.5, "queue"),
+    ],
+)
+def test_target_tracking_gateway_terms(
+    case: str, replicas: list[Any], gateway: dict[str, Any], expected: float, signal: str
+) -> None:
+    ctx = context(*replicas, **gateway)
+    proposal = make_policy("target-tracking").propose(ctx)
+    assert proposal.desired == pytest.approx(expected), case
+    assert proposal.reason.startswith(signal), proposal.reason
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "gateway", "expected"),
+    [
+        ("nothing known: hold", [], {}, 0.0),
+        ("gateway queue starts an empty pool", [], {"gateway_waiting": 6.0}, 1.5),
+        ("gateway rate starts an empty pool", [], {"request_rate": 3.0, "per_replica_qps": 4.0}, 1.0),
+        ("never below capacity", [starting("s1"), starting("s2")], {"gateway_waiting": 1.0}, 2.0),
+    ],
+)
+def test_without_engine_metrics_gateway_demand_only_raises(
+    case: str, replicas: list[Any], gateway: dict[str, Any], expected: float
+) -> None:
+    proposal = make_policy("target-tracking").propose(context(*replicas, min_replicas=0, **gateway))
+    assert proposal.desired == pytest.approx(expected), case
+
+
+def test_capacity_term_scales_ahead_of_the_batch_cliff() -> None:
+    # Batches at half of maxNumSeqs look comfortable, but the gateways see 90 req/s on a plan of 40 per replica.
+    replicas = [ready(n, running=32) for n in "ab"]
+    ctx = context(*replicas, request_rate=90.0, per_replica_qps=40.0)
+    proposal = make_policy("target-tracking").propose(ctx)
+    assert proposal.inputs["utilisation_replicas"] < 2 < proposal.inputs["capacity_replicas"] == 3.0
+    assert "90.0 req/s / 40.0x0.75" in proposal.reason

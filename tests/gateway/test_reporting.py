@@ -1,0 +1,128 @@
+"""Gateway reports: the admission queue reaches the real control plane and its decisions; a control plane that is
+down costs the gateway nothing but a backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.reporting import GatewayReporter, PoolTraffic
+from gateway.settings import GatewaySettings
+from tests.gateway.builders import KEYS, fleet_spec, gateway_config
+from tests.gateway.conftest import LLMFLEET, Proc, _free_port, _start, serve, write_stack
+
+GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
+SMALL = json.dumps({"model": "small-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+QUEUE = gateway_config(queue={"timeoutS": 60})  # requests wait long enough to be seen
+
+
+async def _until(predicate: Callable[[], Any], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+async def test_gateway_queue_reaches_control_plane_decisions(tmp_path: Path) -> None:
+    # Pool "small" has min 0 and no replica: requests wait in the gateway's admission queue, where no agent sees
+    # them. The gateway's reports must put them in the control plane's decision inputs, and start the pool.
+    stack = write_stack(tmp_path, gateway=QUEUE, autoscaling={"actuator": "local", "dryRun": True, "intervalS": 0.2})
+    port = str(_free_port())
+    cp: Proc = _start(
+        [*LLMFLEET, "control-plane", "--stack", str(stack), "--port", port, "--dry-run"],
+        tmp_path / "cp.log",
+        "listening on",
+    )
+    try:
+        settings = GatewaySettings(spec=fleet_spec(gateway=QUEUE), control_plane=cp.url, access_log=False)
+        async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
+
+            async def chat() -> int:
+                async with session.post(url + "/v1/chat/completions", data=SMALL, headers=GOLD) as resp:
+                    await resp.read()
+                    return resp.status
+
+            clients = [asyncio.create_task(chat()) for _ in range(3)]
+            found: dict[str, Any] = {}
+
+            async def decided() -> bool:
+                async with session.get(cp.url + "/v1/decisions", params={"pool": "small"}) as resp:
+                    decisions = (await resp.json())["decisions"]
+                for d in decisions:
+                    if d["inputs"].get("gateway_waiting") == 3:
+                        found.update(d)
+                        return True
+                return False
+
+            try:
+
+                async def queued() -> bool:
+                    return gw.admission["small"].waiting == 3
+
+                await _until(queued)
+                await _until(decided)
+            finally:
+                for task in clients:
+                    task.cancel()
+                await asyncio.gather(*clients, return_exceptions=True)
+            inputs = found["inputs"]
+            assert inputs["gateways_stale"] == 0 and inputs["request_rate"] > 0
+            assert found["kind"] == "scale-up" and found["target"] >= 1  # started on the gateway's queue alone
+            assert "gateway" in found["reason"]
+    finally:
+        cp.kill()
+
+
+async def test_control_plane_down_backs_off_and_keeps_serving() -> None:
+    port = _free_port()  # nothing listens here
+    settings = GatewaySettings(
+        spec=fleet_spec(gateway=QUEUE), control_plane=f"http://127.0.0.1:{port}", access_log=False
+    )
+    async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
+        reporter = GatewayReporter(
+            f"http://127.0.0.1:{port}", session, gw.admission, gw.traffic, time.monotonic, time.time, 0.5
+        )
+        delays = []
+        for _ in range(4):
+            assert await reporter.push_once() is False
+            delays.append(reporter.next_delay())
+        assert delays == [1.0, 2.0, 4.0, 8.0]
+        reporter.max_backoff_s = 5.0
+        assert reporter.next_delay() == 5.0
+        async with session.get(url + "/healthz") as resp:
+            assert resp.status == 200  # the gateway serves while its reports fail
+
+
+@pytest.mark.parametrize(
+    ("samples", "now", "counts", "window_s", "expected"),
+    [
+        pytest.param([(0.0, 0, 0)], 0.0, (5, 5), 10.0, (0.0, 0.0, 0.0), id="no-time-elapsed-no-rate"),
+        pytest.param([(0.0, 0, 0)], 2.0, (10, 6), 10.0, (5.0, 3.0, 2.0), id="since-start"),
+        pytest.param([(0.0, 0, 0), (5.0, 50, 50)], 20.0, (110, 90), 10.0, (4.0, 8 / 3, 15.0), id="old-sample-kept"),
+        pytest.param(
+            [(0.0, 0, 0), (5.0, 50, 50), (12.0, 60, 60)],
+            20.0,
+            (100, 90),
+            10.0,
+            (10 / 3, 8 / 3, 15.0),
+            id="window-slides",
+        ),
+    ],
+)
+def test_pool_traffic_rates_over_a_sliding_window(
+    samples: list[tuple[float, int, int]],
+    now: float,
+    counts: tuple[int, int],
+    window_s: float,
+    expected: tuple[float, float, float],
+) -> None:
+    traffic = PoolTraffic(arrived=counts[0], admitted=counts[1], samples=deque(samples))
+    assert traffic.rates(now, window_s) == pytest.approx(expected)
