@@ -9,7 +9,9 @@ go stops taking traffic at once and stops when its last request finishes (drain)
 
 Events: arrivals (Poisson, a seeded day-shaped trace: quiet, ramp, plateau, drop, burst, quiet), engine step
 ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and the agents' reports see; the
-gateway's own in-flight count is always live), gateway queue timeouts, and control-loop ticks
+gateway's own in-flight count is always live; the gateway's report of its admission queue and request rate,
+`fleet.wire.GatewayReport` with the rates of `gateway.reporting.PoolTraffic`, goes out at the same time),
+gateway queue timeouts, and control-loop ticks
 (``autoscaling.intervalS``). The gateway admits as `gateway.admission.Admission` does: up to ready replicas x
 (``maxNumSeqs`` + ``queue.perReplicaThreshold``) in flight, the rest wait FIFO up to ``queue.timeoutS`` (then
 503), at most ``queue.maxWaiting`` (then 429). Requests take a prompt of ~200 tokens (a shared 96-token system
@@ -17,8 +19,11 @@ prompt out of a few, plus a spread) and ~80 output tokens.
 
 Compared in one run, same trace and seed:
 
-* ``baseline``: ``random`` picker + ``threshold`` scaling;
-* ``default``: the stack's routing (``p2c`` over queue-depth, KV usage, prefix affinity) + ``target-tracking``;
+* ``baseline``: ``random`` picker + ``threshold`` scaling, engine reports only;
+* ``default``: the stack's routing (``p2c`` over queue-depth, KV usage, prefix affinity) + ``target-tracking``,
+  once on the agents' engine reports only (what the control plane saw before gateways reported) and once with
+  the gateway's reports too (its admission queue in ``queue_depth``, its request rate against the plan's
+  per-replica QPS);
 * ``default+predictive``: the same with ``autoscaling.predictive`` on (as the prod stack ships).
 
 Printed per configuration: engine busy time / replica time (GPU utilisation as ``nvidia-smi`` would show it,
@@ -52,13 +57,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaler.context import ReplicaLoad, ScalingContext  # noqa: E402
 from autoscaler.guardrails import apply_guardrails  # noqa: E402
-from autoscaler.loop import pick_victims  # noqa: E402
+from autoscaler.loop import gateway_demand, pick_victims, planned_qps  # noqa: E402
 from autoscaler.policies import make_policy  # noqa: E402
+from autoscaler.registry import GatewaySeen  # noqa: E402
 from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan  # noqa: E402
 from fleet.capacity import model_facts, plan_pool, pool_gpu  # noqa: E402
 from fleet.loader import load_spec  # noqa: E402
 from fleet.spec import AutoscalingSpec, FleetSpec, PluginRef, PoolSpec  # noqa: E402
+from fleet.wire import GatewayReport  # noqa: E402
+from gateway.reporting import PoolTraffic  # noqa: E402
 from gateway.routing.base import EndpointView, RequestInfo, Router  # noqa: E402
 
 SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
@@ -138,6 +146,7 @@ class Config:
     picker: str
     policy: str
     predictive: bool
+    gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
 
 
 @dataclass
@@ -204,6 +213,10 @@ class FleetSim:
         self.gw_queued: set[str] = set()
         self.gw_in_flight = 0
         self.arrived_at: dict[str, float] = {}
+        # the gateway's report to the control plane (as gateway.reporting.GatewayReporter builds it)
+        self.traffic = PoolTraffic(samples=deque([(0.0, 0, 0)]))
+        self.gw_report: GatewayReport | None = None
+        self.per_replica_qps = planned_qps(spec, pool)
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -281,6 +294,7 @@ class FleetSim:
     def on_arrival(self, now: float, a: Arrival) -> None:
         self.result.requests += 1
         self.arrived_at[a.rid] = a.t
+        self.traffic.arrived += 1
         if not self.gw_queue and self.gw_in_flight < self.admission_capacity():
             self.dispatch(now, a)
         elif len(self.gw_queue) >= self.queue_cfg.max_waiting:
@@ -311,6 +325,7 @@ class FleetSim:
         if decision is None:
             self.result.unrouted += 1
             return
+        self.traffic.admitted += 1
         replica = next(r for r in self.replicas if r.name == decision.endpoint.id)
         offset = self.token_rng.randrange(len(self.tokens) - a.prompt_tokens)
         body = self.tokens[offset : offset + a.prompt_tokens - SYSTEM_TOKENS]
@@ -366,6 +381,17 @@ class FleetSim:
             sched = r.scheduler
             r.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
             r.scraped_at = now
+        arrived, admitted, span = self.traffic.rates(now, 10.0)
+        self.gw_report = GatewayReport(
+            gateway="gw-0",
+            pool=self.pool.name,
+            waiting=len(self.gw_queued),
+            in_flight=self.gw_in_flight,
+            arrived_per_s=arrived,
+            admitted_per_s=admitted,
+            window_s=span,
+            ts=now,
+        )
         self.push(now + SCRAPE_S, "scrape")
 
     def loads(self) -> tuple[ReplicaLoad, ...]:
@@ -381,6 +407,10 @@ class FleetSim:
     def on_tick(self, now: float, _: Any) -> None:
         cfg, pool = self.autoscaling, self.pool
         replicas = self.loads()
+        gateway: tuple[float | None, float | None, int] = (None, None, 0)
+        if self.config.gateway_reports and self.gw_report is not None:
+            age = now - self.gw_report.ts
+            gateway = gateway_demand([GatewaySeen(self.gw_report, self.gw_report.ts, age, False)])
         ctx = ScalingContext(
             pool=pool.name,
             now=now,
@@ -393,6 +423,10 @@ class FleetSim:
             max_num_seqs=pool.engine.max_num_seqs,
             ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
             cold_start_s=pool.cold_start_seconds,
+            gateway_waiting=gateway[0],
+            request_rate=gateway[1],
+            gateways_stale=gateway[2],
+            per_replica_qps=self.per_replica_qps if self.config.gateway_reports else None,
             demand_history=tuple(self.demand),
             params=cfg.policy.params,
             state=self.state,
@@ -430,8 +464,10 @@ def _quantile(values: list[float], q: float) -> float:
 
 # -- driver ---------------------------------------------------------------------------------------------------
 CONFIGS = (
-    Config("baseline: random + threshold", "random", "threshold", False),
+    Config("baseline: random + threshold", "random", "threshold", False, gateway_reports=False),
+    Config("default, engine reports only", "p2c", "target-tracking", False, gateway_reports=False),
     Config("default: p2c + target-tracking", "p2c", "target-tracking", False),
+    Config("default+predictive, engine only", "p2c", "target-tracking", True, gateway_reports=False),
     Config("default + predictive", "p2c", "target-tracking", True),
 )
 
