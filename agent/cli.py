@@ -24,6 +24,7 @@ from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
 from fleet.errors import SpecError
 from fleet.loader import load_spec
+from fleet.ports import free_port
 from fleet.spec import FleetSpec
 
 __all__ = ["add_arguments", "run"]
@@ -58,13 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tuning.add_argument("--lease-retry", type=float, default=defaults.lease_retry_s, metavar="S")
     tuning.add_argument("--report-backoff-max", type=float, default=10.0, metavar="S")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def control_plane_url(spec: FleetSpec, flag: str | None) -> str | None:

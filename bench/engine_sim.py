@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
 from engine_sim.scheduler import SimRequest  # noqa: E402
 from fleet import promtext  # noqa: E402
 from fleet.catalog import MODELS  # noqa: E402
+from fleet.ports import free_port
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 PROMPT, OUTPUT = 512, 256
@@ -136,12 +136,6 @@ def virtual_sweep(concurrency: int, rounds: int) -> SweepRow:
     return row
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _wait_healthy(session: aiohttp.ClientSession, base: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -161,7 +155,7 @@ async def _scrape(session: aiohttp.ClientSession, base: str) -> dict[str, list[p
 
 
 async def http_sweep(concurrency: int, rounds: int, time_scale: float) -> SweepRow:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "engine_sim", "serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--served-model-name", "qwen", "--startup-seconds", "0", "--time-scale", str(time_scale)]

@@ -17,55 +17,23 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from itertools import count
-from pathlib import Path
 from typing import IO
 
 import httpx
 
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.decisions import Decision, ScaleDown, ScaleUp
+from fleet.ports import free_port
 from fleet.spec import FleetSpec, PoolSpec
 
-__all__ = ["LocalActuator", "free_port"]
+__all__ = ["LocalActuator"]
 
 log = logging.getLogger("llmfleet.autoscaler.local")
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
-    """A port that is free now, chosen *below* the OS's ephemeral range.
-
-    Between choosing a port and the agent binding it, any other process binding port 0 could be handed the same
-    number by the kernel; ports outside the ephemeral range are never handed out that way, which closes that race
-    on a busy machine. Falls back to an OS-chosen port when no candidate binds.
-    """
-    rng = rng or random.Random()
-    low, _ = _ephemeral_range()
-    for _ in range(50):
-        port = rng.randrange(max(1024, low - 12000), max(1025, low - 1))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,10 @@ import httpx
 import pytest
 import yaml
 
+from fleet.ports import free_port
 from tests.agent.builders import stack_document
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "") -> Any:
@@ -158,7 +151,13 @@ def start_control_plane(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
         ]  # fmt: skip
         proc = _spawn(argv, tmp_path / "control-plane.log", "control-plane", port)
         started.append(proc)
-        wait_for(lambda: proc.get("/healthz").status_code == 200, 30, what=f"control plane up\n{proc.log_tail()}")
+
+        def up() -> bool:
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"control plane exited with {proc.popen.returncode}\n{proc.log_tail()}")
+            return proc.get("/healthz").status_code == 200
+
+        wait_for(up, 30, what="control plane up")
         return proc
 
     yield start

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from autoscaler.actuators.local import free_port
 from fleet.local.procs import descendants
+from fleet.ports import free_port
 
 
 def test_dry_run_control_plane_logs_decisions_and_starts_no_agent() -> None:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from aiohttp import web
 from engine_sim.engine import Engine
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.server import ServerSettings, create_app
+from fleet.ports import free_port
 from tests.engine_sim.builders import make_config
 
 
@@ -110,12 +110,6 @@ async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any])
                 payload = line[6:]
                 events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -20,11 +20,13 @@ import pytest
 import yaml
 from aiohttp import web
 
+from fleet.ports import free_port
 from gateway.app import GATEWAY, create_app
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.gateway.builders import BASE_CONFIG, MODEL
 
+_free_port = free_port  # the name some gateway tests import
 ROOT = Path(__file__).resolve().parents[2]
 LLMFLEET = [sys.executable, "-m", "fleet.cli"]
 _URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
@@ -178,12 +180,6 @@ def gateway_procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
         proc.kill()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """REDIS_URL from the environment, else a redis-server started here, else skip."""
@@ -193,7 +189,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("no REDIS_URL and no redis-server on PATH (apt-get install redis-server)")
-    port = _free_port()
+    port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import aiohttp
 
+from fleet.ports import free_port
 from fleet.promtext import EngineMetrics
 from gateway.settings import GatewaySettings
 from tests.gateway.builders import KEYS, MODEL
-from tests.gateway.conftest import LLMFLEET, Proc, SimFactory, _free_port, _start, serve, settings_for, write_stack
+from tests.gateway.conftest import LLMFLEET, Proc, SimFactory, _start, serve, settings_for, write_stack
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 CHAT = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
@@ -45,7 +46,7 @@ async def _until(predicate: Callable[[], object], timeout_s: float = 10.0) -> No
 async def test_control_plane_discovery_drain_and_outage(sims: SimFactory, tmp_path: Path) -> None:
     (sim,) = sims([])
     stack = write_stack(tmp_path, autoscaling={"actuator": "local", "dryRun": True})
-    port = str(_free_port())  # the control plane reports the port it was given, so it gets a free one
+    port = str(free_port())  # the control plane reports the port it was given, so it gets a free one
     cp: Proc = _start(
         [*LLMFLEET, "control-plane", "--stack", str(stack), "--port", port, "--dry-run"],
         tmp_path / "cp.log",

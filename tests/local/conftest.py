@@ -19,9 +19,9 @@ import httpx
 import pytest
 import yaml
 
-from autoscaler.actuators.local import free_port
 from fleet.loader import STACKS_DIR
 from fleet.local.procs import descendants
+from fleet.ports import free_port
 
 # Short timings: a slow simulated GPU with 4 sequences a replica, so a few requests per second queue up; the
 # control loop ticks twice a second and scale-down waits 4 s of quiet.

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoscaler.actuators.local import free_port
+from fleet.ports import free_port
 from tests.local.conftest import fast_stack
 
 

@@ -11,9 +11,9 @@ from moto.server import ThreadedMotoServer
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
 from autoscaler.actuators.aws import AwsActuator, spread
-from autoscaler.actuators.local import free_port
 from autoscaler.decisions import ScaleDown, ScaleUp
 from fleet.loader import parse_spec
+from fleet.ports import free_port
 from tests.fleet.builders import stack
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
