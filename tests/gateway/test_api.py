@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -62,17 +64,25 @@ async def test_quota_429_with_retry_after(shared_sim: Proc) -> None:
     assert second[2]["error"]["type"] == "rate_limit_error" and int(second[1]["Retry-After"]) >= 1
 
 
+async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
 async def test_queue_full_429_and_queue_timeout_503(sims: SimFactory) -> None:
     (slow,) = sims([], time_scale=1.0, max_num_seqs=1)
-    gateway = gateway_config(queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 0.3})
+    gateway = gateway_config(queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 1.0})
     pool = dict(BASE_CONFIG["llmfleet:pools"][0], engine={"kind": "sim", "maxNumSeqs": 1})
     settings = settings_for([slow.url], gateway=gateway, pools=[pool, BASE_CONFIG["llmfleet:pools"][1]])
     long = {**CHAT, "max_tokens": 3000, "stream": True}
-    async with serve(settings) as (url, _):
+    async with serve(settings) as (url, gw):
+        admission = gw.admission[pool["name"]]
         holder = asyncio.create_task(_post(url, long, GOLD))  # occupies the only slot
-        await asyncio.sleep(0.3)
+        await _until(lambda: admission.in_flight == 1)
         waiter = asyncio.create_task(_post(url, CHAT, GOLD))  # queues (the one waiting place)
-        await asyncio.sleep(0.05)
+        await _until(lambda: admission.waiting == 1)
         full = await _post(url, CHAT, GOLD)
         timed_out = await waiter
         holder.cancel()
