@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ARRIVING_STATES", "ReplicaLoad", "ScalingContext"]
+from fleet.spec import AutoscalingSpec, PoolSpec
+
+__all__ = ["ARRIVING_STATES", "ReplicaLoad", "ScalingContext", "build_context"]
 
 # States of replicas that will take traffic soon: capacity already on its way (cold-start awareness).
 ARRIVING_STATES = frozenset({"launching", "starting", "warming", "restarting"})
@@ -162,3 +164,41 @@ class ScalingContext:
     @property
     def demand(self) -> float:
         return self.queue_depth + self.running
+
+
+def build_context(
+    pool: PoolSpec,
+    autoscaling: AutoscalingSpec,
+    replicas: tuple[ReplicaLoad, ...],
+    now: float,
+    *,
+    gateway: tuple[float | None, float | None, int] = (None, None, 0),
+    per_replica_qps: float | None = None,
+    demand_history: tuple[tuple[float, float], ...] = (),
+    state: Mapping[str, Any] | None = None,
+) -> ScalingContext:
+    """The context of one pool at ``now``: the spec's targets and bounds plus the observed load.
+
+    ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `autoscaler.loop.gateway_demand` sums it. The
+    live loop and the fleet simulation both build contexts here, so they decide from the same fields.
+    """
+    return ScalingContext(
+        pool=pool.name,
+        now=now,
+        replicas=replicas,
+        min_replicas=pool.replicas.min,
+        max_replicas=pool.replicas.max,
+        target_queue_per_replica=autoscaling.target_queue_per_replica,
+        target_kv_usage=autoscaling.target_kv_usage,
+        target_utilisation=autoscaling.target_utilisation,
+        max_num_seqs=pool.engine.max_num_seqs,
+        ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
+        cold_start_s=pool.cold_start_seconds,
+        gateway_waiting=gateway[0],
+        request_rate=gateway[1],
+        gateways_stale=gateway[2],
+        per_replica_qps=per_replica_qps,
+        demand_history=demand_history,
+        params=autoscaling.policy.params,
+        state=state if state is not None else {},
+    )

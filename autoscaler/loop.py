@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from autoscaler.actuators import Actuator, FleetView
-from autoscaler.context import ReplicaLoad, ScalingContext
+from autoscaler.context import ReplicaLoad, ScalingContext, build_context
 from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
 from autoscaler.guardrails import apply_guardrails
 from autoscaler.policies import make_policy
@@ -121,26 +121,14 @@ class ControlLoop:
         return tuple(loads)
 
     def context(self, pool: PoolSpec, replicas: tuple[ReplicaLoad, ...], now: float) -> ScalingContext:
-        cfg = self.spec.autoscaling
-        waiting, rate, stale = gateway_demand(self.gateways.seen(pool.name, now))
-        return ScalingContext(
-            pool=pool.name,
-            now=now,
-            replicas=replicas,
-            min_replicas=pool.replicas.min,
-            max_replicas=pool.replicas.max,
-            target_queue_per_replica=cfg.target_queue_per_replica,
-            target_kv_usage=cfg.target_kv_usage,
-            target_utilisation=cfg.target_utilisation,
-            max_num_seqs=pool.engine.max_num_seqs,
-            ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
-            cold_start_s=pool.cold_start_seconds,
-            gateway_waiting=waiting,
-            request_rate=rate,
-            gateways_stale=stale,
+        return build_context(
+            pool,
+            self.spec.autoscaling,
+            replicas,
+            now,
+            gateway=gateway_demand(self.gateways.seen(pool.name, now)),
             per_replica_qps=self.per_replica_qps.get(pool.name),
             demand_history=tuple(self._demand.get(pool.name, ())),
-            params=cfg.policy.params,
             state=self._state.get(pool.name, {}),
         )
 

@@ -55,7 +55,7 @@ from typing import Any
 # bench/engine_sim.py would shadow the engine_sim package: put the repository root first.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.context import ReplicaLoad, ScalingContext  # noqa: E402
+from autoscaler.context import ReplicaLoad, build_context  # noqa: E402
 from autoscaler.guardrails import apply_guardrails  # noqa: E402
 from autoscaler.loop import gateway_demand, pick_victims, planned_qps  # noqa: E402
 from autoscaler.policies import make_policy  # noqa: E402
@@ -411,24 +411,14 @@ class FleetSim:
         if self.config.gateway_reports and self.gw_report is not None:
             age = now - self.gw_report.ts
             gateway = gateway_demand([GatewaySeen(self.gw_report, self.gw_report.ts, age, False)])
-        ctx = ScalingContext(
-            pool=pool.name,
-            now=now,
-            replicas=replicas,
-            min_replicas=pool.replicas.min,
-            max_replicas=pool.replicas.max,
-            target_queue_per_replica=cfg.target_queue_per_replica,
-            target_kv_usage=cfg.target_kv_usage,
-            target_utilisation=cfg.target_utilisation,
-            max_num_seqs=pool.engine.max_num_seqs,
-            ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
-            cold_start_s=pool.cold_start_seconds,
-            gateway_waiting=gateway[0],
-            request_rate=gateway[1],
-            gateways_stale=gateway[2],
+        ctx = build_context(
+            pool,
+            cfg,
+            replicas,
+            now,
+            gateway=gateway,
             per_replica_qps=self.per_replica_qps if self.config.gateway_reports else None,
             demand_history=tuple(self.demand),
-            params=cfg.policy.params,
             state=self.state,
         )
         if ctx.has_metrics:  # as autoscaler.loop.ControlLoop.decide keeps its window
