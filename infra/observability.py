@@ -10,7 +10,9 @@ The seed's SLOs (availability 99.9%, P99 TTFT 300 ms, P99 decode 30 tok/s, error
 * error rate above half the target (warning) and above it (critical); any preemption (KV pressure).
 
 Availability and errors come from the gateway's ``llmfleet_gateway_requests_total{model, status}`` counter;
-latency from the engines' ``vllm:*`` histograms, which the agent re-exports per pod.
+latency from the engines' ``vllm:*`` histograms. Two PodMonitors make Prometheus scrape them: engine pods on
+their ``engine`` (vLLM) and ``agent`` ports, with the pod's ``llmfleet.io/pool`` label copied to
+``llmfleet_io_pool`` (what the rules select on), and gateway pods on ``http``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pulumi_kubernetes as k8s
 from fleet.spec import FleetSpec, PoolSpec
 from infra import contract
 
-__all__ = ["SloRules", "SloRulesArgs", "slo_rule_groups", "warn_availability"]
+__all__ = ["SloRules", "SloRulesArgs", "pod_monitor_spec", "slo_rule_groups", "warn_availability"]
 
 REQUESTS = "llmfleet_gateway_requests_total"
 # The pods' llmfleet.io/pool label as a PodMonitor's relabelling names it.
@@ -172,4 +174,34 @@ class SloRules(pulumi.ComponentResource):
                 spec={"groups": slo_rule_groups(pool)},
                 opts=pulumi.ResourceOptions(parent=self),
             )
+        for component, ports in (
+            (contract.COMPONENT_ENGINE, ("engine", "agent")),
+            (contract.COMPONENT_GATEWAY, ("http",)),
+        ):
+            k8s.apiextensions.CustomResource(
+                f"{name}-monitor-{component}",
+                api_version="monitoring.coreos.com/v1",
+                kind="PodMonitor",
+                metadata={
+                    "name": f"llmfleet-{component}",
+                    "namespace": spec.cluster.namespace,
+                    "labels": {contract.LABEL_ENVIRONMENT: spec.environment},
+                },
+                spec=pod_monitor_spec(component, ports),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.register_outputs({})
+
+
+def pod_monitor_spec(component: str, ports: tuple[str, ...]) -> dict[str, Any]:
+    """Scrape ``ports`` of the pods of ``component`` every 15 s, keeping the pool label for the SLO rules."""
+    relabel = {
+        "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_io_pool"],
+        "targetLabel": PROM_POOL_LABEL,
+    }
+    return {
+        "selector": {"matchLabels": {contract.LABEL_COMPONENT: component}},
+        "podMetricsEndpoints": [
+            {"port": port, "path": "/metrics", "interval": "15s", "relabelings": [relabel]} for port in ports
+        ],
+    }

@@ -266,6 +266,22 @@ def test_prometheus_rules_warn_before_the_slo(prod: OfflineRun) -> None:
     assert "> 0.24" in alerts["LlmfleetTtftP99NearSlo"]["expr"]
 
 
+def test_pod_monitors_scrape_engines_and_gateways_with_the_pool_label_the_rules_use(prod: OfflineRun) -> None:
+    monitors = {
+        m.props["metadata"]["name"]: m.props["spec"]
+        for m in prod.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+    }
+    assert set(monitors) == {"llmfleet-engine", "llmfleet-gateway"}
+    engine = monitors["llmfleet-engine"]
+    assert engine["selector"]["matchLabels"] == {"app.kubernetes.io/component": "engine"}
+    assert [e["port"] for e in engine["podMetricsEndpoints"]] == ["engine", "agent"]
+    (relabel,) = engine["podMetricsEndpoints"][0]["relabelings"]
+    assert relabel["targetLabel"] == "llmfleet_io_pool"
+    (rule,) = prod.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    exprs = [a["expr"] for g in rule.props["spec"]["groups"] for a in g["rules"]]
+    assert any('llmfleet_io_pool="qwen-7b"' in e for e in exprs)
+
+
 def test_kubernetes_target_creates_no_aws_resources(dev: OfflineRun) -> None:
     assert [r.type for r in dev.resources if r.type.startswith("aws:")] == []
     (provider,) = dev.of_type("pulumi:providers:kubernetes")
