@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import yaml
 
 from fleet.ports import free_port
 from tests.agent.builders import stack_document
+from tests.agent.receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,3 +164,12 @@ def start_control_plane(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     yield start
     for proc in started:
         proc.stop(timeout_s=10)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A real control-plane receiver on loopback recording what agents send."""
+    rx = Receiver()
+    await rx.start()
+    yield rx
+    await rx.stop()

@@ -25,14 +25,6 @@ def report(replica: str = "r0") -> LoadReport:
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = Receiver()
-    await rx.start()
-    yield rx
-    await rx.stop()
-
-
-@pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient() as client:
         yield client

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -82,14 +81,6 @@ class TickClock:
     async def sleep(self, seconds: float) -> None:
         self.t += seconds
         await asyncio.sleep(seconds / 100)
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = Receiver()
-    await rx.start()
-    yield rx
-    await rx.stop()
 
 
 def make_report(load: Load) -> LoadReport:

@@ -26,7 +26,6 @@ from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.gateway.builders import BASE_CONFIG, MODEL
 
-_free_port = free_port  # the name some gateway tests import
 ROOT = Path(__file__).resolve().parents[2]
 LLMFLEET = [sys.executable, "-m", "fleet.cli"]
 _URL = re.compile(r"(http://127\.0\.0\.1:\d+)")

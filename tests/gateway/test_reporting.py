@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from fleet.ports import free_port
 from gateway.reporting import GatewayReporter, PoolTraffic
 from gateway.settings import GatewaySettings
 from tests.gateway.builders import KEYS, fleet_spec, gateway_config
-from tests.gateway.conftest import LLMFLEET, Proc, _free_port, _start, serve, write_stack
+from tests.gateway.conftest import LLMFLEET, Proc, _start, serve, write_stack
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 SMALL = json.dumps({"model": "small-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
@@ -35,7 +36,7 @@ async def test_gateway_queue_reaches_control_plane_decisions(tmp_path: Path) -> 
     # Pool "small" has min 0 and no replica: requests wait in the gateway's admission queue, where no agent sees
     # them. The gateway's reports must put them in the control plane's decision inputs, and start the pool.
     stack = write_stack(tmp_path, gateway=QUEUE, autoscaling={"actuator": "local", "dryRun": True, "intervalS": 0.2})
-    port = str(_free_port())
+    port = str(free_port())
     cp: Proc = _start(
         [*LLMFLEET, "control-plane", "--stack", str(stack), "--port", port, "--dry-run"],
         tmp_path / "cp.log",
@@ -82,7 +83,7 @@ async def test_gateway_queue_reaches_control_plane_decisions(tmp_path: Path) -> 
 
 
 async def test_control_plane_down_backs_off_and_keeps_serving() -> None:
-    port = _free_port()  # nothing listens here
+    port = free_port()  # nothing listens here
     settings = GatewaySettings(
         spec=fleet_spec(gateway=QUEUE), control_plane=f"http://127.0.0.1:{port}", access_log=False
     )
