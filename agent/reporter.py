@@ -3,8 +3,9 @@
 Load derivation (`LoadTracker`, pure): gauges are read as-is; ``tokens_per_s`` is the generation-token counter
 delta over the time between two scrapes; ``ttft_p99_s`` is the p99 of the TTFT histogram's bucket deltas over
 the last ``ttft_window_s`` (recent, not lifetime). A failed scrape yields a load of all None, never zeros, and a
-counter that went backwards (engine restarted) restarts the deltas. Pushing runs in its own task: an
-unreachable control plane is retried with exponential backoff while the agent keeps serving and scraping.
+counter that went backwards (engine restarted) restarts the deltas. Pushing runs in its own task
+(`fleet.push.push_loop`): an unreachable control plane is retried with the shared exponential backoff
+(`fleet.push.Backoff`, at most ``backoff_max_s``) while the agent keeps serving and scraping.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agent.control import ControlClient, ControlPlaneUnavailable
 from agent.engine_client import EngineClient
 from agent.metrics import AgentMetrics
 from fleet.promtext import EngineMetrics, diff_buckets, histogram_quantile
+from fleet.push import Backoff, push_loop
 from fleet.wire import LoadReport
 
 __all__ = ["NO_LOAD", "Load", "LoadTracker", "Reporter"]
@@ -100,11 +102,10 @@ class Reporter:
         self._clock = clock
         self._metrics = metrics
         self.interval_s = interval_s
-        self.backoff_max_s = backoff_max_s
+        self.backoff = Backoff(interval_s, backoff_max_s)
         self.tracker = LoadTracker(ttft_window_s)
         self.last_load = NO_LOAD
         self.last_report: LoadReport | None = None
-        self.consecutive_push_failures = 0
         self._kick = asyncio.Event()
 
     def kick(self) -> None:
@@ -124,27 +125,27 @@ class Reporter:
         self.last_load = self.tracker.observe(self._clock.monotonic(), metrics)
         return self.last_load
 
+    @property
+    def consecutive_push_failures(self) -> int:
+        return self.backoff.failures
+
     async def push_once(self) -> bool:
         report = self._make_report(self.last_load)
         try:
             await self._control.report(report)
         except ControlPlaneUnavailable as exc:
-            self.consecutive_push_failures += 1
+            self.backoff.record(False)
+            failures = self.backoff.failures
             self._metrics.reports.labels("error").inc()
-            if self.consecutive_push_failures in (1, 10) or self.consecutive_push_failures % 60 == 0:
-                log.warning("load report not delivered (%d in a row): %s", self.consecutive_push_failures, exc)
+            if failures in (1, 10) or failures % 60 == 0:
+                log.warning("load report not delivered (%d in a row): %s", failures, exc)
             return False
-        if self.consecutive_push_failures:
-            log.info("load reports delivered again after %d failures", self.consecutive_push_failures)
-        self.consecutive_push_failures = 0
+        failures = self.backoff.record(True)
+        if failures:
+            log.info("load reports delivered again after %d failures", failures)
         self.last_report = report
         self._metrics.reports.labels("ok").inc()
         return True
-
-    def push_delay_s(self) -> float:
-        if self.consecutive_push_failures == 0:
-            return self.interval_s
-        return min(self.backoff_max_s, self.interval_s * 2.0 ** (self.consecutive_push_failures - 1))
 
     async def scrape_loop(self) -> None:
         while True:
@@ -154,16 +155,7 @@ class Reporter:
     async def push_loop(self) -> None:
         if self._control.base_url is None:
             return
-        while True:
-            await self.push_once()
-            sleeper = asyncio.ensure_future(self._clock.sleep(self.push_delay_s()))
-            kicked = asyncio.ensure_future(self._kick.wait())
-            try:
-                await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                kicked.cancel()
-            self._kick.clear()
+        await push_loop(self.push_once, self.backoff, self._clock, wake=self._kick)
 
     async def run(self) -> None:
         await asyncio.gather(self.scrape_loop(), self.push_loop())

@@ -110,12 +110,12 @@ async def test_reports_back_off_while_the_control_plane_is_down_and_resume(recei
             port = receiver.port
             await receiver.stop()
             await wait_until(lambda: reporter.consecutive_push_failures >= 4)
-            assert reporter.push_delay_s() == 8.0  # 1, 2, 4, then capped
+            assert reporter.backoff.delay() == 8.0  # 1, 2, 4, then capped
             before = len(receiver.reports)
             await receiver.start(port)
             await wait_until(lambda: len(receiver.reports) > before)
             await wait_until(lambda: reporter.consecutive_push_failures == 0)
-            assert reporter.push_delay_s() == 1.0
+            assert reporter.backoff.delay() == 1.0
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
