@@ -10,6 +10,8 @@ SimError
 
 from __future__ import annotations
 
+from fleet.openai_error import error_dict
+
 __all__ = ["ConfigError", "RequestError", "SimError"]
 
 
@@ -22,7 +24,7 @@ class ConfigError(SimError):
 
 
 class RequestError(SimError):
-    """A rejected request, rendered as ``{"error": {"message", "type", "param", "code"}}``."""
+    """A rejected request, rendered as `fleet.openai_error` JSON with the HTTP status as ``code``."""
 
     def __init__(self, status: int, message: str, type_: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
@@ -32,7 +34,7 @@ class RequestError(SimError):
         self.param = param
 
     def to_json(self) -> dict[str, object]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
+        return error_dict(self.message, self.type, self.status, self.param)
 
 
 _TYPES = {

@@ -2,10 +2,10 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
 ``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
-``GET /load``, ``GET /metrics``. Errors use vLLM's ``{"error": {message, type, param, code}}`` shape with
-vLLM's statuses; validation errors on a streaming request are plain JSON with a 4xx, errors after the first
-chunk arrive in-band followed by ``data: [DONE]``. A client that disconnects aborts its request (handler
-cancellation), which frees its KV blocks at once.
+``GET /load``, ``GET /metrics``. Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
+(`fleet.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
+are plain JSON with a 4xx, errors after the first chunk arrive in-band followed by ``data: [DONE]``. A client
+that disconnects aborts its request (handler cancellation), which frees its KV blocks at once.
 
 aiohttp rather than FastAPI/uvicorn: one event loop writes several thousand SSE chunks a second with
 templated bytes and no per-chunk pydantic work.
@@ -51,6 +51,11 @@ def _json(data: object, status: int = 200) -> web.Response:
 
 def error_response(error: RequestError) -> web.Response:
     return _json(error.to_json(), status=error.status)
+
+
+def _engine_failed(message: str) -> RequestError:
+    """The engine failed the request after accepting it (vLLM answers 500)."""
+    return RequestError(500, message, "InternalServerError")
 
 
 class _Routes:
@@ -171,7 +176,7 @@ class _Routes:
             if finish is not None:
                 break
         if stream.error is not None:
-            return error_response(RequestError(500, stream.error, "InternalServerError"))
+            return error_response(_engine_failed(stream.error))
         req = stream.request
         return _json(framer.body(tokens, finish.value, req.num_prompt_tokens, max(0, req.num_cached_tokens)))
 
@@ -185,7 +190,7 @@ class _Routes:
                 if not response.prepared:
                     await response.prepare(request)  # headers only with the first token (after prefill)
                 if stream.error is not None:
-                    await response.write(framer.error_event(RequestError(500, stream.error, "InternalServerError")))
+                    await response.write(framer.error_event(_engine_failed(stream.error)))
                     break
                 await response.write(framer.chunks(tokens, None if finish is None else finish.value, prompt_tokens))
                 if finish is not None:
