@@ -1,5 +1,8 @@
 """Body: parse and check an OpenAI completion request body, estimate its tokens, rewrite it for the engine.
 
+The body is read once: `parse_body` keeps the raw bytes beside the parsed fields, and `upstream_body` sends them
+on as they came unless they must change (a stream whose client did not ask for the usage chunk).
+
 Tokens are estimated without a tokenizer (a gateway must not load one per model): prompt characters / 4 plus 4
 per chat message, rounded up. The estimate only sizes the tokens-per-minute reservation; the engine's own
 ``usage`` settles the bill when the request ends.
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.errors import BadRequest
@@ -24,6 +27,9 @@ Kind = Literal["chat", "completion"]
 
 @dataclass(frozen=True)
 class ParsedRequest:
+    """One request body: the bytes as received and the fields the gateway reads from them."""
+
+    raw: bytes = field(repr=False)
     kind: Kind
     model: str
     stream: bool
@@ -38,10 +44,10 @@ class ParsedRequest:
     def reserve_tokens(self) -> int:
         return self.prompt_tokens + self.max_tokens * self.n
 
-    def upstream_body(self, raw: bytes) -> bytes:
-        """The body sent to the engine: unchanged, except that streams always ask for the final usage chunk."""
+    def upstream_body(self) -> bytes:
+        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk."""
         if not self.stream or self.client_wants_usage:
-            return raw
+            return self.raw
         payload = dict(self.payload)
         options = payload.get("stream_options")
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -104,6 +110,7 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     options = payload.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     return ParsedRequest(
+        raw=raw,
         kind=kind,
         model=model,
         stream=stream,

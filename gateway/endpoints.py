@@ -11,6 +11,9 @@ Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica fau
 timeout: a hung engine) eject a replica for ``base_s x 2^(n-1)`` seconds (n = ejections in a row, capped at
 ``max_s``); at most ``max_fraction`` of a pool (at least one replica of a pool of two or more, never the only
 one) is ejected at once.
+
+In-flight counts: `EndpointSet.lease` holds one request on the replica a router picked (mapped from its
+`EndpointView` by pool and id), so the routers' ``in_flight`` always counts this gateway's open requests.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -132,6 +135,20 @@ class EndpointSet:
 
     def get(self, pool: str, rid: str) -> Endpoint | None:
         return self._members[pool].get(rid)
+
+    @contextlib.contextmanager
+    def lease(self, view: EndpointView) -> Iterator[Endpoint]:
+        """Count one request on the replica behind ``view`` (a router's pick from `snapshot`) until the block ends.
+
+        The replica stays leased even if membership changes meanwhile: the request runs to its end on it.
+        KeyError when the replica is no longer a member (take ``view`` from a snapshot with no await since).
+        """
+        ep = self._members[view.pool][view.id]
+        ep.in_flight += 1
+        try:
+            yield ep
+        finally:
+            ep.in_flight -= 1
 
     def set_ready(self, ep: Endpoint, ready: bool) -> None:
         if ep.ready != ready:

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from fleet.openai_error import error_body
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamDiedEarly,
@@ -31,7 +32,19 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 
-__all__ = ["JsonAnswer", "SseRelay", "Timeouts", "Usage", "open_stream", "send_json", "sse_error_event"]
+__all__ = [
+    "CONNECTION_BROKEN",
+    "JsonAnswer",
+    "SseRelay",
+    "Timeouts",
+    "Usage",
+    "open_stream",
+    "send_json",
+    "sse_error_event",
+]
+
+# What aiohttp raises when an engine's connection breaks during a request or its answer.
+CONNECTION_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,11 @@ class JsonAnswer:
 
 def sse_error_event(message: str, type_: str = "upstream_error", code: int = 502) -> bytes:
     """The in-band error vLLM itself sends: an error event, then ``[DONE]``."""
-    body = json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
-    return f"data: {body}\n\ndata: [DONE]\n\n".encode()
+    return b"data: " + error_body(message, type_, code) + b"\n\ndata: [DONE]\n\n"
+
+
+def _died(exc: Exception) -> UpstreamDiedEarly:
+    return UpstreamDiedEarly(str(exc) or type(exc).__name__)
 
 
 async def _post(
@@ -84,14 +100,14 @@ async def _post(
         )
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamConnectError(str(exc)) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
-        raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+    except CONNECTION_BROKEN as exc:
+        raise _died(exc) from exc
     if resp.status == 200:
         return resp
     try:
         payload = await resp.read()
     except aiohttp.ClientError as exc:
-        raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+        raise _died(exc) from exc
     finally:
         resp.release()
     if resp.status == 503:
@@ -108,9 +124,9 @@ async def send_json(
             resp = await _post(session, url, body, headers, timeouts)
             try:
                 payload = await resp.read()
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            except CONNECTION_BROKEN as exc:
                 resp.close()
-                raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+                raise _died(exc) from exc
     except TimeoutError:
         raise UpstreamTimeout(f"no answer within {timeouts.total_s:g}s") from None
     usage = Usage()
@@ -173,8 +189,8 @@ class SseRelay:
                 out = self.feed(data)
                 if out:
                     return out
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise UpstreamDiedEarly(str(exc) or type(exc).__name__) from exc
+        except CONNECTION_BROKEN as exc:
+            raise _died(exc) from exc
 
 
 async def open_stream(

@@ -40,13 +40,13 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.metrics import AccessLog, GatewayMetrics
-from gateway.proxy import Timeouts, open_stream, send_json, sse_error_event
+from gateway.proxy import CONNECTION_BROKEN, Timeouts, open_stream, send_json, sse_error_event
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.retries import RetryBudget
 from gateway.routing.base import RequestInfo, Router
 from gateway.settings import GatewaySettings
 
-__all__ = ["REQUEST_ID", "Gateway", "Outcome"]
+__all__ = ["REQUEST_ID", "Gateway", "Outcome", "may_use"]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -160,8 +160,7 @@ class Gateway:
         pool = self.pools.get(model)
         if pool is None:
             raise ModelNotFound(f"the model '{model}' does not exist", param="model")
-        allowed = tenant.allowed_models
-        if "*" not in allowed and pool.served_name not in allowed and pool.model not in allowed:
+        if not may_use(tenant, pool):
             raise ModelNotAllowed(f"tenant '{tenant.name}' may not use model '{model}'", param="model")
         return pool
 
@@ -202,7 +201,7 @@ class Gateway:
         reservation = await self.quota.acquire(tenant.name, limits, out.request_id, parsed.reserve_tokens)
         try:
             if not self.dynamic and self.endpoints.routable(pool.name) == 0:
-                raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
+                raise _no_ready_replica(pool)
             admission, traffic = self.admission[pool.name], self.traffic[pool.name]
             self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting + 1)
             traffic.arrived += 1
@@ -240,7 +239,7 @@ class Gateway:
             session_id=request.headers.get(self.config.session_header),
             now=self.clock(),
         )
-        body = parsed.upstream_body(await request.read())
+        body = parsed.upstream_body()
         headers = self._upstream_headers(request, out.request_id)
         path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
         router = self.routers[pool.name]
@@ -249,46 +248,44 @@ class Gateway:
         while True:
             decision = router.route([v for v in self.endpoints.snapshot(pool.name) if v.id not in tried], info)
             if decision is None:
-                raise NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
-            ep = self.endpoints.get(pool.name, decision.endpoint.id)
-            assert ep is not None
-            tried.add(ep.id)
+                raise _no_ready_replica(pool)
+            rid = decision.endpoint.id
+            tried.add(rid)
             out.attempts += 1
-            out.replica = ep.id
+            out.replica = rid
             out.routed_s = self.clock() - out.received
-            self.metrics.child(self.metrics.routed, pool.served_name, ep.id).inc()
-            ep.in_flight += 1
-            gauge = self.metrics.child(self.metrics.in_flight, pool.name, ep.id)
-            gauge.inc()
-            started = self.clock()
-            try:
-                if parsed.stream:
-                    return await self._stream(request, ep, ep.url + path, body, headers, parsed, out)
-                answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
-                self.endpoints.succeeded(ep)
-                out.prompt_tokens = answer.usage.prompt_tokens
-                out.completion_tokens = answer.usage.completion_tokens
-                out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
-                out.first_token_s = self.clock() - out.received
-                return web.Response(
-                    status=200,
-                    body=answer.body,
-                    headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id},
-                )
-            except UpstreamStatus as exc:
-                self._account(ep, exc)
-                return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
-            except UpstreamError as exc:
-                self._account(ep, exc)
-                if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
-                    self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
-                    log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
-                    continue
-                raise _client_error(exc) from exc
-            finally:
-                out.upstream_s += self.clock() - started
-                ep.in_flight -= 1
-                gauge.dec()
+            self.metrics.child(self.metrics.routed, pool.served_name, rid).inc()
+            with self.endpoints.lease(decision.endpoint) as ep:
+                gauge = self.metrics.child(self.metrics.in_flight, pool.name, ep.id)
+                gauge.inc()
+                started = self.clock()
+                try:
+                    if parsed.stream:
+                        return await self._stream(request, ep, ep.url + path, body, headers, parsed, out)
+                    answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
+                    self.endpoints.succeeded(ep)
+                    out.prompt_tokens = answer.usage.prompt_tokens
+                    out.completion_tokens = answer.usage.completion_tokens
+                    out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
+                    out.first_token_s = self.clock() - out.received
+                    return web.Response(
+                        status=200,
+                        body=answer.body,
+                        headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id},
+                    )
+                except UpstreamStatus as exc:
+                    self._account(ep, exc)
+                    return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
+                except UpstreamError as exc:
+                    self._account(ep, exc)
+                    if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
+                        self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
+                        log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
+                        continue
+                    raise _client_error(exc) from exc
+                finally:
+                    out.upstream_s += self.clock() - started
+                    gauge.dec()
 
     async def _stream(
         self,
@@ -332,7 +329,7 @@ class Gateway:
                     failure = "the engine closed the stream before it finished"
             except TimeoutError:
                 failure = f"stream exceeded the total timeout of {self.timeouts.total_s:g}s"
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            except CONNECTION_BROKEN as exc:
                 failure = f"the engine connection broke mid-stream ({type(exc).__name__})"
             if failure is not None:
                 self._account(ep, UpstreamBroken(failure))
@@ -385,6 +382,16 @@ class Gateway:
                     "done_s": _r(out.done_s),
                 }
             )
+
+
+def may_use(tenant: TenantSpec, pool: PoolSpec) -> bool:
+    """Whether the tenant's ``allowedModels`` admit the pool (by served name or model, or ``*``)."""
+    allowed = tenant.allowed_models
+    return "*" in allowed or pool.served_name in allowed or pool.model in allowed
+
+
+def _no_ready_replica(pool: PoolSpec) -> NoReadyReplica:
+    return NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
 
 
 def _r(value: float | None) -> float | None:

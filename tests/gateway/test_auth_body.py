@@ -52,11 +52,33 @@ def test_stream_asks_the_engine_for_usage_without_touching_other_fields() -> Non
     raw = json.dumps({"model": "m", "prompt": "x" * 40, "stream": True, "max_tokens": 7, "n": 2}).encode()
     parsed = parse_body(raw, "completion")
     assert (parsed.prompt_tokens, parsed.reserve_tokens, parsed.client_wants_usage) == (10, 24, False)
-    sent = json.loads(parsed.upstream_body(raw))
+    sent = json.loads(parsed.upstream_body())
     assert sent["stream_options"] == {"include_usage": True} and sent["max_tokens"] == 7
     plain = parse_body(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', "chat")
     assert plain.max_tokens == DEFAULT_RESERVE_TOKENS
-    assert plain.upstream_body(b"same") == b"same"
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("payload", "rewritten"),
+    [
+        pytest.param(CHAT, False, id="not-streamed"),
+        pytest.param(
+            {**CHAT, "stream": True, "stream_options": {"include_usage": True}}, False, id="client-asks-usage"
+        ),
+        pytest.param({**CHAT, "stream": True}, True, id="stream-without-options"),
+        pytest.param({**CHAT, "stream": True, "stream_options": {"include_usage": False}}, True, id="usage-declined"),
+    ],
+)
+def test_body_is_sent_as_received_unless_usage_must_be_asked(payload: dict[str, object], rewritten: bool) -> None:
+    raw = json.dumps(payload).encode()
+    sent = parse_body(raw, "chat").upstream_body()
+    if rewritten:
+        assert json.loads(sent) == {**payload, "stream_options": {"include_usage": True}}
+    else:
+        assert sent is raw  # the received bytes, not a re-serialisation
 
 
 def test_hashes_file_adds_digests_for_known_tenants(tmp_path: Path) -> None:

@@ -46,3 +46,14 @@ def test_at_most_half_the_pool_is_ejected(size: int, max_ejected: int) -> None:
     endpoints = _set(size, Clock())
     ejected = sum(endpoints.failed(ep, eject_now=True) for ep in endpoints.members("qwen-7b"))
     assert ejected == max_ejected
+
+
+def test_a_lease_counts_one_request_on_the_picked_replica_until_it_ends() -> None:
+    endpoints = _set(2, Clock())
+    picked = endpoints.snapshot("qwen-7b")[1]
+    with endpoints.lease(picked) as ep, endpoints.lease(picked):
+        assert ep.id == picked.id
+        assert [v.in_flight for v in endpoints.snapshot("qwen-7b")] == [0, 2]
+    with pytest.raises(RuntimeError), endpoints.lease(picked):
+        raise RuntimeError("the attempt failed")
+    assert [v.in_flight for v in endpoints.snapshot("qwen-7b")] == [0, 0]
