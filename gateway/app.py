@@ -1,6 +1,6 @@
 """App: build the gateway's aiohttp application from settings, with every I/O edge injectable.
 
-    create_app(settings, session_factory=None, quota=None, clock=time.monotonic) -> web.Application
+    create_app(settings, session_factory=default_session, quota=None, clock=None) -> web.Application
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz, GET /readyz,
 GET /metrics. Every response (errors included) carries ``x-request-id``, the client's when it sent a sane one.
@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
 
-from gateway.errors import GatewayError, error_body
+from fleet.clock import Clock, SystemClock
+from fleet.openai_error import error_body
+from gateway.errors import GatewayError
 from gateway.quota.base import QuotaBackend
 from gateway.quota.memory import MemoryQuota
 from gateway.reporting import GatewayReporter
-from gateway.service import REQUEST_ID, Gateway, new_request_id
+from gateway.service import REQUEST_ID, Gateway, may_use, new_request_id
 from gateway.settings import GatewaySettings
 
 __all__ = ["GATEWAY", "create_app", "default_session"]
@@ -64,16 +65,17 @@ def create_app(
     settings: GatewaySettings,
     session_factory: Callable[[], aiohttp.ClientSession] = default_session,
     quota: QuotaBackend | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock | None = None,
 ) -> web.Application:
     """The application; the upstream session, quota backend, refresh loop and (with a control plane) the
-    gateway-report loop (`gateway.reporting`) start with it and stop with it."""
+    gateway-report loop (`gateway.reporting`) start with it and stop with it. ``clock`` defaults to the system's."""
+    clock = clock or SystemClock()
     app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         session = session_factory()
-        backend = quota or _quota_backend(settings, clock)
-        gateway = Gateway(settings, session, backend, clock)
+        backend = quota or _quota_backend(settings, clock.monotonic)
+        gateway = Gateway(settings, session, backend, clock.monotonic, clock.time)
         app[GATEWAY] = gateway
         await gateway.refresher.refresh_once()
         tasks = [asyncio.create_task(_refresh_forever(gateway))]
@@ -84,7 +86,6 @@ def create_app(
                 gateway.admission,
                 gateway.traffic,
                 clock,
-                gateway.wall,
                 settings.spec.control_plane.report_interval_s,
             )
             tasks.append(asyncio.create_task(reporter.run()))
@@ -136,13 +137,11 @@ async def _completions(request: web.Request) -> web.StreamResponse:
 async def _models(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     tenant = gateway.keys.authenticate(request.headers.get("Authorization"))
-    data = []
-    for pool in gateway.settings.spec.pools:
-        allowed = tenant.allowed_models
-        if "*" in allowed or pool.served_name in allowed or pool.model in allowed:
-            data.append(
-                {"id": pool.served_name, "object": "model", "created": 0, "owned_by": "llmfleet", "root": pool.model}
-            )
+    data = [
+        {"id": pool.served_name, "object": "model", "created": 0, "owned_by": "llmfleet", "root": pool.model}
+        for pool in gateway.settings.spec.pools
+        if may_use(tenant, pool)
+    ]
     return web.json_response({"object": "list", "data": data})
 
 

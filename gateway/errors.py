@@ -1,4 +1,4 @@
-"""Errors: every failure the gateway answers with, as OpenAI error JSON with the right status.
+"""Errors: every failure the gateway answers with, as OpenAI error JSON (`fleet.openai_error`) with the right status.
 
     GatewayError                    status, OpenAI ``type`` and ``code``; ``retry_after`` adds Retry-After
       BadRequest                    400 bad JSON or parameters
@@ -26,8 +26,9 @@ The retry loop branches on ``retryable`` (a class attribute), never on messages.
 
 from __future__ import annotations
 
-import json
 from typing import ClassVar
+
+from fleet.openai_error import error_body
 
 __all__ = [
     "BadRequest",
@@ -51,13 +52,7 @@ __all__ = [
     "UpstreamStatus",
     "UpstreamTimeout",
     "UpstreamUnavailable",
-    "error_body",
 ]
-
-
-def error_body(message: str, type_: str, code: int | str, param: str | None = None) -> bytes:
-    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
 
 
 class GatewayError(Exception):

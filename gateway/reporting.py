@@ -8,25 +8,26 @@ autoscaler would see at most ``queue.perReplicaThreshold`` waiting per replica w
 
 Contract: the request path only bumps two integers (`PoolTraffic`); the reporter reads them, the `Admission`
 gauges and a clock. It never blocks a request. A failed push (control plane down, 4xx/5xx, timeout) is logged
-once per outage and retried with exponential backoff (interval x 2^n, at most ``max_backoff_s``); the gateway
-keeps serving. The control plane marks a gateway stale after ``controlPlane.staleAfterS`` without a report.
-Rates are over a sliding window (``window_s``, default 10 s) so one second's Poisson noise does not reach the
-scaler.
+once per outage and retried with the shared exponential backoff (`fleet.push.Backoff`: interval x 2^(n-1) after
+n failed rounds, at most ``max_backoff_s``); the gateway keeps serving. The control plane marks a gateway stale
+after ``controlPlane.staleAfterS`` without a report. Rates are over a sliding window (``window_s``, default
+10 s) so one second's Poisson noise does not reach the scaler.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from fleet.clock import Clock
+from fleet.push import Backoff, push_loop
 from fleet.wire import GatewayReport
 from gateway.admission import Admission
 
@@ -69,8 +70,7 @@ class GatewayReporter:
         session: aiohttp.ClientSession,
         admission: Mapping[str, Admission],
         traffic: Mapping[str, PoolTraffic],
-        clock: Callable[[], float],
-        wall: Callable[[], float],
+        clock: Clock,
         interval_s: float = 1.0,
         gateway_id: str | None = None,
         window_s: float = 10.0,
@@ -81,20 +81,18 @@ class GatewayReporter:
         self.admission = admission
         self.traffic = traffic
         self.clock = clock
-        self.wall = wall
         self.interval_s = interval_s
         self.gateway_id = gateway_id or default_gateway_id()
         self.window_s = window_s
-        self.max_backoff_s = max_backoff_s
-        self.failures = 0  # consecutive failed rounds (sets the backoff)
+        self.backoff = Backoff(interval_s, max_backoff_s)  # counts failed rounds
         self.pushed = 0  # reports the control plane accepted
-        start = clock()
+        start = clock.monotonic()
         for counters in traffic.values():
             counters.samples.append((start, counters.arrived, counters.admitted))
 
     def reports(self) -> list[GatewayReport]:
         """One report per pool as of now (samples the rate windows)."""
-        now, ts = self.clock(), self.wall()
+        now, ts = self.clock.monotonic(), self.clock.time()
         out = []
         for pool, admission in self.admission.items():
             arrived, admitted, span = self.traffic[pool].rates(now, self.window_s)
@@ -129,21 +127,12 @@ class GatewayReporter:
                         raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 self.pushed += 1
             except (aiohttp.ClientError, TimeoutError) as exc:
-                if self.failures == 0 and ok:
+                if ok and self.backoff.failures == 0:
                     log.warning("gateway report to %s failed (%s); retrying with backoff", self.url, exc)
                 ok = False
-        if ok and self.failures:
+        if self.backoff.record(ok) and ok:
             log.info("gateway reports to %s accepted again", self.url)
-        self.failures = 0 if ok else self.failures + 1
         return ok
 
-    def next_delay(self) -> float:
-        """The wait before the next round: the interval, doubled per consecutive failure up to the cap."""
-        if self.failures == 0:
-            return self.interval_s
-        return min(self.max_backoff_s, self.interval_s * 2.0 ** min(self.failures, 16))
-
     async def run(self) -> None:
-        while True:
-            await self.push_once()
-            await asyncio.sleep(self.next_delay())
+        await push_loop(self.push_once, self.backoff, self.clock)

@@ -106,7 +106,7 @@ def fleet_spec(**overrides: Any) -> FleetSpec:
 
 def gateway_config(**overrides: Any) -> dict[str, Any]:
     """BASE_CONFIG's gateway block with nested overrides merged one level deep."""
-    config = copy.deepcopy(BASE_CONFIG["llmfleet:gateway"])
+    config: dict[str, Any] = copy.deepcopy(BASE_CONFIG["llmfleet:gateway"])
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}

@@ -43,9 +43,13 @@ class Proc:
             self.proc.wait(timeout=10)
 
 
-def _start(args: list[str], log: Path, marker: str, timeout_s: float = 30.0) -> Proc:
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as handle:
-        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        return subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+
+
+def _wait_started(proc: subprocess.Popen[bytes], log: Path, marker: str, timeout_s: float = 30.0) -> Proc:
+    """Wait for ``marker`` and a URL after it in the process's log; RuntimeError (with the log) otherwise."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log.read_text(errors="replace")
@@ -54,10 +58,14 @@ def _start(args: list[str], log: Path, marker: str, timeout_s: float = 30.0) -> 
             if match:
                 return Proc(proc, match.group(1), log)
         if proc.poll() is not None:
-            raise RuntimeError(f"{args[3:5]} exited early:\n{text}")
+            raise RuntimeError(f"{proc.args!r} exited early:\n{text}")
         time.sleep(0.05)
     proc.kill()
-    raise RuntimeError(f"{args} did not start within {timeout_s}s:\n{log.read_text(errors='replace')}")
+    raise RuntimeError(f"{proc.args!r} did not start within {timeout_s}s:\n{log.read_text(errors='replace')}")
+
+
+def _start(args: list[str], log: Path, marker: str, timeout_s: float = 30.0) -> Proc:
+    return _wait_started(_spawn(args, log), log, marker, timeout_s)
 
 
 def sim_args(*extra: str, time_scale: float = 50.0, max_num_seqs: int = 8) -> list[str]:
@@ -91,27 +99,14 @@ def sims(tmp_path: Path) -> Iterator[SimFactory]:
     started: list[Proc] = []
 
     def start(*arg_lists: list[str], **kw: Any) -> list[Proc]:
-        procs = []
-        handles = []
-        for i, extra in enumerate(arg_lists):
-            log = tmp_path / f"sim-{len(started) + i}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    sim_args(*extra, **kw), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-                )
-            handles.append((log, proc))
-        for log, proc in handles:
-            deadline = time.monotonic() + 30
-            while True:
-                text = log.read_text(errors="replace")
-                match = _URL.search(text) if "API server" in text else None
-                if match:
-                    procs.append(Proc(proc, match.group(1), log))
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    raise RuntimeError(f"simulator did not start:\n{text}")
-                time.sleep(0.05)
+        logs = [tmp_path / f"sim-{len(started) + i}.log" for i in range(len(arg_lists))]
+        spawned = [_spawn(sim_args(*extra, **kw), log) for extra, log in zip(arg_lists, logs, strict=True)]
+        try:
+            procs = [_wait_started(proc, log, "API server") for proc, log in zip(spawned, logs, strict=True)]
+        except RuntimeError:
+            for proc in spawned:
+                proc.kill()
+            raise
         started.extend(procs)
         return procs
 

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from fleet.promtext import counter_value, parse
 from gateway.service import Gateway
 from tests.gateway.builders import KEYS, MODEL, gateway_config
 from tests.gateway.conftest import SimFactory, serve, settings_for
 
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
 
 
 def _client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0, timeout=30)
+
+
+async def _stream_chat(client: openai.AsyncOpenAI, max_tokens: int) -> openai.AsyncStream[ChatCompletionChunk]:
+    return await client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=max_tokens,
+        stream=True,
+    )
 
 
 def _metric(gw: Gateway, name: str) -> float:
@@ -40,12 +50,7 @@ async def test_failure_before_the_first_byte_is_served_by_another_replica(sims: 
         client = _client(url)
         try:
             for _ in range(2):  # round-robin: one of the first two requests is sent to the bad replica first
-                stream = await client.chat.completions.create(
-                    model=MODEL,
-                    messages=MESSAGES,
-                    max_tokens=12,
-                    stream=True,  # type: ignore[arg-type]
-                )
+                stream = await _stream_chat(client, 12)
                 chunks = [c async for c in stream]
                 assert chunks[-1].choices[0].finish_reason == "length"
         finally:
@@ -59,12 +64,7 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sims
         client = _client(url)
         received = ""
         try:
-            stream = await client.chat.completions.create(
-                model=MODEL,
-                messages=MESSAGES,
-                max_tokens=200,
-                stream=True,  # type: ignore[arg-type]
-            )
+            stream = await _stream_chat(client, 200)
             with pytest.raises(openai.APIError, match="mid-stream|closed the stream"):
                 async for chunk in stream:
                     received += (chunk.choices[0].delta.content or "") if chunk.choices else ""
@@ -82,12 +82,7 @@ async def test_hung_engine_times_out_with_504_and_is_ejected(sims: SimFactory) -
         try:
             for _ in range(8):
                 try:
-                    stream = await client.chat.completions.create(
-                        model=MODEL,
-                        messages=MESSAGES,
-                        max_tokens=4,
-                        stream=True,  # type: ignore[arg-type]
-                    )
+                    stream = await _stream_chat(client, 4)
                     _ = [c async for c in stream]
                     statuses.append(200)
                 except openai.APIStatusError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from fleet.clock import SystemClock
 from fleet.ports import free_port
 from gateway.reporting import GatewayReporter, PoolTraffic
 from gateway.settings import GatewaySettings
@@ -89,15 +90,13 @@ async def test_control_plane_down_backs_off_and_keeps_serving() -> None:
     )
     async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
         reporter = GatewayReporter(
-            f"http://127.0.0.1:{port}", session, gw.admission, gw.traffic, time.monotonic, time.time, 0.5
+            f"http://127.0.0.1:{port}", session, gw.admission, gw.traffic, SystemClock(), 0.5, max_backoff_s=3.0
         )
         delays = []
         for _ in range(4):
             assert await reporter.push_once() is False
-            delays.append(reporter.next_delay())
-        assert delays == [1.0, 2.0, 4.0, 8.0]
-        reporter.max_backoff_s = 5.0
-        assert reporter.next_delay() == 5.0
+            delays.append(reporter.backoff.delay())
+        assert delays == [0.5, 1.0, 2.0, 3.0]  # the interval, doubled per failed round, capped
         async with session.get(url + "/healthz") as resp:
             assert resp.status == 200  # the gateway serves while its reports fail
 
