@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from agent.launchers import LaunchConfig, make_launcher
+from agent.launchers import REGISTRY as LAUNCHERS, LaunchConfig, make_launcher
 from agent.node import Agent, AgentOptions
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
@@ -112,7 +112,7 @@ async def _serve(agent: Agent) -> int:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        stack = load_spec(args.stack)
+        stack = load_spec(args.stack, registries=[LAUNCHERS])
         pool = stack.spec.pool(args.pool)
     except SpecError as exc:
         print(exc, file=sys.stderr)

@@ -84,8 +84,7 @@ class ScalingContext:
     per_replica_qps: float | None = None
     # demand (running + waiting over fresh replicas) per past tick: ((t, value), ...) oldest first
     demand_history: tuple[tuple[float, float], ...] = ()
-    # the policy's parameters (PluginRef.params) and the state it returned last tick
-    params: Mapping[str, Any] = field(default_factory=dict)
+    # the state the policy returned last tick (its parameters are its own, fixed when it is built)
     state: Mapping[str, Any] = field(default_factory=dict)
 
     # -- replica groups -------------------------------------------------------------------------------------
@@ -199,6 +198,5 @@ def build_context(
         gateways_stale=gateway[2],
         per_replica_qps=per_replica_qps,
         demand_history=demand_history,
-        params=autoscaling.policy.params,
         state=state if state is not None else {},
     )

@@ -59,7 +59,7 @@ class Result:
 def simulate(
     name: str, policy_name: str, cfg: AutoscalingSpec, end_s: float = 1500.0, dt: float = 0.5, gap_s: float = 180.0
 ) -> Result:
-    policy = make_policy(policy_name)
+    policy = make_policy(policy_name, cfg.policy.params)
     result = Result(name)
     ready, launching = MIN, []  # launching: ready-at times
     in_system, state, history = 0.0, {}, []
@@ -110,7 +110,6 @@ def simulate(
                 ttft_slo_s=SLO_S,
                 cold_start_s=COLD_START_S,
                 demand_history=tuple(history),
-                params=cfg.policy.params,
                 state=state,
             )
             proposal = policy.propose(ctx)

@@ -63,6 +63,7 @@ from autoscaler.registry import GatewaySeen  # noqa: E402
 from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan  # noqa: E402
 from fleet.capacity import model_facts, plan_pool, pool_gpu  # noqa: E402
+from fleet.commands.registries import all_registries  # noqa: E402
 from fleet.loader import load_spec  # noqa: E402
 from fleet.spec import AutoscalingSpec, FleetSpec, PluginRef, PoolSpec  # noqa: E402
 from fleet.wire import GatewayReport  # noqa: E402
@@ -470,7 +471,7 @@ def _run_one(args: tuple[str, float, int, int, Config]) -> Result:
 
 
 def _spec_and_pool(stack: str, min_replicas: int) -> tuple[FleetSpec, PoolSpec]:
-    spec = load_spec(stack).spec
+    spec = load_spec(stack, registries=all_registries()).spec
     pool = spec.pools[0]
     replicas = pool.replicas.model_copy(update={"min": min_replicas})
     pool = pool.model_copy(update={"replicas": replicas})

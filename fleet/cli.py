@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("fleet.local.up", "run the whole fleet on this machine"),
     "status": ("fleet.local.status", "show pools, replicas and recent scaling decisions"),
     "load": ("fleet.local.load", "send a realistic request mix through the gateway"),
-    "policy": ("infra.policy_check", "run the Pulumi program under mocks against the policy pack"),
+    "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
 }
 
 

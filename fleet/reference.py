@@ -1,7 +1,8 @@
 """Reference: render the configuration reference (every key, type, default, allowed range) from FleetSpec.
 
-``docs/configuration.md`` embeds this output between two markers; a test keeps it in step with the model.
-Run ``python -m fleet.reference --write`` after changing the spec.
+``docs/configuration.md`` embeds this output between two markers, and each plugin's parameters (from the
+registries it is given) between two more; a test keeps both in step with the models. Run
+``python -m fleet.reference --write`` after changing the spec or a plugin's ``Params``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from fleet.plugins import PARAMETRISED_KINDS, Registry
 from fleet.spec import FleetSpec
 
-__all__ = ["BEGIN", "END", "render_reference"]
+__all__ = ["BEGIN", "END", "PLUGINS_BEGIN", "PLUGINS_END", "render_plugin_reference", "render_reference"]
 
 BEGIN = "<!-- BEGIN GENERATED REFERENCE -->"
 END = "<!-- END GENERATED REFERENCE -->"
+PLUGINS_BEGIN = "<!-- BEGIN GENERATED PLUGIN PARAMETERS -->"
+PLUGINS_END = "<!-- END GENERATED PLUGIN PARAMETERS -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
 
@@ -35,6 +39,29 @@ def render_reference() -> str:
         lines.append(
             f"| `{path}` | {_type(info.annotation)} | {_default(info)} | {_allowed(info)} | {_meaning(info)} |"
         )
+    return "\n".join(lines)
+
+
+def render_plugin_reference(registries: typing.Sequence[Registry[Any]]) -> str:
+    """Every parameter of every plugin that takes a ``params`` block, by kind and name (camelCase keys)."""
+    lines = [
+        "| kind | plugin | parameter | type | default | allowed | meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_kind = {r.kind: r for r in registries}
+    for kind in PARAMETRISED_KINDS:
+        registry = by_kind.get(kind)
+        if registry is None:
+            continue
+        for name in registry.names():
+            fields = registry.params_model(name).model_fields
+            if not fields:
+                lines.append(f"| {kind} | `{name}` | none |  |  |  |  |")
+            for field, info in fields.items():
+                lines.append(
+                    f"| {kind} | `{name}` | `{info.alias or field}` | {_type(info.annotation)} | {_default(info)} "
+                    f"| {_allowed(info)} | {_meaning(info)} |"
+                )
     return "\n".join(lines)
 
 
@@ -125,11 +152,17 @@ def _meaning(info: FieldInfo) -> str:
     return (info.description or "").replace("\n", " ").replace("|", "\\|")
 
 
+def _replace(text: str, begin: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def _write() -> None:
-    text = DOC.read_text()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n{render_reference()}\n{END}{tail}")
+    from fleet.commands.registries import all_registries  # the edge: this command documents every component
+
+    text = _replace(DOC.read_text(), BEGIN, END, render_reference())
+    DOC.write_text(_replace(text, PLUGINS_BEGIN, PLUGINS_END, render_plugin_reference(all_registries())))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from fleet.capacity import (
     ACTIVATION_RESERVE_GIB,
@@ -22,7 +23,15 @@ from fleet.capacity import (
 from fleet.catalog import GIB, GPUS, INSTANCES, MODELS
 from fleet.errors import Problem
 from fleet.perf import kv_bytes_per_token
-from fleet.plugins import PLUGIN_MODULES, registered_names
+from fleet.plugins import (
+    ACTUATOR,
+    ENGINE_KIND,
+    ROUTING_FILTER,
+    ROUTING_PICKER,
+    ROUTING_SCORER,
+    SCALING_POLICY,
+    Registry,
+)
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["DEMO_API_KEY", "check_spec", "hash_api_key"]
@@ -44,9 +53,13 @@ def _warn(path: str, message: str) -> Problem:
     return Problem(f"llmfleet:{path}", message, level="warning")
 
 
-def check_spec(spec: FleetSpec) -> list[Problem]:
-    """Every cross-field problem of ``spec`` (errors first are not guaranteed; order follows the file)."""
-    problems = list(_check_plugins(spec))
+def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> list[Problem]:
+    """Every cross-field problem of ``spec`` (order follows the file).
+
+    Plugin names and parameters are checked against ``registries``, the registries of the components the caller
+    runs; a plugin kind without a registry here is not checked (``llmfleet validate`` passes every registry).
+    """
+    problems = _check_plugins(spec, {r.kind: r for r in registries})
     problems += _check_zones_and_groups(spec)
     for index, pool in enumerate(spec.pools):
         problems += _check_pool(spec, index, pool)
@@ -56,28 +69,29 @@ def check_spec(spec: FleetSpec) -> list[Problem]:
     return problems
 
 
-def _check_plugins(spec: FleetSpec) -> Iterator[Problem]:
-    refs: list[tuple[str, str, str]] = []  # (kind, path, name)
+def _check_plugins(spec: FleetSpec, registries: dict[str, Registry[Any]]) -> list[Problem]:
+    refs: list[tuple[str, str, str, dict[str, Any], bool]] = []  # (kind, path, name, params, has params)
     routing = spec.gateway.routing
-    refs += [("routing filter", f"gateway.routing.filters[{i}].name", f.name) for i, f in enumerate(routing.filters)]
-    refs += [("routing scorer", f"gateway.routing.scorers[{i}].name", s.name) for i, s in enumerate(routing.scorers)]
-    refs.append(("routing picker", "gateway.routing.picker.name", routing.picker.name))
-    refs.append(("scaling policy", "autoscaling.policy.name", spec.autoscaling.policy.name))
-    refs.append(("actuator", "autoscaling.actuator", spec.autoscaling.actuator))
-    refs += [("engine kind", f"pools[{i}].engine.kind", p.engine.kind) for i, p in enumerate(spec.pools)]
-    known: dict[str, list[str]] = {}
-    for kind, path, name in refs:
-        if kind not in known:
-            try:
-                known[kind] = registered_names(kind)
-            except ModuleNotFoundError as exc:
-                # Only a registry module that is not installed at all is skipped (a slim install without
-                # that component); tests/fleet/test_plugins.py asserts every registry imports in this tree.
-                if exc.name is None or not PLUGIN_MODULES[kind].startswith(exc.name):
-                    raise
-                continue
-        if kind in known and name not in known[kind]:
-            yield _err(path, f"unknown {kind}; registered: {', '.join(known[kind])}", name)
+    for kind, key, plugins in (
+        (ROUTING_FILTER, "filters", routing.filters),
+        (ROUTING_SCORER, "scorers", routing.scorers),
+    ):
+        refs += [(kind, f"gateway.routing.{key}[{i}]", p.name, p.params, True) for i, p in enumerate(plugins)]
+    refs.append((ROUTING_PICKER, "gateway.routing.picker", routing.picker.name, routing.picker.params, True))
+    policy = spec.autoscaling.policy
+    refs.append((SCALING_POLICY, "autoscaling.policy", policy.name, policy.params, True))
+    refs.append((ACTUATOR, "autoscaling.actuator", spec.autoscaling.actuator, {}, False))
+    refs += [(ENGINE_KIND, f"pools[{i}].engine.kind", p.engine.kind, {}, False) for i, p in enumerate(spec.pools)]
+    problems: list[Problem] = []
+    for kind, path, name, params, has_params in refs:
+        registry = registries.get(kind)
+        if registry is None:
+            continue
+        if has_params:
+            problems += registry.check(name, params, f"{path}.name", f"{path}.params")
+        else:
+            problems += registry.check(name, params, path, None)
+    return problems
 
 
 def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:

@@ -33,6 +33,7 @@ from fleet.errors import SpecError
 from fleet.loader import load_spec
 from gateway.app import create_app
 from gateway.auth import KEY_HASHES_FILE, hashes_from_file, keys_from_secret
+from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
 
 __all__ = ["add_arguments", "run"]
@@ -76,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> GatewaySettings:
-    loaded = load_spec(args.stack)
+    loaded = load_spec(args.stack, registries=ROUTING_REGISTRIES)
     spec = loaded.spec
     static: dict[str, list[str]] = defaultdict(list)
     for item in args.replica:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 
+from fleet.commands.registries import all_registries
 from fleet.loader import NAMESPACE, parse_spec
 from fleet.spec import FleetSpec
 from fleet.validate import hash_api_key
@@ -41,7 +42,8 @@ def spec_from_config(stack: str) -> FleetSpec:
     region = pulumi.Config("aws").get("region")
     if region is not None:
         values["aws:region"] = region
-    return parse_spec({"config": values}, file=f"Pulumi.{stack}.yaml (config)", name=stack).spec
+    file = f"Pulumi.{stack}.yaml (config)"
+    return parse_spec({"config": values}, file=file, name=stack, registries=all_registries()).spec
 
 
 def stack_config(document: Mapping[str, Any]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import contract
+from fleet import contract
 
 __all__ = ["DEVICE_PLUGIN_IMAGE", "DevicePlugin"]
 

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleet.spec import FleetSpec
-from infra import contract
+from fleet import contract
 from infra.k8s_base import http_probe, spec_volumes
 
 __all__ = ["Gateway", "GatewayArgs", "gateway_service_annotations"]

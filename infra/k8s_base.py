@@ -16,7 +16,7 @@ import yaml
 
 from fleet.loader import NAMESPACE
 from fleet.spec import FleetSpec
-from infra import contract
+from fleet import contract
 
 __all__ = ["FleetBase", "FleetBaseArgs", "control_plane_url", "http_probe", "render_stack_file", "spec_volumes"]
 

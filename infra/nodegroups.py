@@ -17,7 +17,7 @@ import pulumi_aws as aws
 
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
-from infra import contract
+from fleet import contract
 from infra.iam import service_role
 
 __all__ = [

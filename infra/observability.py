@@ -23,8 +23,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleet import contract
 from fleet.spec import FleetSpec, PoolSpec
-from infra import contract
 
 __all__ = ["SloRules", "SloRulesArgs", "pod_monitor_spec", "slo_rule_groups", "warn_availability"]
 

@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 
 from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
-from infra import contract
+from fleet import contract
 from infra.k8s_base import http_probe, spec_volumes
 
 __all__ = ["EnginePool", "EnginePoolArgs", "engine_deployment_spec", "engine_labels"]

@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleet import contract
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
@@ -80,7 +81,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     autoscaler_role_arn: pulumi.Input[str] | None = None
     model_bucket: pulumi.Input[str] | None = None
     if spec.target == "aws":
-        cluster_name = f"llmfleet-{spec.environment}"
+        cluster_name = contract.cluster_name(spec.environment)
         network = Network("network", NetworkArgs(cluster_name, list(spec.availability_zones), tags))
         cluster = Cluster(
             "cluster",
@@ -111,7 +112,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
             "autoscaler",
             cluster.oidc_provider,
             spec.cluster.namespace,
-            "llmfleet-control-plane",
+            contract.CONTROL_PLANE_NAME,
             pulumi.Output.all(*nodes.gpu_group_arns).apply(lambda arns: autoscaler_policy([str(a) for a in arns])),
             cluster,
             tags,

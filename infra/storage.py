@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra import contract
+from fleet import contract
 from infra.iam import irsa_role, model_read_policy
 
 __all__ = ["ModelStore", "ModelStoreArgs"]

@@ -16,7 +16,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra import contract
+from fleet import contract
 from policies.common import (
     PDB,
     PRODUCTION_SCHEMA,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from infra import contract
+from fleet import contract
 
 __all__ = [
     "DEPLOYMENT",

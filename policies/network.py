@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
-from infra import contract
+from fleet import contract
 from policies.common import SERVICE, annotations_of, get_path, labels, sequence
 
 __all__ = ["is_public_service", "only_gateway_public"]

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from fleet.plugins import ENGINE_KIND, Registry
 from fleet.spec import PoolSpec
 
 __all__ = ["REGISTRY", "REMOVED_FLAGS", "EngineHandle", "EngineProcess", "LaunchConfig", "Launcher", "make_launcher"]
 
-REGISTRY: dict[str, type[Launcher]] = {}
+REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
 
 # Flags the pinned vLLM release rejects ("unrecognized arguments"): never pass them, reject them in extraArgs.
 REMOVED_FLAGS = frozenset({"--disable-log-requests", "--swap-space"})
@@ -92,8 +93,7 @@ class Launcher(abc.ABC):
 
     def __init_subclass__(cls, *, name: str, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        cls.name = name
-        REGISTRY[name] = cls
+        REGISTRY.register(name, cls)
 
     def __init__(self, pool: PoolSpec, config: LaunchConfig) -> None:
         self.pool = pool
@@ -159,12 +159,8 @@ class Launcher(abc.ABC):
 
 
 def make_launcher(pool: PoolSpec, config: LaunchConfig) -> Launcher:
-    """The launcher for ``pool.engine.kind``; ValueError lists the registered kinds."""
-    try:
-        cls = REGISTRY[pool.engine.kind]
-    except KeyError:
-        raise ValueError(f"unknown engine kind {pool.engine.kind!r}; known: {', '.join(sorted(REGISTRY))}") from None
-    return cls(pool, config)
+    """The launcher for ``pool.engine.kind``; `fleet.plugins.UnknownPlugin` (a ValueError) lists the kinds."""
+    return REGISTRY.get(pool.engine.kind)(pool, config)
 
 
 def _num(value: float) -> str:

@@ -22,14 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
+
 from autoscaler.decisions import Decision
+from fleet.plugins import ACTUATOR, Registry
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["REGISTRY", "Actuator", "ActuatorEnv", "DryRun", "FleetView", "build_actuator"]
 
 log = logging.getLogger("llmfleet.autoscaler.actuators")
 
-REGISTRY: dict[str, type[Actuator]] = {}
+REGISTRY: Registry[Actuator] = Registry(ACTUATOR)
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,19 @@ class FleetView:
 
 @dataclass(frozen=True)
 class ActuatorEnv:
-    """The I/O edges an actuator may need, filled once by the control plane's CLI."""
+    """The I/O edges an actuator may need, filled once by the control plane's CLI (tests inject fakes).
+
+    Names of cloud objects are not configuration here: they come from `fleet.contract`, the names the Pulumi
+    program gives them.
+    """
 
     stack: str  # the stack name or file agents are started with
     control_plane_url: str
     log_dir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # injected clients for tests (http, boto3, ...)
+    kubernetes_client: httpx.AsyncClient | None = None  # base_url = the API server; None: in-cluster account
+    eks_client: Any = None  # a boto3 EKS client; None: boto3.client("eks") in the stack's region
+    pods: Actuator | None = None  # aws: the actuator for pods; None: kubernetes
+    scale_pods: bool = True  # aws: False scales nodes only (node-group tests)
 
 
 class Actuator(abc.ABC):
@@ -58,8 +68,7 @@ class Actuator(abc.ABC):
     def __init_subclass__(cls, *, name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if name is not None:
-            cls.name = name
-            REGISTRY[name] = cls
+            REGISTRY.register(name, cls)
 
     @classmethod
     @abc.abstractmethod
@@ -106,12 +115,7 @@ class DryRun(Actuator):
 
 def build_actuator(spec: FleetSpec, env: ActuatorEnv, name: str | None = None, dry_run: bool | None = None) -> Actuator:
     """The actuator named ``name`` (default: the stack's), wrapped in DryRun when asked or when the stack says so."""
-    chosen = name or spec.autoscaling.actuator
-    try:
-        cls = REGISTRY[chosen]
-    except KeyError:
-        raise ValueError(f"unknown actuator {chosen!r}; registered: {', '.join(sorted(REGISTRY))}") from None
-    actuator = cls.from_spec(spec, env)
+    actuator = REGISTRY.get(name or spec.autoscaling.actuator).from_spec(spec, env)
     wanted = spec.autoscaling.dry_run if dry_run is None else dry_run
     return DryRun(actuator) if wanted else actuator
 

@@ -2,8 +2,7 @@
 
 For a pool on node group G spread over zones Z1..Zk (one EKS managed node group per zone in cluster
 ``llmfleet-{environment}``, found by the tags the Pulumi program puts on them, ``llmfleet.io/gpu-group: G`` and
-``llmfleet.io/zone: Z``; untagged clusters fall back to names from ``env.extra["nodegroup_template"]``,
-default ``"{group}-{zone}"``):
+``llmfleet.io/zone: Z``, `fleet.contract`; untagged clusters fall back to the names ``{group}-{zone}``):
 
     nodes        = ceil(target / replicas_per_node)       replicas_per_node = GPUs per instance // TP
     per zone     = nodes spread evenly, clamped to the node group's own [minSize, maxSize]
@@ -11,7 +10,7 @@ default ``"{group}-{zone}"``):
 
 Scale-up grows nodes before pods (pods would sit Pending otherwise); scale-down removes pods first (they drain)
 and shrinks nodes after. boto3 is synchronous, so calls run in a worker thread. The EKS client is injected
-(``env.extra["eks_client"]``) and pod scaling is delegated to an inner actuator (``kubernetes`` by default).
+(``env.eks_client``) and pod scaling is delegated to an inner actuator (``env.pods``; ``kubernetes`` by default).
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from typing import Any
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.actuators.kubernetes import KubernetesActuator
 from autoscaler.decisions import Decision, ScaleDown, ScaleUp
+from fleet import contract
 from fleet.catalog import INSTANCES
+from fleet.contract import TAG_GPU_GROUP, TAG_ZONE
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["TAG_GPU_GROUP", "TAG_ZONE", "AwsActuator", "spread"]
-
-# Node group tags set by the Pulumi program (infra/contract.py).
-TAG_GPU_GROUP = "llmfleet.io/gpu-group"
-TAG_ZONE = "llmfleet.io/zone"
 
 
 def spread(total: int, zones: int) -> list[int]:
@@ -51,23 +48,21 @@ class AwsActuator(Actuator, name="aws"):
         self.spec = spec
         self.eks = eks
         self.pods = pods
-        self.cluster = cluster_name or f"llmfleet-{spec.environment}"
+        self.cluster = cluster_name or contract.cluster_name(spec.environment)
         self.template = nodegroup_template
         self.updates: list[dict[str, Any]] = []
 
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:
-        eks = env.extra.get("eks_client")
+        eks = env.eks_client
         if eks is None:
             import boto3
 
             eks = boto3.client("eks", region_name=spec.region)
-        pods = env.extra.get("pods_actuator")
-        if pods is None and "no_pods" not in env.extra:
+        pods = env.pods
+        if pods is None and env.scale_pods:
             pods = KubernetesActuator.from_spec(spec, env)
-        return cls(
-            spec, eks, pods, env.extra.get("cluster_name"), env.extra.get("nodegroup_template", "{group}-{zone}")
-        )
+        return cls(spec, eks, pods)
 
     def replicas_per_node(self, pool: PoolSpec) -> int:
         group = self.spec.node_group(self._group(pool))

@@ -7,15 +7,16 @@
 On scale-down the victims (least-loaded first, chosen by the loop) get
 ``controller.kubernetes.io/pod-deletion-cost: "-1000"`` before the replica count drops, so the ReplicaSet
 deletes exactly them; each victim's agent then drains on SIGTERM (leaves rotation, finishes in-flight requests)
-inside the pod's termination grace period. The HTTP client is injected (``env.extra["kubernetes_client"]``:
-an ``httpx.AsyncClient`` whose base_url is the API server); by default the in-cluster service account is used.
-The Deployment of pool ``P`` is named by ``env.extra["deployment_template"]`` (default ``"llmfleet-{pool}"``, the
-name the Pulumi program gives it).
+inside the pod's termination grace period. The HTTP client is injected (``env.kubernetes_client``: an
+``httpx.AsyncClient`` whose base_url is the API server); by default the in-cluster service account is used.
+The Deployment of pool ``P`` is `fleet.contract.pool_deployment_name` (``llmfleet-P``, the name the Pulumi
+program gives it).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import httpx
 
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.decisions import Decision, ScaleDown
+from fleet.contract import pool_deployment_name
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["DELETION_COST", "KubernetesActuator", "KubernetesError", "in_cluster_client"]
@@ -50,20 +52,22 @@ def in_cluster_client() -> httpx.AsyncClient:
 
 class KubernetesActuator(Actuator, name="kubernetes"):
     def __init__(
-        self, spec: FleetSpec, client: httpx.AsyncClient, deployment_template: str = "llmfleet-{pool}"
+        self,
+        spec: FleetSpec,
+        client: httpx.AsyncClient,
+        deployment_name: Callable[[str], str] = pool_deployment_name,
     ) -> None:
         self.spec = spec
         self.client = client
         self.namespace = spec.cluster.namespace
-        self.template = deployment_template
+        self.deployment_name = deployment_name
 
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:
-        client = env.extra.get("kubernetes_client") or in_cluster_client()
-        return cls(spec, client, env.extra.get("deployment_template", "llmfleet-{pool}"))
+        return cls(spec, env.kubernetes_client or in_cluster_client())
 
     def _scale_path(self, pool: str) -> str:
-        name = self.template.format(pool=pool)
+        name = self.deployment_name(pool)
         return f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}/scale"
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:

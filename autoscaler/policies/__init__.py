@@ -3,9 +3,12 @@
 Every policy has one verb, ``propose(ctx) -> Proposal``: a desired replica count (a float: the guard-rails round
 it) plus the state it wants back next tick and the reason. Policies never clamp to min/max, never apply
 stabilisation windows and never look at the clock except through ``ctx.now``: `autoscaler.guardrails` does that
-once for all of them.
+once for all of them. A policy's parameters (``autoscaling.policy.params``) are a typed ``Params`` model,
+validated when the stack loads and fixed for the policy's life; ``propose`` reads ``self.params``.
 
     class MyPolicy(ScalingPolicy, name="my-policy"):
+        class Params(PluginParams):
+            threshold: float = Field(default=5.0, ge=0)   # ``threshold`` in a stack file
         def propose(self, ctx: ScalingContext) -> Proposal: ...
 """
 
@@ -17,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from autoscaler.context import ScalingContext
+from fleet.plugins import SCALING_POLICY, PluginParams, Registry
 
 __all__ = ["REGISTRY", "Proposal", "ScalingPolicy", "make_policy"]
 
-REGISTRY: dict[str, type[ScalingPolicy]] = {}
+REGISTRY: Registry[ScalingPolicy] = Registry(SCALING_POLICY)
 
 
 @dataclass(frozen=True)
@@ -37,23 +41,26 @@ class ScalingPolicy(abc.ABC):
     """Base class: subclasses register themselves with ``class X(ScalingPolicy, name="x")``."""
 
     name: ClassVar[str]
+    Params: ClassVar[type[PluginParams]] = PluginParams
 
     def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.name = name
-        REGISTRY[name] = cls
+        REGISTRY.register(name, cls)
+
+    def __init__(self, params: PluginParams | None = None) -> None:
+        del params  # Takes none.
 
     @abc.abstractmethod
     def propose(self, ctx: ScalingContext) -> Proposal:
         """The desired capacity for ``ctx``; pure: no I/O, no clock but ``ctx.now``."""
 
 
-def make_policy(name: str) -> ScalingPolicy:
-    """An instance of the policy registered as ``name``; ValueError lists the registered names."""
-    try:
-        return REGISTRY[name]()
-    except KeyError:
-        raise ValueError(f"unknown scaling policy {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+def make_policy(name: str, params: Mapping[str, Any] | PluginParams | None = None) -> ScalingPolicy:
+    """The policy registered as ``name`` with ``params`` (camelCase keys, as in a stack file).
+
+    `fleet.plugins.UnknownPlugin` lists the registered names; `fleet.plugins.BadParams` names each bad key.
+    """
+    return REGISTRY.create(name, params)
 
 
 # Register the shipped policies (imported for their side effect on REGISTRY).

@@ -32,8 +32,9 @@ cold starts of a drop; a 4x burst after a longer quiet still finds only the 1/ta
 baseline keeps 4x: it only shrinks below a quarter of its slots busy). Longer tau buys robustness with
 replica-hours; ``releaseTimeConstantS: 0`` turns the envelope off.
 
-Parameters (``autoscaling.policy.params``): ``targetQueuePerReplica``, ``targetKvUsage``,
-``targetUtilisation`` override the stack-wide targets; ``releaseTimeConstantS`` the release time constant.
+Parameters (``autoscaling.policy.params``): ``targetQueuePerReplica`` (> 0), ``targetKvUsage`` and
+``targetUtilisation`` (in (0, 1]) override the stack-wide targets; ``releaseTimeConstantS`` (>= 0) the release
+time constant.
 
     autoscaling:
       policy: {name: target-tracking, params: {targetQueuePerReplica: 4, releaseTimeConstantS: 900}}
@@ -43,8 +44,11 @@ from __future__ import annotations
 
 import math
 
+from pydantic import Field
+
 from autoscaler.context import ScalingContext
 from autoscaler.policies import Proposal, ScalingPolicy
+from fleet.plugins import PluginParams
 
 __all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas"]
 
@@ -60,10 +64,24 @@ def capacity_replicas(ctx: ScalingContext, target_u: float) -> float | None:
 
 
 class TargetTracking(ScalingPolicy, name="target-tracking"):
+    class Params(PluginParams):
+        target_queue_per_replica: float | None = Field(default=None, gt=0.0)
+        """Overrides autoscaling.targetQueuePerReplica."""
+        target_kv_usage: float | None = Field(default=None, gt=0.0, le=1.0)
+        """Overrides autoscaling.targetKvUsage."""
+        target_utilisation: float | None = Field(default=None, gt=0.0, le=1.0)
+        """Overrides autoscaling.targetUtilisation."""
+        release_time_constant_s: float | None = Field(default=None, ge=0.0)
+        """Release time constant of the envelope (default 6 cold starts; 0 turns the envelope off)."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        self.params = params or self.Params()
+
     def propose(self, ctx: ScalingContext) -> Proposal:
-        target_q = float(ctx.params.get("targetQueuePerReplica", ctx.target_queue_per_replica))
-        target_kv = float(ctx.params.get("targetKvUsage", ctx.target_kv_usage))
-        target_u = float(ctx.params.get("targetUtilisation", ctx.target_utilisation))
+        p = self.params
+        target_q = p.target_queue_per_replica or ctx.target_queue_per_replica
+        target_kv = p.target_kv_usage or ctx.target_kv_usage
+        target_u = p.target_utilisation or ctx.target_utilisation
         rate = capacity_replicas(ctx, target_u)
         if not ctx.has_metrics:
             hold = float(ctx.capacity)
@@ -96,7 +114,9 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         if rate is not None:
             reason += f", {ctx.request_rate:.1f} req/s / {ctx.per_replica_qps:.1f}x{target_u:g}"
         reason += ")"
-        tau = float(ctx.params.get("releaseTimeConstantS", RELEASE_COLD_STARTS * ctx.cold_start_s))
+        tau = p.release_time_constant_s
+        if tau is None:
+            tau = RELEASE_COLD_STARTS * ctx.cold_start_s
         envelope = desired
         last = ctx.state.get("envelope")
         if tau > 0 and last is not None:

@@ -14,19 +14,31 @@ Parameters: ``threshold`` (default 5), ``idleFraction`` (default 0.25).
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from autoscaler.context import ScalingContext
 from autoscaler.policies import Proposal, ScalingPolicy
+from fleet.plugins import PluginParams
 
 __all__ = ["Threshold"]
 
 
 class Threshold(ScalingPolicy, name="threshold"):
+    class Params(PluginParams):
+        threshold: float = Field(default=5.0, ge=0.0)
+        """Average waiting requests per ready replica above which one replica is added."""
+        idle_fraction: float = Field(default=0.25, ge=0.0, le=1.0)
+        """Below this fraction of batch slots busy (and nothing waiting) one replica is removed."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        self.params = params or self.Params()
+
     def propose(self, ctx: ScalingContext) -> Proposal:
         capacity = float(ctx.capacity)
         if not ctx.has_metrics:
             return Proposal(capacity, "no fresh load metrics: holding capacity (unknown is not zero)")
-        threshold = float(ctx.params.get("threshold", 5.0))
-        idle_fraction = float(ctx.params.get("idleFraction", 0.25))
+        threshold = self.params.threshold
+        idle_fraction = self.params.idle_fraction
         ready = len([r for r in ctx.fresh_ready if r.has_metrics])
         avg_waiting = ctx.queue_depth / ready
         slots = ready * ctx.max_num_seqs

@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 
 from fleet.capacity import PoolPlan, plan_pool
+from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        loaded = load_spec(args.stack)
+        loaded = load_spec(args.stack, registries=all_registries())
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import list_stacks, load_spec
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for target in targets:
         try:
-            loaded = load_spec(target)
+            loaded = load_spec(target, registries=all_registries())
         except SpecError as exc:
             failed += 1
             print(f"FAIL {exc.file}", file=sys.stderr)

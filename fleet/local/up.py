@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import LoadedStack, load_spec
 from fleet.local.procs import Child, descendants, kill_tree, wait_http
@@ -88,7 +89,7 @@ def _pools_ready(control_plane: str, loaded: LoadedStack) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        loaded = load_spec(args.stack)
+        loaded = load_spec(args.stack, registries=all_registries())
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -1,8 +1,11 @@
 """Routing base: the filter -> score -> pick pipeline over a frozen snapshot of endpoint load.
 
-Plugins are small classes registered by name (``class Ready(Filter, name="ready")``) into one ``REGISTRY`` per
-kind, exposed by `gateway.routing.filters`, `.scorers` and `.pickers`. Every plugin of a kind has the same
-synchronous signature and takes the whole request as one frozen `RequestInfo`; none performs I/O.
+Plugins are small classes registered by name (``class Ready(Filter, name="ready")``) into one
+`fleet.plugins.Registry` per kind (`FILTERS`, `SCORERS`, `PICKERS`, also exposed as ``REGISTRY`` by
+`gateway.routing.filters`, `.scorers` and `.pickers`). A plugin with parameters declares a nested ``Params``
+model and takes one instance of it; the stack loader validates the same model, so a misspelled parameter fails
+``llmfleet validate``. Every plugin of a kind has the same synchronous signature and takes the whole request
+as one frozen `RequestInfo`; none performs I/O.
 
 `Router.route` owns what plugins must not: it stops when a filter empties the set, clamps each scorer's values
 into [0, 1] (NaN -> 0), multiplies by the configured weight, sums, and times every plugin call.
@@ -16,14 +19,14 @@ the highest positive affinity, and `within_bound` says whether its load leaves r
 from __future__ import annotations
 
 import abc
-import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
+from fleet.plugins import ROUTING_FILTER, ROUTING_PICKER, ROUTING_SCORER, PluginParams, Registry
 from fleet.spec import PluginRef
 
 __all__ = [
@@ -40,7 +43,6 @@ __all__ = [
     "Scorer",
     "anchor",
     "endpoint_load",
-    "make_plugin",
     "within_bound",
 ]
 
@@ -115,20 +117,23 @@ class Decision:
     score: float
 
 
-FILTERS: dict[str, type[Filter]] = {}
-SCORERS: dict[str, type[Scorer]] = {}
-PICKERS: dict[str, type[Picker]] = {}
+FILTERS: Registry[Filter] = Registry(ROUTING_FILTER)
+SCORERS: Registry[Scorer] = Registry(ROUTING_SCORER)
+PICKERS: Registry[Picker] = Registry(ROUTING_PICKER)
 
 
 class Filter(abc.ABC):
     """Keeps the endpoints that may serve the request. Returning an empty sequence ends routing (503)."""
 
     name: ClassVar[str]
+    Params: ClassVar[type[PluginParams]] = PluginParams
 
     def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        cls.name = name
-        FILTERS[name] = cls
+        FILTERS.register(name, cls)
+
+    def __init__(self, params: PluginParams | None = None) -> None:
+        del params  # Takes none.
 
     @abc.abstractmethod
     def filter(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[EndpointView]: ...
@@ -142,12 +147,15 @@ class Scorer(abc.ABC):
     """
 
     name: ClassVar[str]
+    Params: ClassVar[type[PluginParams]] = PluginParams
     affinity: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        cls.name = name
-        SCORERS[name] = cls
+        SCORERS.register(name, cls)
+
+    def __init__(self, params: PluginParams | None = None) -> None:
+        del params  # Takes none.
 
     @abc.abstractmethod
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]: ...
@@ -157,41 +165,26 @@ class Scorer(abc.ABC):
 
 
 class Picker(abc.ABC):
-    """Chooses one of the scored candidates (never called with an empty sequence)."""
+    """Chooses one of the scored candidates (never called with an empty sequence).
+
+    Every picker takes ``seed`` (its random draws; None: from the OS), for reproducible tests and simulations.
+    """
+
+    class Params(PluginParams):
+        seed: int | None = None
+        """Seed of the picker's random draws (tests and simulations)."""
 
     name: ClassVar[str]
 
-    def __init__(self, *, seed: int | None = None) -> None:
-        self.rng = random.Random(seed)
+    def __init__(self, params: Params | None = None) -> None:
+        self.rng = random.Random((params or Picker.Params()).seed)
 
     def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        cls.name = name
-        PICKERS[name] = cls
+        PICKERS.register(name, cls)
 
     @abc.abstractmethod
     def pick(self, candidates: Sequence[Scored], request: RequestInfo) -> EndpointView: ...
-
-
-P = TypeVar("P")
-
-
-def make_plugin(registry: Mapping[str, type[P]], kind: str, name: str, params: Mapping[str, Any]) -> P:
-    """Instantiate plugin ``name``; ValueError listing the valid names or parameters otherwise."""
-    if name not in registry:
-        raise ValueError(f"unknown routing {kind} {name!r}; registered: {', '.join(sorted(registry))}")
-    cls = registry[name]
-    accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"routing {kind} {name!r}: unknown parameter(s) {', '.join(unknown)}; accepted: "
-            f"{', '.join(accepted) or 'none'}"
-        )
-    try:
-        return cls(**params)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"routing {kind} {name!r}: bad parameters: {exc}") from None
 
 
 TimingHook = Callable[[str, float], None]
@@ -220,10 +213,11 @@ class Router:
         picker: PluginRef,
         on_timing: TimingHook | None = None,
     ) -> Router:
+        """The pipeline named by a stack's references; `fleet.plugins.UnknownPlugin` or `BadParams` otherwise."""
         return cls(
-            [make_plugin(FILTERS, "filter", f.name, f.params) for f in filters],
-            [(make_plugin(SCORERS, "scorer", s.name, s.params), s.weight) for s in scorers],
-            make_plugin(PICKERS, "picker", picker.name, picker.params),
+            [FILTERS.create(f.name, f.params) for f in filters],
+            [(SCORERS.create(s.name, s.params), s.weight) for s in scorers],
+            PICKERS.create(picker.name, picker.params),
             on_timing,
         )
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import list_stacks, load_spec, parse_spec
 from tests.fleet.builders import DELETE, DEMO_HASH, stack
@@ -15,7 +16,7 @@ from tests.fleet.builders import DELETE, DEMO_HASH, stack
 
 @pytest.mark.parametrize("name", list_stacks())
 def test_every_shipped_stack_validates(name: str) -> None:
-    loaded = load_spec(name)
+    loaded = load_spec(name, registries=all_registries())
     assert loaded.spec.pools
     assert not [w for w in loaded.warnings if w.level == "error"]
 
@@ -198,6 +199,60 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "llmfleet:autoscaling.actuator",
         "registered:",
     ),
+    (
+        "unknown routing filter",
+        {"llmfleet:gateway": {"routing": {"filters": [{"name": "ready"}, {"name": "helthy"}]}}},
+        "llmfleet:gateway.routing.filters[1].name",
+        "registered: fresh-metrics, not-ejected, ready, serves-model",
+    ),
+    (
+        "misspelled routing filter parameter",
+        {"llmfleet:gateway": {"routing": {"filters": [{"name": "fresh-metrics", "params": {"maxAge": 2}}]}}},
+        "llmfleet:gateway.routing.filters[0].params.maxAge",
+        "did you mean 'maxAgeS'? allowed keys: maxAgeS",
+    ),
+    (
+        "routing filter parameter out of range",
+        {"llmfleet:gateway": {"routing": {"filters": [{"name": "fresh-metrics", "params": {"maxAgeS": 0}}]}}},
+        "llmfleet:gateway.routing.filters[0].params.maxAgeS",
+        "greater than 0",
+    ),
+    (
+        "misspelled routing scorer parameter",
+        {"llmfleet:gateway": {"routing": {"scorers": [{"name": "prefix-affinity", "params": {"blockChar": 64}}]}}},
+        "llmfleet:gateway.routing.scorers[0].params.blockChar",
+        "did you mean 'blockChars'?",
+    ),
+    (
+        "parameter of a scorer that takes none",
+        {"llmfleet:gateway": {"routing": {"scorers": [{"name": "kv-usage", "params": {"weight": 2}}]}}},
+        "llmfleet:gateway.routing.scorers[0].params.weight",
+        "allowed keys: none",
+    ),
+    (
+        "old snake_case spelling of a picker parameter",
+        {"llmfleet:gateway": {"routing": {"picker": {"name": "p2c", "params": {"load_factor": 1.5}}}}},
+        "llmfleet:gateway.routing.picker.params.load_factor",
+        "keys are camelCase: use 'loadFactor'",
+    ),
+    (
+        "picker parameter out of range",
+        {"llmfleet:gateway": {"routing": {"picker": {"name": "p2c", "params": {"loadFactor": 0.5}}}}},
+        "llmfleet:gateway.routing.picker.params.loadFactor",
+        "greater than or equal to 1",
+    ),
+    (
+        "misspelled scaling policy parameter",
+        {"llmfleet:autoscaling": {"policy": {"name": "threshold", "params": {"idleFraktion": 0.1}}}},
+        "llmfleet:autoscaling.policy.params.idleFraktion",
+        "did you mean 'idleFraction'?",
+    ),
+    (
+        "scaling policy parameter of another policy",
+        {"llmfleet:autoscaling": {"policy": {"name": "target-tracking", "params": {"threshold": 3}}}},
+        "llmfleet:autoscaling.policy.params.threshold",
+        "allowed keys: releaseTimeConstantS, targetKvUsage, targetQueuePerReplica, targetUtilisation",
+    ),
 ]
 
 
@@ -207,7 +262,7 @@ def test_broken_stack_names_the_key_and_what_is_allowed(
 ) -> None:
     del case  # Unused: the id names the case.
     with pytest.raises(SpecError) as caught:
-        parse_spec(stack(**overrides), file="stacks/Pulumi.broken.yaml")
+        parse_spec(stack(**overrides), file="stacks/Pulumi.broken.yaml", registries=all_registries())
     problems = caught.value.problems
     matching = [p for p in problems if p.path == path]
     assert matching, f"no problem at {path}; got {[p.render() for p in problems]}"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet.reference import BEGIN, END, render_reference
+from fleet.commands.registries import all_registries
+from fleet.reference import BEGIN, END, PLUGINS_BEGIN, PLUGINS_END, render_plugin_reference, render_reference
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -18,3 +19,15 @@ def test_configuration_reference_is_current() -> None:
 def test_reference_lists_nested_keys_with_ranges() -> None:
     reference = render_reference()
     assert "| `llmfleet:pools[].engine.gpuMemoryUtilization` | float | `0.9` | > 0.0, <= 0.98 |" in reference
+
+
+def test_plugin_parameter_reference_is_current() -> None:
+    text = DOC.read_text()
+    generated = text.split(PLUGINS_BEGIN, 1)[1].split(PLUGINS_END, 1)[0].strip()
+    assert generated == render_plugin_reference(all_registries()), "run: python -m fleet.reference --write"
+
+
+def test_plugin_reference_lists_each_parameter_with_its_range() -> None:
+    reference = render_plugin_reference(all_registries())
+    assert "| routing picker | `p2c` | `loadFactor` | float | `1.25` | >= 1.0 |" in reference
+    assert "| routing filter | `ready` | none |" in reference

@@ -10,7 +10,7 @@ import pytest
 from fleet.capacity import plan_pool
 from fleet.loader import list_stacks, load_spec
 from fleet.spec import FleetSpec
-from infra import contract
+from fleet import contract
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import engine_labels
 from tests.infra.conftest import stack_run

@@ -15,13 +15,13 @@ import pytest
 from fleet.errors import SpecError
 from fleet.loader import parse_spec
 from fleet.validate import hash_api_key
-from infra import contract
+from fleet import contract
 from infra.config import spec_from_config, stack_config, tenant_secret_keys
 from infra.k8s_base import render_stack_file
 from infra.network import subnet_cidrs
 from infra.offline import OfflineRun, run_offline
-from infra.policy_check import PLACEHOLDER_KEYS, offline_run
 from infra.program import FleetInputs, LocalTarget, build_fleet
+from infra.stack_run import PLACEHOLDER_KEYS, offline_run
 from tests.infra.conftest import stack_document
 
 MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra import contract
+from fleet import contract
 
 ENGINE_LABELS = {
     contract.LABEL_COMPONENT: contract.COMPONENT_ENGINE,

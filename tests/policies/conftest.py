@@ -9,7 +9,7 @@ import yaml
 
 from fleet.loader import find_stack
 from infra.offline import OfflineRun
-from infra.policy_check import offline_run
+from infra.stack_run import offline_run
 
 
 def stack_document(name: str) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import yaml
 
 from fleet.cli import main
 from fleet.loader import list_stacks, load_spec
-from infra import contract
+from fleet import contract
 from infra.offline import OfflineRun, RecordedResource
-from infra.policy_check import offline_run
+from infra.stack_run import offline_run
 from policies.pack import POLICIES
 from policies.runner import evaluate
 from tests.policies.conftest import stack_document, stack_run

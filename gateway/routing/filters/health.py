@@ -3,16 +3,19 @@
 * ``ready``: the replica answers its health check and is not draining (draining replicas leave at once).
 * ``not-ejected``: drops replicas under passive outlier ejection (consecutive failures, growing backoff).
   The gateway adds it when the config leaves it out, so ejection always applies.
-* ``fresh-metrics``: drops replicas whose last successful scrape is older than ``maxAgeS`` (default 5 s).
+* ``fresh-metrics``: drops replicas whose last successful scrape is older than ``maxAgeS`` (default 5 s, > 0).
   Fails open: when no replica has fresh metrics, all pass (stale load beats no service).
 
-Example: ``filters: [{name: ready}, {name: fresh-metrics, params: {max_age_s: 2}}]``
+Example: ``filters: [{name: ready}, {name: fresh-metrics, params: {maxAgeS: 2}}]``
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from fleet.plugins import PluginParams
 from gateway.routing.base import EndpointView, Filter, RequestInfo
 
 __all__ = ["FreshMetrics", "NotEjected", "Ready"]
@@ -31,10 +34,12 @@ class NotEjected(Filter, name="not-ejected"):
 
 
 class FreshMetrics(Filter, name="fresh-metrics"):
-    def __init__(self, max_age_s: float = 5.0) -> None:
-        if max_age_s <= 0:
-            raise ValueError("max_age_s must be > 0")
-        self.max_age_s = float(max_age_s)
+    class Params(PluginParams):
+        max_age_s: float = Field(default=5.0, gt=0.0)
+        """Metrics older than this (seconds) drop the replica."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        self.max_age_s = (params or self.Params()).max_age_s
 
     def filter(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[EndpointView]:
         del request  # Unused.

@@ -11,17 +11,19 @@ score, the one with the highest affinity (`gateway.routing.base.anchor`) is alwa
 second is drawn uniformly from the others, and a tie goes to the anchor (it holds the cached state). So a session
 keeps landing on its replica instead of reaching it only when a random draw happens to include it. Bounded load:
 the anchor is honoured only while its load (max of this gateway's in-flight count and the engine's running +
-waiting) is at most ``load_factor`` x the candidates' mean load + 1 (`gateway.routing.base.within_bound`);
+waiting) is at most ``loadFactor`` x the candidates' mean load + 1 (`gateway.routing.base.within_bound`);
 above that it is left out of both draws for this request, so affinity never piles requests onto an overloaded
 replica. Without affinity (no session id, no known prefix) both draws are uniform, as in plain p2c.
 
-Parameters: ``seed`` (random draws, for tests), ``load_factor`` (>= 1, default 1.25).
-Example: ``picker: {name: p2c, params: {load_factor: 1.5}}``
+Parameters: ``seed`` (random draws, for tests), ``loadFactor`` (>= 1, default 1.25).
+Example: ``picker: {name: p2c, params: {loadFactor: 1.5}}``
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from pydantic import Field
 
 from gateway.routing.base import EndpointView, Picker, RequestInfo, Scored, anchor, within_bound
 
@@ -29,11 +31,14 @@ __all__ = ["PowerOfTwoChoices"]
 
 
 class PowerOfTwoChoices(Picker, name="p2c"):
-    def __init__(self, *, seed: int | None = None, load_factor: float = 1.25) -> None:
-        super().__init__(seed=seed)
-        if load_factor < 1.0:
-            raise ValueError("load_factor must be >= 1")
-        self.load_factor = float(load_factor)
+    class Params(Picker.Params):
+        load_factor: float = Field(default=1.25, ge=1.0)
+        """The affinity anchor is honoured while its load is at most this multiple of the mean + 1."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        params = params or self.Params()
+        super().__init__(params)
+        self.load_factor = params.load_factor
 
     def pick(self, candidates: Sequence[Scored], request: RequestInfo) -> EndpointView:
         del request  # Unused.

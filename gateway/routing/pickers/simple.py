@@ -31,8 +31,8 @@ class RandomPick(Picker, name="random"):
 
 
 class RoundRobin(Picker, name="round-robin"):
-    def __init__(self, *, seed: int | None = None) -> None:
-        super().__init__(seed=seed)
+    def __init__(self, params: Picker.Params | None = None) -> None:
+        super().__init__(params)
         self._next = 0
 
     def pick(self, candidates: Sequence[Scored], request: RequestInfo) -> EndpointView:

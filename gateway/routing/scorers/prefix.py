@@ -7,7 +7,9 @@ decision every key of the request points at the chosen replica, in an LRU index 
 (the walk stops at the first block not owned by that replica). An engine with prefix caching then reuses the KV.
 It is an affinity scorer: ``p2c`` always draws the replica it prefers, within the picker's load bound.
 
-Example: ``scorers: [{name: prefix-affinity, weight: 1, params: {block_chars: 256, capacity: 65536}}]``
+Parameters: ``blockChars`` (256), ``maxBlocks`` (64), ``capacity`` (65536), each >= 1.
+
+Example: ``scorers: [{name: prefix-affinity, weight: 1, params: {blockChars: 256, capacity: 65536}}]``
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from fleet.plugins import PluginParams
 from gateway.routing.base import EndpointView, RequestInfo, Scorer
 
 __all__ = ["PrefixAffinity", "block_keys"]
@@ -33,12 +38,19 @@ def block_keys(text: str, block_chars: int, max_blocks: int) -> list[int]:
 class PrefixAffinity(Scorer, name="prefix-affinity"):
     affinity = True
 
-    def __init__(self, block_chars: int = 256, max_blocks: int = 64, capacity: int = 65536) -> None:
-        if block_chars < 1 or max_blocks < 1 or capacity < 1:
-            raise ValueError("block_chars, max_blocks and capacity must be >= 1")
-        self.block_chars = block_chars
-        self.max_blocks = max_blocks
-        self.capacity = capacity
+    class Params(PluginParams):
+        block_chars: int = Field(default=256, ge=1)
+        """Characters per prefix block."""
+        max_blocks: int = Field(default=64, ge=1)
+        """Leading blocks hashed per request."""
+        capacity: int = Field(default=65536, ge=1)
+        """Prefix keys remembered (LRU)."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        params = params or self.Params()
+        self.block_chars = params.block_chars
+        self.max_blocks = params.max_blocks
+        self.capacity = params.capacity
         self._index: OrderedDict[int, str] = OrderedDict()
         self._last: tuple[str, list[int]] = ("", [])
 

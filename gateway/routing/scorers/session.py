@@ -2,7 +2,7 @@
 
 Each candidate owns ``vnodes`` points on a hash ring. A request carrying a session id (the header named by
 ``gateway.sessionHeader``) walks the ring clockwise from hash(session id) and takes the first replica whose
-gateway in-flight count is below ceil(``load_factor`` x (total in-flight + 1) / candidates); that replica
+gateway in-flight count is below ceil(``loadFactor`` x (total in-flight + 1) / candidates); that replica
 scores 1, the others 0. While a replica stays in rotation and under the bound its sessions stay on it; when it
 leaves, only its own sessions move (to the next replica on the ring). Requests without a session id score 0
 everywhere, leaving the decision to the other scorers.
@@ -11,7 +11,9 @@ It is an affinity scorer: with ``p2c`` the session's replica is always one of th
 picker's own load bound), with ``max-score`` it wins outright. Give it a weight above the sum of the other
 scorers' weights so the session's replica wins that comparison whenever it is within the bounds.
 
-Example: ``scorers: [{name: session-affinity, weight: 5, params: {load_factor: 1.25}}]``
+Parameters: ``loadFactor`` (>= 1, default 1.25), ``vnodes`` (>= 1, default 64).
+
+Example: ``scorers: [{name: session-affinity, weight: 5, params: {loadFactor: 1.25}}]``
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import hashlib
 import math
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from fleet.plugins import PluginParams
 from gateway.routing.base import EndpointView, RequestInfo, Scorer
 
 __all__ = ["SessionAffinity"]
@@ -33,11 +38,16 @@ def _point(text: str) -> int:
 class SessionAffinity(Scorer, name="session-affinity"):
     affinity = True
 
-    def __init__(self, load_factor: float = 1.25, vnodes: int = 64) -> None:
-        if load_factor < 1.0 or vnodes < 1:
-            raise ValueError("load_factor must be >= 1 and vnodes >= 1")
-        self.load_factor = float(load_factor)
-        self.vnodes = vnodes
+    class Params(PluginParams):
+        load_factor: float = Field(default=1.25, ge=1.0)
+        """A replica takes a session while under this multiple of the mean in-flight count."""
+        vnodes: int = Field(default=64, ge=1)
+        """Points per replica on the hash ring."""
+
+    def __init__(self, params: Params | None = None) -> None:
+        params = params or self.Params()
+        self.load_factor = params.load_factor
+        self.vnodes = params.vnodes
         self._ring_ids: tuple[str, ...] = ()
         self._points: list[int] = []
         self._owners: list[str] = []

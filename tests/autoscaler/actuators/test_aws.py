@@ -66,9 +66,7 @@ def test_spread(total: int, zones: int, expected: list[int]) -> None:
 
 async def test_node_groups_follow_replicas_on_moto(eks: Any) -> None:
     spec = parse_spec(stack()).spec  # pool on a100 (p4de: 8 GPUs, TP 1 -> 8 replicas a node)
-    actuator = build_actuator(
-        spec, ActuatorEnv("prod", "http://cp", extra={"eks_client": eks, "no_pods": True}), name="aws"
-    )
+    actuator = build_actuator(spec, ActuatorEnv("prod", "http://cp", eks_client=eks, scale_pods=False), name="aws")
     assert isinstance(actuator, AwsActuator)
     await actuator.apply(ScaleUp("qwen-7b", current=3, target=40, reason="queue", at=0.0))
     assert desired_sizes(eks) == [2, 2, 1]  # 5 nodes spread over 3 zones

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
-from autoscaler.actuators.kubernetes import DELETION_COST, KubernetesError
+from autoscaler.actuators.kubernetes import DELETION_COST, KubernetesActuator, KubernetesError
 from autoscaler.decisions import ScaleDown, ScaleUp
 from fleet.loader import load_spec
 
@@ -80,7 +80,7 @@ def check_scale_patch(request: dict[str, Any], replicas: int) -> None:
 async def test_current_and_scale_up_use_the_scale_subresource(api: tuple[ApiServer, str]) -> None:
     server, url = api
     spec = load_spec("dev").spec
-    env = ActuatorEnv("dev", "http://cp", extra={"kubernetes_client": httpx.AsyncClient(base_url=url)})
+    env = ActuatorEnv("dev", "http://cp", kubernetes_client=httpx.AsyncClient(base_url=url))
     actuator = build_actuator(spec, env, dry_run=False)
     pool = spec.pool("qwen-7b")
     assert (await actuator.current(pool)).target == 2
@@ -94,7 +94,7 @@ async def test_current_and_scale_up_use_the_scale_subresource(api: tuple[ApiServ
 async def test_scale_down_marks_victims_with_deletion_cost_before_patching_scale(api: tuple[ApiServer, str]) -> None:
     server, url = api
     spec = load_spec("dev").spec
-    env = ActuatorEnv("dev", "http://cp", extra={"kubernetes_client": httpx.AsyncClient(base_url=url)})
+    env = ActuatorEnv("dev", "http://cp", kubernetes_client=httpx.AsyncClient(base_url=url))
     actuator = build_actuator(spec, env, dry_run=False)
     decision = ScaleDown("qwen-7b", current=3, target=1, reason="idle", at=0.0, victims=("pod-b", "pending-0"))
     await actuator.apply(decision)
@@ -109,7 +109,7 @@ async def test_scale_down_marks_victims_with_deletion_cost_before_patching_scale
 async def test_dry_run_reads_but_never_writes(api: tuple[ApiServer, str]) -> None:
     server, url = api
     spec = load_spec("dev").spec  # the dev stack says dryRun: true
-    env = ActuatorEnv("dev", "http://cp", extra={"kubernetes_client": httpx.AsyncClient(base_url=url)})
+    env = ActuatorEnv("dev", "http://cp", kubernetes_client=httpx.AsyncClient(base_url=url))
     actuator = build_actuator(spec, env)
     await actuator.current(spec.pool("qwen-7b"))
     await actuator.apply(ScaleUp("qwen-7b", current=2, target=4, reason="queue", at=0.0))
@@ -120,12 +120,7 @@ async def test_dry_run_reads_but_never_writes(api: tuple[ApiServer, str]) -> Non
 async def test_api_errors_raise_with_status(api: tuple[ApiServer, str]) -> None:
     _, url = api
     spec = load_spec("dev").spec
-    env = ActuatorEnv(
-        "dev",
-        "http://cp",
-        extra={"kubernetes_client": httpx.AsyncClient(base_url=url), "deployment_template": "missing-{pool}"},
-    )
-    actuator = build_actuator(spec, env, dry_run=False)
+    actuator = KubernetesActuator(spec, httpx.AsyncClient(base_url=url), deployment_name=lambda pool: f"missing-{pool}")
     with pytest.raises(KubernetesError, match="HTTP 404"):
         await actuator.current(spec.pool("qwen-7b"))
     await actuator.close()

@@ -8,6 +8,7 @@ import pytest
 
 from autoscaler.policies import REGISTRY, make_policy
 from autoscaler.policies.target_tracking import RELEASE_COLD_STARTS
+from fleet.plugins import BadParams
 from tests.autoscaler.builders import context, ready, stale, starting
 
 
@@ -44,8 +45,8 @@ def test_target_tracking_takes_the_largest_term(case: str, replicas: list, expec
 
 
 def test_target_tracking_params_override_targets() -> None:
-    ctx = context(ready("a", waiting=12), params={"targetQueuePerReplica": 2})
-    assert make_policy("target-tracking").propose(ctx).desired == pytest.approx(6.0)
+    ctx = context(ready("a", waiting=12))
+    assert make_policy("target-tracking", {"targetQueuePerReplica": 2}).propose(ctx).desired == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize(
@@ -66,10 +67,15 @@ def test_unknown_policy_lists_registered_names() -> None:
         make_policy("nope")
 
 
-def test_validator_sees_the_registry() -> None:
-    from fleet.plugins import registered_names
+def test_bad_policy_parameter_names_its_key() -> None:
+    with pytest.raises(BadParams, match="params.idleFraction: Input should be less than or equal to 1"):
+        make_policy("threshold", {"idleFraction": 2})
 
-    assert {"target-tracking", "threshold"} <= set(registered_names("scaling policy"))
+
+def test_threshold_parameters_change_the_decision() -> None:
+    ctx = context(ready("a", waiting=3, running=10))
+    assert make_policy("threshold").propose(ctx).desired == 1
+    assert make_policy("threshold", {"threshold": 2}).propose(ctx).desired == 2
 
 
 TAU_S = RELEASE_COLD_STARTS * 30.0  # the builder's context has a 30 s cold start
@@ -89,8 +95,8 @@ def test_target_tracking_releases_capacity_along_a_decaying_envelope(
     case: str, state: dict, params: dict, now: float, expected: float
 ) -> None:
     # 48 running of 64x0.75 slots: raw demand is exactly one replica; the default tau is in cold starts (30 s).
-    ctx = context(ready("a", running=48), now=now, state=state, params=params)
-    proposal = make_policy("target-tracking").propose(ctx)
+    ctx = context(ready("a", running=48), now=now, state=state)
+    proposal = make_policy("target-tracking", params).propose(ctx)
     assert proposal.desired == pytest.approx(expected), case
     assert proposal.state["envelope"] == (now, pytest.approx(expected))
 

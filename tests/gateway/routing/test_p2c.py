@@ -9,7 +9,7 @@ import pytest
 
 from fleet.loader import load_spec
 from gateway.routing import pickers
-from gateway.routing.base import EndpointView, Router, Scored, anchor, make_plugin, within_bound
+from gateway.routing.base import EndpointView, Router, Scored, anchor, within_bound
 from tests.gateway.builders import endpoint, request
 
 PICKS = 2000
@@ -23,7 +23,7 @@ HOT = [_scored("s", 9, 5, in_flight=12), _scored("b", 3, in_flight=2), _scored("
 
 
 def _counts(candidates: Sequence[Scored], load_factor: float = 1.25) -> collections.Counter[str]:
-    picker = make_plugin(pickers.REGISTRY, "picker", "p2c", {"seed": 3, "load_factor": load_factor})
+    picker = pickers.REGISTRY.create("p2c", {"seed": 3, "loadFactor": load_factor})
     return collections.Counter(picker.pick(candidates, request()).id for _ in range(PICKS))
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Iterator, Sequence
 
 import pytest
 
+from fleet.plugins import PluginParams, Registry
 from fleet.spec import PluginRef
 from gateway.routing import filters, pickers, scorers
 from gateway.routing.base import (
@@ -18,7 +20,6 @@ from gateway.routing.base import (
     Router,
     Scored,
     Scorer,
-    make_plugin,
 )
 from tests.gateway.builders import endpoint, request
 
@@ -29,7 +30,7 @@ from tests.gateway.builders import endpoint, request
         ("ready", {}, [endpoint("a"), endpoint("b", ready=False)], ["a"]),
         ("not-ejected", {}, [endpoint("a", ejected=True), endpoint("b")], ["b"]),
         ("serves-model", {}, [endpoint("a", model="other"), endpoint("b")], ["b"]),
-        ("fresh-metrics", {"max_age_s": 1}, [endpoint("a", metrics_age_s=3), endpoint("b")], ["b"]),
+        ("fresh-metrics", {"maxAgeS": 1}, [endpoint("a", metrics_age_s=3), endpoint("b")], ["b"]),
         ("fresh-metrics", {}, [endpoint("a", metrics_age_s=None), endpoint("b", metrics_age_s=9)], ["a", "b"]),
     ],
     ids=["ready", "not-ejected", "serves-model", "fresh-metrics", "fresh-metrics-fails-open"],
@@ -37,7 +38,7 @@ from tests.gateway.builders import endpoint, request
 def test_filter_keeps_expected_endpoints(
     name: str, params: dict[str, float], endpoints: list[EndpointView], expected: list[str]
 ) -> None:
-    plugin = make_plugin(filters.REGISTRY, "filter", name, params)
+    plugin = filters.REGISTRY.create(name, params)
     assert [e.id for e in plugin.filter(endpoints, request())] == expected
 
 
@@ -53,12 +54,12 @@ def test_filter_keeps_expected_endpoints(
     ids=["queue-spread", "queue-equal", "queue-from-in-flight", "kv", "in-flight"],
 )
 def test_load_scorer_values(name: str, endpoints: list[EndpointView], expected: list[float]) -> None:
-    plugin = make_plugin(scorers.REGISTRY, "scorer", name, {})
+    plugin = scorers.REGISTRY.create(name)
     assert list(plugin.score(endpoints, request())) == pytest.approx(expected)
 
 
 def test_prefix_affinity_prefers_the_replica_that_served_the_prefix() -> None:
-    plugin = make_plugin(scorers.REGISTRY, "scorer", "prefix-affinity", {"block_chars": 4})
+    plugin = scorers.REGISTRY.create("prefix-affinity", {"blockChars": 4})
     eps = [endpoint("a"), endpoint("b")]
     first = request(request_id="1", prompt="aaaabbbbcccc")
     assert list(plugin.score(eps, first)) == [0, 0]
@@ -68,7 +69,7 @@ def test_prefix_affinity_prefers_the_replica_that_served_the_prefix() -> None:
 
 
 def test_prefix_affinity_index_is_bounded() -> None:
-    plugin = scorers.prefix.PrefixAffinity(block_chars=1, max_blocks=8, capacity=50)
+    plugin = scorers.REGISTRY.create("prefix-affinity", {"blockChars": 1, "maxBlocks": 8, "capacity": 50})
     for i in range(100):
         plugin.observe(request(request_id=str(i), prompt=f"{i:08d}"), endpoint("a"))
     assert len(plugin) == 50
@@ -87,7 +88,7 @@ def test_session_affinity_is_sticky_and_moves_only_when_its_replica_leaves() -> 
 
 
 def test_session_affinity_bounds_load() -> None:
-    plugin = scorers.session.SessionAffinity(load_factor=1.25)
+    plugin = scorers.session.SessionAffinity(scorers.session.SessionAffinity.Params(load_factor=1.25))
     eps = [endpoint("a"), endpoint("b")]
     owner = plugin.owner(eps, "s")
     loaded = [endpoint(e.id, in_flight=10 if e.id == owner else 0) for e in eps]
@@ -96,7 +97,7 @@ def test_session_affinity_bounds_load() -> None:
 
 
 def _counts(picker_name: str, candidates: Sequence[Scored], n: int = 3000) -> collections.Counter[str]:
-    picker = make_plugin(pickers.REGISTRY, "picker", picker_name, {"seed": 1})
+    picker = pickers.REGISTRY.create(picker_name, {"seed": 1})
     return collections.Counter(picker.pick(candidates, request()).id for _ in range(n))
 
 
@@ -118,8 +119,11 @@ def test_plugins() -> Iterator[None]:
     """Registers two plugins for the runner test and removes them again (registries are process-wide)."""
 
     class Constant(Scorer, name="test-constant"):
-        def __init__(self, value: float = 0.0) -> None:
-            self.value = value
+        class Params(PluginParams):
+            value: float = 0.0
+
+        def __init__(self, params: Params | None = None) -> None:
+            self.value = (params or self.Params()).value
 
         def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
             return [self.value if i == 0 else 0.5 for i, _ in enumerate(endpoints)]
@@ -129,8 +133,8 @@ def test_plugins() -> Iterator[None]:
             return []
 
     yield
-    SCORERS.pop("test-constant")
-    FILTERS.pop("test-nothing")
+    SCORERS.unregister("test-constant")
+    FILTERS.unregister("test-nothing")
 
 
 @pytest.mark.usefixtures("test_plugins")
@@ -154,12 +158,17 @@ def test_router_clamps_weights_and_times_plugins() -> None:
     ("registry", "name", "params", "message"),
     [
         (filters.REGISTRY, "helthy", {}, "registered: fresh-metrics, not-ejected, ready, serves-model"),
-        (pickers.REGISTRY, "p2c", {"k": 3}, "unknown parameter(s) k; accepted: seed"),
-        (scorers.REGISTRY, "prefix-affinity", {"capacity": 0}, "must be >= 1"),
+        (pickers.REGISTRY, "p2c", {"k": 3}, "params.k: unknown key; allowed keys: loadFactor, seed"),
+        (
+            scorers.REGISTRY,
+            "prefix-affinity",
+            {"capacity": 0},
+            "params.capacity: Input should be greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_plugin_config_fails_listing_valid_choices(
-    registry: dict[str, type], name: str, params: dict[str, int], message: str
+    registry: Registry[object], name: str, params: dict[str, int], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        make_plugin(registry, "x", name, params)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        registry.create(name, params)

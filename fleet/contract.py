@@ -1,4 +1,4 @@
-"""Contract: names, labels, annotations and paths shared by the program, the policy pack and the runtime.
+"""Contract: names, labels, annotations and paths shared by the Pulumi program, the policy pack and the runtime.
 
 The policy pack reads only what a resource carries, so every fact a rule needs (tensor parallel size, drain
 timings, environment) is stamped on the resource here. Pure constants: importing this module pulls in nothing.
@@ -38,6 +38,7 @@ __all__ = [
     "TAG_ZONE",
     "TENANT_KEYS_SECRET",
     "ZONE_TOPOLOGY_KEY",
+    "cluster_name",
     "pool_deployment_name",
     "stack_file_path",
 ]
@@ -85,6 +86,11 @@ STACKS_DIR = "/etc/llmfleet/stacks"
 SECRETS_DIR = "/etc/llmfleet/secrets"
 # AL2023 nodeadm assembles the instance-store NVMe drives into one RAID0 array mounted here.
 MODEL_CACHE_HOST_PATH = "/mnt/k8s-disks/0/llmfleet-models"
+
+
+def cluster_name(environment: str) -> str:
+    """The EKS cluster of an environment; the AWS actuator finds the node groups in it."""
+    return f"llmfleet-{environment}"
 
 
 def pool_deployment_name(pool: str) -> str:

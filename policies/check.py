@@ -1,6 +1,6 @@
 """``llmfleet policy check --stack NAME [--file STACK_FILE]``: the program under mocks against the policy pack.
 
-Runs the real Pulumi program in-process (`infra.offline`, no CLI, no cloud) with the stack's config, feeds
+Runs the real Pulumi program in-process (`infra.stack_run`, no CLI, no cloud) with the stack's config, feeds
 every registered resource through `policies.pack.POLICIES`, prints the violations as a table and exits 1
 when any is mandatory. ``--file`` checks an edited stack file before it is committed; secrets the CLI would
 decrypt are replaced by placeholders (only their hashes reach resources). A ``local`` stack has no cloud
@@ -19,13 +19,12 @@ from typing import Any
 
 import yaml
 
+from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import find_stack, parse_spec
 from fleet.spec import FleetSpec
 
-__all__ = ["CheckResult", "add_arguments", "check_stack", "offline_run", "render_table", "run"]
-
-PLACEHOLDER_KEYS = '["sk-offline-placeholder"]'
+__all__ = ["CheckResult", "add_arguments", "check_stack", "render_table", "run"]
 
 
 @dataclass
@@ -50,42 +49,14 @@ def read_document(stack: str, file: str | None) -> tuple[dict[str, Any], str]:
     return (document if isinstance(document, dict) else {}), str(path)
 
 
-def offline_run(document: Mapping[str, Any], stack: str) -> Any:
-    """Run the Pulumi program for ``document`` under mocks; returns `infra.offline.OfflineRun`."""
-    from infra.config import (
-        capacity_reservations,
-        spec_from_config,
-        stack_config,
-        tenant_key_hashes,
-        tenant_secret_keys,
-    )
-    from infra.offline import run_offline
-    from infra.program import FleetInputs, build_fleet
-
-    spec = parse_spec(document, name=stack).spec
-    config = stack_config(document)
-    secrets = tenant_secret_keys(spec)
-    for key in secrets:
-        config.setdefault(key, PLACEHOLDER_KEYS)
-    for group in spec.gpu_node_groups:
-        if group.capacity_type == "capacity-block":
-            for zone in spec.zones_of(group):
-                config.setdefault(f"capacityBlocks:{group.name}-{zone}", "cr-00000000000000000")
-
-    def program() -> Mapping[str, Any]:
-        loaded = spec_from_config(stack)
-        return build_fleet(FleetInputs(loaded, tenant_key_hashes(loaded), capacity_reservations(loaded)))
-
-    return run_offline(program, config, stack=stack, secret_keys=secrets, region=spec.region)
-
-
 def check_stack(
     document: Mapping[str, Any], stack: str, policy_config: Mapping[str, Mapping[str, Any]] | None = None
 ) -> CheckResult:
     """Validate, run offline (unless local) and evaluate the pack; raises SpecError on an invalid stack."""
-    spec = parse_spec(document, name=stack).spec
+    spec = parse_spec(document, name=stack, registries=all_registries()).spec
     if spec.target == "local":
         return CheckResult(stack, spec, 0, [])
+    from infra.stack_run import offline_run
     from policies.pack import POLICIES
     from policies.runner import evaluate
 

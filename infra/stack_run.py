@@ -1,0 +1,46 @@
+"""Stack run: a stack document's config run through the real Pulumi program under mocks (`infra.offline`).
+
+What ``pulumi preview -s STACK`` would register, without the CLI or a cloud: the policy check and the program's
+tests read the recorded resources. Secrets the CLI would decrypt (tenant keys) are replaced by placeholders, whose
+hashes are all that reach resources; capacity-block groups get a placeholder reservation id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fleet.commands.registries import all_registries
+from fleet.loader import parse_spec
+from infra.config import (
+    capacity_reservations,
+    spec_from_config,
+    stack_config,
+    tenant_key_hashes,
+    tenant_secret_keys,
+)
+from infra.offline import OfflineRun, run_offline
+from infra.program import FleetInputs, build_fleet
+
+__all__ = ["PLACEHOLDER_KEYS", "offline_run"]
+
+PLACEHOLDER_KEYS = '["sk-offline-placeholder"]'
+
+
+def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
+    """Run the Pulumi program for ``document`` (a parsed stack file) under mocks; every resource recorded."""
+    spec = parse_spec(document, name=stack, registries=all_registries()).spec
+    config = stack_config(document)
+    secrets = tenant_secret_keys(spec)
+    for key in secrets:
+        config.setdefault(key, PLACEHOLDER_KEYS)
+    for group in spec.gpu_node_groups:
+        if group.capacity_type == "capacity-block":
+            for zone in spec.zones_of(group):
+                config.setdefault(f"capacityBlocks:{group.name}-{zone}", "cr-00000000000000000")
+
+    def program() -> Mapping[str, Any]:
+        loaded = spec_from_config(stack)
+        return build_fleet(FleetInputs(loaded, tenant_key_hashes(loaded), capacity_reservations(loaded)))
+
+    return run_offline(program, config, stack=stack, secret_keys=secrets, region=spec.region)
