@@ -21,7 +21,7 @@ from autoscaler.context import ReplicaLoad, ScalingContext, build_context
 from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
 from autoscaler.guardrails import apply_guardrails
 from autoscaler.policies import make_policy
-from autoscaler.registry import GatewayRegistry, GatewaySeen, ReplicaRegistry, Seen
+from autoscaler.registry import GatewayRegistry, GatewaySeen, ReplicaRegistry, ReplicaSeen
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
 
@@ -51,7 +51,7 @@ def _gist(reason: str) -> str:
     return "".join(ch for ch in reason if not (ch.isdigit() or ch == "."))
 
 
-def _load(seen: Seen) -> ReplicaLoad:
+def _load(seen: ReplicaSeen) -> ReplicaLoad:
     r = seen.report
     return ReplicaLoad(
         replica=r.replica,

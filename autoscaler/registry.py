@@ -1,63 +1,97 @@
-"""ReplicaRegistry: the control plane's view of every replica, built from the agents' load reports.
+"""Registry: the control plane's view of every reporter (agents, gateways), built from the reports they push.
 
-A report is trusted for ``staleAfterS`` seconds after it *arrived* (the control plane's clock, not the agent's
-``ts``, so clock skew between machines cannot make a replica look fresh). After that the replica is ``stale``:
-gateways see the flag and the scaler treats its load as unknown, never as zero. Replicas silent for
-``forget_after_s`` (default 20x the stale limit) are dropped, as are ``stopped`` ones after the stale limit.
+A report is trusted for ``staleAfterS`` seconds after it *arrived* (the control plane's clock, not the reporter's
+``ts``, so clock skew between machines cannot make a reporter look fresh). After that it is ``stale``: gateways
+see the flag and the scaler treats its load as unknown, never as zero. Reporters silent for ``forget_after_s``
+(default 20x the stale limit) are dropped.
 
-`GatewayRegistry` keeps the gateways' reports (their admission queues and request rates) under the same rules:
-a gateway silent for ``staleAfterS`` is ``stale`` (its queue is unknown, not empty) and is forgotten after
-``forget_after_s``.
+`ReportRegistry` holds the last report per (pool, reporter id) under those rules, for any report type.
+`ReplicaRegistry` keeps the agents' load reports and also drops ``stopped`` replicas after the stale limit and
+answers the gateways' discovery (`replica_list`); `GatewayRegistry` keeps the gateways' admission queues and
+request rates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from fleet.wire import GatewayReport, LoadReport, ReplicaInfo, ReplicaList
 
-__all__ = ["GatewayRegistry", "GatewaySeen", "ReplicaRegistry", "Seen"]
+__all__ = ["GatewayRegistry", "GatewaySeen", "ReplicaRegistry", "ReplicaSeen", "ReportRegistry", "Seen"]
+
+
+class Report(Protocol):
+    """What the registry needs of a report: the pool it is about."""
+
+    @property
+    def pool(self) -> str: ...
+
+
+R = TypeVar("R", bound=Report)
 
 
 @dataclass(frozen=True)
-class Seen:
-    """A replica's last report, when it arrived, and whether that is too long ago."""
+class Seen(Generic[R]):
+    """A reporter's last report about one pool, when it arrived, and whether that is too long ago."""
 
-    report: LoadReport
+    report: R
     received_at: float
     age_s: float
     stale: bool
 
 
-class ReplicaRegistry:
-    """In-memory registry; every method takes ``now`` so staleness is testable without sleeping."""
+ReplicaSeen = Seen[LoadReport]
+GatewaySeen = Seen[GatewayReport]
 
-    def __init__(self, stale_after_s: float, forget_after_s: float | None = None) -> None:
+
+class ReportRegistry(Generic[R]):
+    """The last report per (pool, reporter id), in memory; every method takes ``now`` so staleness is testable
+    without sleeping. ``reporter`` names the report's sender (its replica or gateway id)."""
+
+    def __init__(self, reporter: Callable[[R], str], stale_after_s: float, forget_after_s: float | None = None) -> None:
         self.stale_after_s = stale_after_s
         self.forget_after_s = forget_after_s if forget_after_s is not None else 20 * stale_after_s
-        self._last: dict[tuple[str, str], tuple[LoadReport, float]] = {}
+        self._reporter = reporter
+        self._last: dict[tuple[str, str], tuple[R, float]] = {}
 
-    def record(self, report: LoadReport, now: float) -> None:
-        self._last[(report.pool, report.replica)] = (report, now)
+    def record(self, report: R, now: float) -> None:
+        self._last[(report.pool, self._reporter(report))] = (report, now)
 
-    def forget(self, pool: str, replica: str) -> None:
-        self._last.pop((pool, replica), None)
+    def forget(self, pool: str, reporter: str) -> None:
+        self._last.pop((pool, reporter), None)
 
-    def seen(self, pool: str, now: float) -> list[Seen]:
-        """Replicas of ``pool`` sorted by id, forgetting the long-silent and long-stopped ones."""
-        out: list[Seen] = []
-        for (p, replica), (report, at) in sorted(self._last.items()):
+    def pools(self) -> set[str]:
+        return {pool for pool, _ in self._last}
+
+    def seen(self, pool: str, now: float) -> list[Seen[R]]:
+        """Reporters on ``pool`` sorted by id, forgetting those `expired` says are gone."""
+        out: list[Seen[R]] = []
+        for (p, reporter), (report, at) in sorted(self._last.items()):
             if p != pool:
                 continue
             age = max(0.0, now - at)
-            if age > self.forget_after_s or (report.state == "stopped" and age > self.stale_after_s):
-                del self._last[(p, replica)]
+            if self.expired(report, age):
+                del self._last[(p, reporter)]
                 continue
             out.append(Seen(report, at, age, age > self.stale_after_s))
         return out
 
-    def pools(self) -> set[str]:
-        return {pool for pool, _ in self._last}
+    def expired(self, report: R, age_s: float) -> bool:
+        """Whether a report this old is dropped rather than shown as stale."""
+        del report  # Unused: only the age matters here.
+        return age_s > self.forget_after_s
+
+
+class ReplicaRegistry(ReportRegistry[LoadReport]):
+    """The agents' load reports; a ``stopped`` replica is forgotten once its report is stale."""
+
+    def __init__(self, stale_after_s: float, forget_after_s: float | None = None) -> None:
+        super().__init__(lambda r: r.replica, stale_after_s, forget_after_s)
+
+    def expired(self, report: LoadReport, age_s: float) -> bool:
+        return super().expired(report, age_s) or (report.state == "stopped" and age_s > self.stale_after_s)
 
     def replica_list(self, pool: str, model: str, now: float) -> ReplicaList:
         """The discovery answer for gateways: every known replica except stopped ones, with its stale flag."""
@@ -76,36 +110,8 @@ class ReplicaRegistry:
         return ReplicaList(pool=pool, model=model, replicas=infos, generated_at=now)
 
 
-@dataclass(frozen=True)
-class GatewaySeen:
-    """A gateway's last report about one pool, when it arrived, and whether that is too long ago."""
-
-    report: GatewayReport
-    received_at: float
-    age_s: float
-    stale: bool
-
-
-class GatewayRegistry:
-    """The gateways' last reports per pool; like `ReplicaRegistry`, trusted by arrival time on our clock."""
+class GatewayRegistry(ReportRegistry[GatewayReport]):
+    """The gateways' last reports per pool, keyed by gateway id."""
 
     def __init__(self, stale_after_s: float, forget_after_s: float | None = None) -> None:
-        self.stale_after_s = stale_after_s
-        self.forget_after_s = forget_after_s if forget_after_s is not None else 20 * stale_after_s
-        self._last: dict[tuple[str, str], tuple[GatewayReport, float]] = {}
-
-    def record(self, report: GatewayReport, now: float) -> None:
-        self._last[(report.pool, report.gateway)] = (report, now)
-
-    def seen(self, pool: str, now: float) -> list[GatewaySeen]:
-        """Gateways reporting on ``pool`` sorted by id, forgetting the long-silent ones."""
-        out: list[GatewaySeen] = []
-        for (p, gateway), (report, at) in sorted(self._last.items()):
-            if p != pool:
-                continue
-            age = max(0.0, now - at)
-            if age > self.forget_after_s:
-                del self._last[(p, gateway)]
-                continue
-            out.append(GatewaySeen(report, at, age, age > self.stale_after_s))
-        return out
+        super().__init__(lambda r: r.gateway, stale_after_s, forget_after_s)
