@@ -1,91 +1,154 @@
-"""API: the agent's own HTTP endpoints (not in the data path; gateways talk to the engine directly).
+"""API: the agent's own HTTP endpoints (FastAPI; not in the data path, gateways talk to the engine directly).
 
-    GET  /healthz   200 while the agent process is alive
-    GET  /readyz    200 only in state ``ready``; 503 otherwise (falls at once when a drain starts)
-    GET  /status    JSON: replica, pool, model, engine + version, state, uptime, restarts, engine_url,
+    GET  /healthz   200 Health while the agent process is alive
+    GET  /readyz    200 Readiness only in state ``ready``; 503 otherwise (falls at once when a drain starts)
+    GET  /status    AgentStatus: replica, pool, model, engine + version, state, uptime, restarts, engine_url,
                     engine_pid, last load, GPU inventory, recent transitions
-    POST /drain     202: readiness off, drain the engine, stop, exit 0
-    POST /reset     200: operator reset of a crash-looping (failed) replica; 409 when not failed
+    POST /drain     202 CommandAccepted: readiness off, drain the engine, stop, exit 0
+    POST /reset     200 CommandAccepted: operator reset of a crash-looping (failed) replica; 409 when not failed
     GET  /metrics   Prometheus text (``llmfleet_agent_*``)
+    GET  /openapi.json, /docs   the OpenAPI document and its browsable page
 
-Errors use OpenAI's JSON error shape.
+Errors (409, unknown route 404, wrong method 405) use OpenAI's JSON error shape (`fleet.control_api`). Handlers
+only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
+agent's event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.control_api import create_control_app, error_response, errors
+from fleet.wire import AgentState
 
 if TYPE_CHECKING:
     from agent.node import Agent
 
-__all__ = ["create_app"]
-
-AGENT_KEY: web.AppKey[Agent] = web.AppKey("agent")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+__all__ = ["AgentStatus", "CommandAccepted", "Health", "Readiness", "create_app"]
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
 
-def _agent(request: web.Request) -> Agent:
-    return request.app[AGENT_KEY]
+class Health(_Body):
+    status: str = "ok"
+    state: AgentState
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "state": _agent(request).supervisor.state.value})
+class Readiness(_Body):
+    ready: bool
+    state: AgentState
 
 
-async def readyz(request: web.Request) -> web.Response:
-    supervisor = _agent(request).supervisor
-    if supervisor.machine.ready:
-        return web.json_response({"ready": True, "state": supervisor.state.value})
-    return web.json_response({"ready": False, "state": supervisor.state.value}, status=503)
+class CommandAccepted(_Body):
+    """The answer to a drain or reset: whether it was taken (a second drain is not), and the state now."""
+
+    accepted: bool
+    state: AgentState
 
 
-async def status(request: web.Request) -> web.Response:
-    return web.json_response(_agent(request).status())
+class EngineInfo(_Body):
+    kind: str
+    version: str
+    argv: list[str]
+    log: str | None
 
 
-async def drain(request: web.Request) -> web.Response:
-    supervisor = _agent(request).supervisor
-    accepted = supervisor.request_drain()
-    return web.json_response({"accepted": accepted, "state": supervisor.state.value}, status=202)
+class LoadInfo(_Body):
+    """The engine's load at the last scrape; None when that scrape failed."""
+
+    waiting: float | None
+    running: float | None
+    kv_usage: float | None
+    ttft_p99_s: float | None
+    tokens_per_s: float | None
 
 
-async def reset(request: web.Request) -> web.Response:
-    supervisor = _agent(request).supervisor
-    if not supervisor.request_reset():
-        return _error(409, f"reset applies to a failed replica; state is {supervisor.state.value}", "conflict")
-    return web.json_response({"accepted": True, "state": supervisor.state.value})
+class ControlPlaneLink(_Body):
+    url: str | None
+    consecutive_report_failures: int
 
 
-async def metrics(request: web.Request) -> web.Response:
-    body = _agent(request).metrics.render()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+class TransitionInfo(_Body):
+    source: AgentState = Field(alias="from")
+    event: str
+    to: AgentState
+    ago_s: float
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, f"{exc.reason}: {request.method} {request.path}", "invalid_request_error")
+class AgentStatus(_Body):
+    """Everything an operator asks of one replica (``Agent.status()``)."""
+
+    replica: str
+    pool: str
+    model: str
+    engine: EngineInfo
+    engine_url: str
+    engine_pid: int | None
+    agent_url: str
+    state: AgentState
+    ready: bool
+    state_since_s: float
+    uptime_s: float
+    engine_uptime_s: float
+    restarts: int
+    last_exit_code: int | None
+    crash_failures_in_window: int
+    load: LoadInfo
+    control_plane: ControlPlaneLink
+    gpus: list[dict[str, str]]
+    transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")
 
 
-def create_app(agent: Agent) -> web.Application:
-    app = web.Application(middlewares=[json_errors])
-    app[AGENT_KEY] = agent
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/status", status)
-    app.router.add_post("/drain", drain)
-    app.router.add_post("/reset", reset)
-    app.router.add_get("/metrics", metrics)
+def create_app(agent: Agent) -> FastAPI:
+    """The FastAPI application serving ``agent``."""
+    supervisor = agent.supervisor
+    app = create_control_app(
+        f"llmfleet agent {agent.options.replica}",
+        "One replica's agent: health, readiness, status, drain, reset and metrics.",
+    )
+
+    @app.get("/healthz", response_model=Health, responses=errors())
+    async def healthz() -> Health:
+        """200 while the agent process is alive."""
+        return Health(state=supervisor.state.value)
+
+    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}, **errors()})
+    async def readyz() -> Readiness | JSONResponse:
+        """200 only in state ``ready``; 503 otherwise (it falls the moment a drain starts)."""
+        if supervisor.machine.ready:
+            return Readiness(ready=True, state=supervisor.state.value)
+        body = Readiness(ready=False, state=supervisor.state.value)
+        return JSONResponse(body.model_dump(mode="json"), status_code=503)
+
+    @app.get("/status", response_model=AgentStatus, response_model_by_alias=True, responses=errors())
+    async def status() -> AgentStatus:
+        """The replica's identity, engine, state, load, GPUs and recent transitions."""
+        return AgentStatus.model_validate(agent.status())
+
+    @app.post("/drain", status_code=202, response_model=CommandAccepted, responses=errors())
+    async def drain() -> CommandAccepted:
+        """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
+        stopping."""
+        accepted = supervisor.request_drain()
+        return CommandAccepted(accepted=accepted, state=supervisor.state.value)
+
+    @app.post("/reset", response_model=CommandAccepted, responses=errors(409))
+    async def reset() -> CommandAccepted | JSONResponse:
+        """Operator reset of a crash-looping replica: restarts resume. 409 unless the replica is failed."""
+        if not supervisor.request_reset():
+            return error_response(409, f"reset applies to a failed replica; state is {supervisor.state.value}")
+        return CommandAccepted(accepted=True, state=supervisor.state.value)
+
+    @app.get("/metrics", response_class=PlainTextResponse, responses=errors(plain_text=True))
+    async def metrics() -> Response:
+        """Prometheus text (``llmfleet_agent_*``)."""
+        return Response(agent.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     return app

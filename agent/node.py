@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiohttp import web
 
 from agent.clock import Clock, SystemClock
 from agent.control import ControlClient
@@ -28,6 +27,7 @@ from agent.metrics import AgentMetrics
 from agent.reporter import Load, Reporter
 from agent.states import Transition
 from agent.supervisor import Supervisor, SupervisorSettings
+from fleet.control_api import ApiServer, bind
 from fleet.spec import PoolSpec
 from fleet.wire import LoadReport
 
@@ -185,9 +185,8 @@ class Agent:
         """Run the API, the reporter and the supervisor; return the exit code when the engine has stopped."""
         from agent.api import create_app
 
-        runner = web.AppRunner(create_app(self), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, self.options.host, self.options.port).start()
+        server = ApiServer(create_app(self), bind(self.options.host, self.options.port))
+        await server.start()
         log.info("agent %s for pool %s on %s", self.options.replica, self.pool.name, self.agent_url)
         reporter = asyncio.ensure_future(self.reporter.run())
         self.gpus = await query_gpus()
@@ -201,4 +200,4 @@ class Agent:
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
-            await runner.cleanup()
+            await server.stop()

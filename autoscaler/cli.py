@@ -1,11 +1,10 @@
 """CLI: ``llmfleet control-plane --stack NAME --port PORT [--host H] [--dry-run]``.
 
-Serves the control-plane API and runs the autoscaling loop with the stack's actuator. On start it prints one line,
-``llmfleet control-plane listening on http://HOST:PORT`` with the port actually bound (``--port 0`` picks a free
-one), to stdout; agents it launches are told that port too unless ``--url`` or ``controlPlane.url`` says otherwise.
-SIGINT or SIGTERM stops
-the loop, then closes the actuator (the local actuator drains and stops every agent it started), then the
-HTTP server.
+Serves the control-plane API (FastAPI on uvicorn, in this process's event loop) and runs the autoscaling loop
+with the stack's actuator. On start it prints one line, ``llmfleet control-plane listening on http://HOST:PORT``
+with the port actually bound (``--port 0`` picks a free one), to stdout; agents it launches are told that port
+too unless ``--url`` or ``controlPlane.url`` says otherwise. SIGINT or SIGTERM stops the loop, then closes the
+actuator (the local actuator drains and stops every agent it started), then the HTTP server.
 """
 
 from __future__ import annotations
@@ -15,17 +14,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
-
-from aiohttp import web
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
+from fleet.control_api import ApiServer, bind
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 
@@ -54,13 +51,7 @@ async def serve(args: argparse.Namespace) -> int:
     loaded = load_spec(args.stack)
     spec = loaded.spec
     port = args.port if args.port is not None else spec.control_plane.port
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, port))  # bound before anything else so that port 0 is known to agents and printed
-    except OSError:
-        sock.close()
-        raise
+    sock = bind(args.host, port)  # bound before anything else so that port 0 is known to agents and printed
     port = sock.getsockname()[1]
     url_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = args.url or spec.control_plane.url or f"http://{url_host}:{port}"
@@ -69,9 +60,8 @@ async def serve(args: argparse.Namespace) -> int:
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     loop = ControlLoop(spec, registry, actuator, clock=time.time)
     cp = ControlPlane.build(spec, time.time, loop)
-    runner = web.AppRunner(create_app(cp), access_log=None)
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
+    server = ApiServer(create_app(cp), sock)
+    await server.start()
     log.info(
         "control plane for stack %s on %s (actuator %s%s)",
         loaded.name,
@@ -91,7 +81,7 @@ async def serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(Exception):
         await task
     await actuator.close()
-    await runner.cleanup()
+    await server.stop()
     return 0
 
 

@@ -1,40 +1,54 @@
-"""Service: the control plane's HTTP API (aiohttp), one process per fleet.
+"""Service: the control plane's HTTP API (FastAPI), one process per fleet.
 
-    POST   /v1/reports                        LoadReport from an agent             -> 200 {"accepted": true}
+    POST   /v1/reports                        LoadReport from an agent             -> 200 Accepted
     POST   /v1/gateway-reports                GatewayReport from a gateway (its admission queue and request
-                                              rate per pool)                        -> 200 {"accepted": true}
-    GET    /v1/pools                          pools with bounds, counts, last decision
+                                              rate per pool)                        -> 200 Accepted
+    GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica)
     POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held)
-    DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 {"released": bool}
-    GET    /v1/leases                         current holders and the grant/release history
-    GET    /v1/decisions[?pool=P&limit=N]     decisions, newest last, each with inputs and reason
+    DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool}
+    GET    /v1/leases                         LeasesResponse: current holders and the grant/release history
+    GET    /v1/decisions[?pool=P&limit=N]     DecisionsResponse: decisions, newest last, each with inputs and reason
     GET    /metrics                           Prometheus text
     GET    /healthz                           200 while the process runs
+    GET    /openapi.json, /docs               the OpenAPI document and its browsable page
 
-Errors use OpenAI's JSON error shape. The app holds no global state: `create_app` builds it from a
-`ControlPlane`, whose clock is injected.
+Bodies are the `fleet.wire` models. Every error, an invalid body or query included (400, never 422), is OpenAI's
+JSON error shape (`fleet.control_api`); an unknown pool is 404 with ``param: "pool"``. The app holds no global
+state: `create_app` builds it from a `ControlPlane`, whose clock is injected. Handlers are ``async`` and do no
+I/O, so they run on the event loop, never in a thread pool.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from aiohttp import web
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from pydantic import ValidationError
 
 from autoscaler.decisions import decision_to_json
 from autoscaler.leases import LeaseRefused, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
+from fleet.control_api import create_control_app, error_response, errors
 from fleet.spec import FleetSpec
-from fleet.wire import GatewayReport, LeaseRequest, LoadReport
+from fleet.wire import (
+    Accepted,
+    DecisionsResponse,
+    GatewayReport,
+    LeaseGrant,
+    LeaseRequest,
+    LeasesResponse,
+    LoadReport,
+    PoolsResponse,
+    PoolSummary,
+    Released,
+    ReplicaList,
+)
 
-__all__ = ["ControlPlane", "create_app", "error_response"]
+__all__ = ["ControlPlane", "create_app"]
 
 
 @dataclass
@@ -64,29 +78,8 @@ class ControlPlane:
         return cls(spec, registry, leases, clock, loop)
 
 
-def error_response(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return web.json_response(body, status=status)
-
-
-def _dump(model: Any) -> web.Response:
-    return web.Response(text=model.model_dump_json(), content_type="application/json")
-
-
-async def _read(request: web.Request, model: type[Any]) -> Any:
-    try:
-        return model.model_validate_json(await request.read())
-    except ValidationError as exc:
-        raise web.HTTPBadRequest(
-            text=json.dumps(
-                {"error": {"message": str(exc), "type": "invalid_request_error", "param": None, "code": 400}}
-            ),
-            content_type="application/json",
-        ) from None
-
-
-def create_app(cp: ControlPlane) -> web.Application:
-    """The aiohttp application serving `cp`."""
+def create_app(cp: ControlPlane) -> FastAPI:
+    """The FastAPI application serving `cp`."""
     pools = {p.name: p for p in cp.spec.pools}
     reports = Counter("llmfleet_control_plane_reports_total", "Load reports received", ["pool"], registry=cp.metrics)
     replicas_g = Gauge(
@@ -105,57 +98,68 @@ def create_app(cp: ControlPlane) -> web.Application:
         registry=cp.metrics,
     )
     refused = Counter("llmfleet_restart_leases_refused_total", "Lease requests refused", ["pool"], registry=cp.metrics)
+    gateways = cp.gateways
+    assert gateways is not None  # set by ControlPlane.__post_init__
 
-    def unknown_pool(name: str) -> web.Response:
-        return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "not_found_error", "pool")
+    def unknown_pool(name: str) -> JSONResponse:
+        return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")
 
-    async def post_report(request: web.Request) -> web.Response:
-        report: LoadReport = await _read(request, LoadReport)
+    app = create_control_app(
+        "llmfleet control plane",
+        "Load reports from agents and gateways, discovery, restart leases and the scaling decision log.",
+    )
+
+    @app.post("/v1/reports", response_model=Accepted, responses=errors(400, 404))
+    async def post_report(report: LoadReport) -> Accepted | JSONResponse:
+        """An agent's load report (about once a second)."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
         cp.registry.record(report, cp.clock())
         reports.labels(report.pool).inc()
-        return web.json_response({"accepted": True, "stale_after_s": cp.registry.stale_after_s})
+        return Accepted(accepted=True, stale_after_s=cp.registry.stale_after_s)
 
-    async def post_gateway_report(request: web.Request) -> web.Response:
-        report: GatewayReport = await _read(request, GatewayReport)
+    @app.post("/v1/gateway-reports", response_model=Accepted, responses=errors(400, 404))
+    async def post_gateway_report(report: GatewayReport) -> Accepted | JSONResponse:
+        """A gateway's admission queue and request rates for one pool."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        assert cp.gateways is not None
-        cp.gateways.record(report, cp.clock())
+        gateways.record(report, cp.clock())
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
-        return web.json_response({"accepted": True, "stale_after_s": cp.gateways.stale_after_s})
+        return Accepted(accepted=True, stale_after_s=gateways.stale_after_s)
 
-    async def get_replicas(request: web.Request) -> web.Response:
-        name = request.match_info["pool"]
-        if name not in pools:
-            return unknown_pool(name)
-        return _dump(cp.registry.replica_list(name, pools[name].served_name, cp.clock()))
-
-    async def get_pools(request: web.Request) -> web.Response:
-        del request  # Unused.
+    @app.get("/v1/pools", response_model=PoolsResponse, responses=errors())
+    async def get_pools() -> PoolsResponse:
+        """Every pool: bounds, replica counts and the last decision."""
         now = cp.clock()
         out = []
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
             last = cp.loop.last.get(pool.name) if cp.loop else None
             out.append(
-                {
-                    "pool": pool.name,
-                    "model": pool.served_name,
-                    "min": pool.replicas.min,
-                    "max": pool.replicas.max,
-                    "replicas": len([s for s in seen if s.report.state != "stopped"]),
-                    "ready": len([s for s in seen if s.report.state == "ready" and not s.stale]),
-                    "stale": len([s for s in seen if s.stale]),
-                    "last_decision": decision_to_json(last) if last else None,
-                }
+                PoolSummary(
+                    pool=pool.name,
+                    model=pool.served_name,
+                    min=pool.replicas.min,
+                    max=pool.replicas.max,
+                    replicas=len([s for s in seen if s.report.state != "stopped"]),
+                    ready=len([s for s in seen if s.report.state == "ready" and not s.stale]),
+                    stale=len([s for s in seen if s.stale]),
+                    last_decision=decision_to_json(last) if last else None,
+                )
             )
-        return web.json_response({"pools": out, "generated_at": now})
+        return PoolsResponse(pools=out, generated_at=now)
 
-    async def post_lease(request: web.Request) -> web.Response:
-        req: LeaseRequest = await _read(request, LeaseRequest)
+    @app.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(404))
+    async def get_replicas(pool: str) -> ReplicaList | JSONResponse:
+        """Discovery for gateways: the pool's replicas (stopped ones excluded), each with its ``stale`` flag."""
+        if pool not in pools:
+            return unknown_pool(pool)
+        return cp.registry.replica_list(pool, pools[pool].served_name, cp.clock())
+
+    @app.post("/v1/leases/restart", response_model=LeaseGrant, responses=errors(400, 404, 409))
+    async def post_lease(req: LeaseRequest) -> LeaseGrant | JSONResponse:
+        """A planned-restart lease; 409 while the pool's ``maxUnavailable`` leases are held by others."""
         if req.pool not in pools:
             return unknown_pool(req.pool)
         result = cp.leases.acquire(req.pool, req.replica, cp.clock(), req.ttl_s)
@@ -165,34 +169,33 @@ def create_app(cp: ControlPlane) -> web.Application:
                 409,
                 f"pool {req.pool!r} already has {len(result.holders)} of {result.max_unavailable} restart "
                 f"lease(s) held by {', '.join(result.holders)}; retry later",
-                "conflict_error",
                 "replica",
             )
-        return _dump(result)
+        return result
 
-    async def delete_lease(request: web.Request) -> web.Response:
-        pool, replica = request.match_info["pool"], request.match_info["replica"]
+    @app.delete("/v1/leases/restart/{pool}/{replica}", response_model=Released, responses=errors(404))
+    async def delete_lease(pool: str, replica: str) -> Released | JSONResponse:
+        """Give a restart lease back (``released`` is False when it was not held)."""
         if pool not in pools:
             return unknown_pool(pool)
-        return web.json_response({"released": cp.leases.release(pool, replica, cp.clock())})
+        return Released(released=cp.leases.release(pool, replica, cp.clock()))
 
-    async def get_leases(request: web.Request) -> web.Response:
-        del request  # Unused.
-        return web.json_response(cp.leases.snapshot(cp.clock()))
+    @app.get("/v1/leases", response_model=LeasesResponse, responses=errors())
+    async def get_leases() -> LeasesResponse:
+        """Lease holders per pool and the recent lease events."""
+        return LeasesResponse.model_validate(cp.leases.snapshot(cp.clock()))
 
-    async def get_decisions(request: web.Request) -> web.Response:
-        if cp.loop is None:
-            return web.json_response({"decisions": []})
-        pool = request.query.get("pool")
-        try:
-            limit = int(request.query.get("limit", "100"))
-        except ValueError:
-            return error_response(400, "limit must be an integer", "invalid_request_error", "limit")
-        items = [d for d in cp.loop.decisions if pool is None or d.pool == pool][-limit:] if limit > 0 else []
-        return web.json_response({"decisions": [decision_to_json(d) for d in items]})
+    @app.get("/v1/decisions", response_model=DecisionsResponse, responses=errors(400))
+    async def get_decisions(pool: str | None = None, limit: int = 100) -> DecisionsResponse:
+        """The last ``limit`` decisions (of ``pool``, or of every pool), oldest first."""
+        if cp.loop is None or limit <= 0:
+            return DecisionsResponse(decisions=[])
+        items = [d for d in cp.loop.decisions if pool is None or d.pool == pool][-limit:]
+        return DecisionsResponse(decisions=[decision_to_json(d) for d in items])
 
-    async def metrics(request: web.Request) -> web.Response:
-        del request  # Unused.
+    @app.get("/metrics", response_class=PlainTextResponse, responses=errors(plain_text=True))
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text: reports received, replicas per state, stale replicas, targets, leases."""
         now = cp.clock()
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
@@ -202,21 +205,11 @@ def create_app(cp: ControlPlane) -> web.Application:
             leases_g.labels(pool.name).set(len(cp.leases.holders(pool.name, now)))
             if cp.loop is not None and pool.name in cp.loop.last:
                 target_g.labels(pool.name).set(cp.loop.last[pool.name].target)
-        return web.Response(body=generate_latest(cp.metrics), content_type="text/plain", charset="utf-8")
+        return PlainTextResponse(generate_latest(cp.metrics))
 
-    async def healthz(request: web.Request) -> web.Response:
-        del request  # Unused.
-        return web.json_response({"status": "ok"})
+    @app.get("/healthz", responses=errors())
+    async def healthz() -> dict[str, str]:
+        """200 while the process runs."""
+        return {"status": "ok"}
 
-    app = web.Application()
-    app.router.add_post("/v1/reports", post_report)
-    app.router.add_post("/v1/gateway-reports", post_gateway_report)
-    app.router.add_get("/v1/pools", get_pools)
-    app.router.add_get("/v1/pools/{pool}/replicas", get_replicas)
-    app.router.add_post("/v1/leases/restart", post_lease)
-    app.router.add_delete("/v1/leases/restart/{pool}/{replica}", delete_lease)
-    app.router.add_get("/v1/leases", get_leases)
-    app.router.add_get("/v1/decisions", get_decisions)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
     return app

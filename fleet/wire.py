@@ -5,16 +5,33 @@ gateway -> control plane POST /v1/gateway-reports        GatewayReport (the admi
                                                          in any engine)
 gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
 agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
-                         DELETE /v1/leases/restart/{pool}/{replica}   release
+                         DELETE /v1/leases/restart/{pool}/{replica}   -> Released
+
+Both report endpoints answer `Accepted`. The operators' views of the control plane (`PoolsResponse`,
+`LeasesResponse`, `DecisionsResponse`) are here too, so its OpenAPI document names every body it sends.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AgentState", "GatewayReport", "LeaseGrant", "LeaseRequest", "LoadReport", "ReplicaInfo", "ReplicaList"]
+__all__ = [
+    "Accepted",
+    "AgentState",
+    "DecisionsResponse",
+    "GatewayReport",
+    "LeaseGrant",
+    "LeaseRequest",
+    "LeasesResponse",
+    "LoadReport",
+    "PoolSummary",
+    "PoolsResponse",
+    "Released",
+    "ReplicaInfo",
+    "ReplicaList",
+]
 
 AgentState = Literal["starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
 
@@ -89,3 +106,48 @@ class LeaseGrant(Wire):
     replica: str
     expires_at: float
     holders: list[str]
+
+
+class Accepted(Wire):
+    """The answer to a report: taken, and how long the control plane trusts it."""
+
+    accepted: bool
+    stale_after_s: float
+
+
+class Released(Wire):
+    """The answer to a lease release: False when the replica held no lease (it had expired, or never was)."""
+
+    released: bool
+
+
+class PoolSummary(Wire):
+    """One pool as ``GET /v1/pools`` shows it: bounds, replica counts and the last decision."""
+
+    pool: str
+    model: str
+    min: int
+    max: int
+    replicas: int = Field(description="replicas reported and not stopped (stale ones included)")
+    ready: int = Field(description="ready replicas whose reports are fresh")
+    stale: int
+    last_decision: dict[str, Any] | None = Field(description="as in GET /v1/decisions; None before the first tick")
+
+
+class PoolsResponse(Wire):
+    pools: list[PoolSummary]
+    generated_at: float
+
+
+class LeasesResponse(Wire):
+    """Restart leases: holders per pool (replica -> expiry time) and the recent grant/renew/refuse/release/expire
+    events, oldest first."""
+
+    holders: dict[str, dict[str, float]]
+    history: list[dict[str, Any]]
+
+
+class DecisionsResponse(Wire):
+    """Scaling decisions, oldest first, each with its inputs and reason."""
+
+    decisions: list[dict[str, Any]]

@@ -7,7 +7,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from agent.engine_client import Health
+from agent.node import Agent, AgentOptions
 from fleet.spec import PoolSpec
 
 BASE_POOL: dict[str, Any] = {
@@ -149,3 +152,10 @@ class FakeWorld:
 
     async def version(self) -> str | None:
         return "sim-test"
+
+
+def api_agent(http: httpx.AsyncClient, clock: VirtualClock | None = None, replica: str = "r0") -> Agent:
+    """A real `Agent` whose supervisor never runs: its API answers from the state tests drive by hand, and a drain
+    only flips that state (no engine is ever spawned, nothing exits). ``http`` is never used."""
+    options = AgentOptions(replica=replica, port=1, engine_port=2, control_plane=None)
+    return Agent(build_pool(), options, http, clock or VirtualClock())

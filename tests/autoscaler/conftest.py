@@ -1,4 +1,4 @@
-"""Fixtures: a control plane served over real HTTP on a free loopback port, with a settable clock."""
+"""Fixtures: a control plane served by uvicorn over real HTTP on a free loopback port, with a settable clock."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from aiohttp import web
 
-from autoscaler.actuators import DryRun, FleetView
+from autoscaler.actuators import ActuatorEnv, DryRun, FleetView
 from autoscaler.actuators.local import LocalActuator
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
+from fleet.control_api import ApiServer, bind
 from fleet.loader import load_spec
 from fleet.spec import FleetSpec, PoolSpec
 
@@ -53,22 +53,22 @@ def local_spec(**autoscaling: object) -> FleetSpec:
     return spec
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[Served]:
+def build_control_plane(clock: Clock) -> tuple[ControlPlane, ControlLoop, DryRun]:
+    """A control plane over the local stack whose loop decides but never acts (a dry-run over reports only)."""
     spec = local_spec(scale_down_stabilization_s=20.0)
-    clock = Clock()
-    from autoscaler.actuators import ActuatorEnv
-
     dry = DryRun(ReportedOnly(spec, ActuatorEnv(stack="local", control_plane_url="http://unused")))
     loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), dry, clock)
-    cp = ControlPlane.build(spec, clock, loop)
-    runner = web.AppRunner(create_app(cp))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    url = f"http://127.0.0.1:{port}"
+    return ControlPlane.build(spec, clock, loop), loop, dry
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    clock = Clock()
+    cp, loop, dry = build_control_plane(clock)
+    server = ApiServer(create_app(cp), bind("127.0.0.1", 0))
+    await server.start()
+    url = f"http://127.0.0.1:{server.port}"
     async with httpx.AsyncClient(base_url=url, timeout=5.0) as http:
         yield Served(cp, loop, clock, http, url, dry)
     await dry.close()
-    await runner.cleanup()
+    await server.stop()

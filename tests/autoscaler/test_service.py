@@ -1,12 +1,15 @@
-"""Control plane over real HTTP: reports, staleness, discovery, leases, decisions, metrics."""
+"""Control plane over real HTTP: reports, staleness, discovery, leases, decisions, metrics, OpenAI errors, and the
+OpenAPI document held to the contract in docs/architecture.md."""
 
 from __future__ import annotations
 
 import pytest
 
+from fleet.control_api import MAX_BODY_BYTES
 from fleet.wire import LeaseGrant, ReplicaList
 from tests.autoscaler.builders import report
 from tests.autoscaler.conftest import Served
+from tests.contracts import declared_routes, documented_routes, error_schemas
 
 POOL = "qwen-7b"
 
@@ -32,20 +35,60 @@ async def test_reports_feed_discovery_and_go_stale(served: Served) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "body", "status"),
+    ("method", "path", "body", "status", "param"),
     [
-        ("GET", "/v1/pools/nope/replicas", None, 404),
-        ("POST", "/v1/reports", {"replica": "a"}, 400),
-        ("POST", "/v1/reports", report("a", pool="nope").model_dump(mode="json"), 404),
-        ("POST", "/v1/leases/restart", {"pool": "nope", "replica": "a"}, 404),
-        ("GET", "/v1/decisions?limit=x", None, 400),
+        ("GET", "/v1/pools/nope/replicas", None, 404, "pool"),
+        ("POST", "/v1/reports", {"replica": "a"}, 400, "pool"),
+        ("POST", "/v1/reports", report("a", pool="nope").model_dump(mode="json"), 404, "pool"),
+        ("POST", "/v1/reports", [1, 2], 400, None),
+        ("POST", "/v1/leases/restart", {"pool": "nope", "replica": "a"}, 404, "pool"),
+        ("POST", "/v1/leases/restart", {"pool": POOL, "replica": "a", "ttl_s": "soon"}, 400, "ttl_s"),
+        ("DELETE", "/v1/leases/restart/nope/a", None, 404, "pool"),
+        ("GET", "/v1/decisions?limit=x", None, 400, "limit"),
+        ("GET", "/v1/nope", None, 404, None),
+        ("PUT", "/v1/reports", None, 405, None),
     ],
 )
-async def test_errors_use_openai_error_json(served: Served, method: str, path: str, body: object, status: int) -> None:
+async def test_errors_use_openai_error_json(
+    served: Served, method: str, path: str, body: object, status: int, param: str | None
+) -> None:
     response = await served.http.request(method, path, json=body)
     assert response.status_code == status
     error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
     assert error["message"] and error["type"] and error["code"] == status
+    assert error["param"] == param
+
+
+async def test_invalid_json_and_oversized_bodies_are_openai_errors(served: Served) -> None:
+    headers = {"Content-Type": "application/json"}
+    broken = await served.http.post("/v1/reports", content=b'{"replica": ', headers=headers)
+    assert (broken.status_code, broken.json()["error"]["type"]) == (400, "invalid_request_error")
+    huge = await served.http.post("/v1/reports", content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
+    assert (huge.status_code, huge.json()["error"]["code"]) == (413, 413)
+
+
+async def test_a_wrong_method_says_which_are_allowed(served: Served) -> None:
+    response = await served.http.get("/v1/leases/restart")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+
+
+async def test_openapi_document_matches_the_documented_contract(served: Served) -> None:
+    openapi = (await served.http.get("/openapi.json")).json()
+    assert declared_routes(openapi) == documented_routes("Control plane")
+    errors = error_schemas(openapi)
+    assert set(errors.values()) == {"#/components/schemas/OpenAIError"}
+    assert "422" not in {status for _, _, status in errors}
+    assert {("POST", "/v1/reports", "400"), ("POST", "/v1/leases/restart", "409")} <= set(errors)
+    report_body = openapi["paths"]["/v1/reports"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert report_body == {"$ref": "#/components/schemas/LoadReport"}
+
+
+async def test_docs_page_is_served(served: Served) -> None:
+    response = await served.http.get("/docs")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "/openapi.json" in response.text
 
 
 async def test_restart_leases_never_exceed_max_unavailable_and_expire(served: Served) -> None:
