@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/autoscaling.py
 	$(BIN)/python bench/fleet_sim.py
+	$(BIN)/python bench/control_plane_intake.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
