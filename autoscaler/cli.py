@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
 from autoscaler.loop import ControlLoop
+from autoscaler.plugins import REGISTRIES
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
 from fleet.control_api import ApiServer, bind
@@ -48,7 +49,7 @@ def _stack_ref(stack: str) -> str:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    loaded = load_spec(args.stack)
+    loaded = load_spec(args.stack, registries=REGISTRIES)
     spec = loaded.spec
     port = args.port if args.port is not None else spec.control_plane.port
     sock = bind(args.host, port)  # bound before anything else so that port 0 is known to agents and printed

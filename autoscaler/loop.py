@@ -102,7 +102,7 @@ class ControlLoop:
         self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
         self.actuator = actuator
         self.clock = clock
-        self.policy = make_policy(spec.autoscaling.policy.name)
+        self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
         self.decisions: deque[Decision] = deque(maxlen=history)
         self.last: dict[str, Decision] = {}
         self._state: dict[str, dict[str, Any]] = {}
