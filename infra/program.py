@@ -21,7 +21,7 @@ from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
 from infra.control_plane import ControlPlane, ControlPlaneArgs
 from infra.device_plugin import DevicePlugin
-from infra.gateway import Gateway, GatewayArgs
+from infra.gateway_tier import Gateway, GatewayArgs
 from infra.iam import autoscaler_policy, irsa_role
 from infra.k8s_base import FleetBase, FleetBaseArgs
 from infra.network import Network, NetworkArgs
