@@ -13,8 +13,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet.spec import FleetSpec
 from fleet import contract
+from fleet.spec import FleetSpec
 from infra.k8s_base import http_probe, spec_volumes
 
 __all__ = ["Gateway", "GatewayArgs", "gateway_service_annotations"]

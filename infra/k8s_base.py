@@ -14,9 +14,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from fleet import contract
 from fleet.loader import NAMESPACE
 from fleet.spec import FleetSpec
-from fleet import contract
 
 __all__ = ["FleetBase", "FleetBaseArgs", "control_plane_url", "http_probe", "render_stack_file", "spec_volumes"]
 

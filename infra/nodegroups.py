@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from fleet import contract
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
-from fleet import contract
 from infra.iam import service_role
 
 __all__ = [

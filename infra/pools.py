@@ -21,9 +21,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleet import contract
 from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
-from fleet import contract
 from infra.k8s_base import http_probe, spec_volumes
 
 __all__ = ["EnginePool", "EnginePoolArgs", "engine_deployment_spec", "engine_labels"]
