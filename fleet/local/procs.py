@@ -105,6 +105,14 @@ class Child:
         self._out.close()
         return self.process.returncode
 
+    def kill(self) -> int | None:
+        """SIGKILL its whole group at once (no drain) and reap it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self._out.close()
+        return self.process.returncode
+
     def tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,169 @@
+"""Stacks: stack documents for tests, from a named preset or a shipped stack, changed by dotted-path overrides.
+
+Presets (the ``config`` mapping of a stack file):
+
+* ``aws``: a valid prod-like AWS stack, one vLLM pool on an a100 node group, two tenants.
+* ``local-sim``: a local stack with one simulated pool whose startup, cold start and drain are short.
+* ``gateway``: a local stack with two simulated pools and two tenants whose keys are `KEYS`, with a small
+  admission queue and short gateway timeouts.
+* any other name: the shipped stack of that name (`shipped`), e.g. ``local`` or ``prod``.
+
+Overrides map a dotted path to a value: ``**{"llmfleet:pools.0.engine.maxNumSeqs": 8}``. A first segment
+without a namespace is in ``llmfleet:``, so top-level keys read as keywords (``tenants=[...]``) and
+``"pools.0.drain.graceSeconds"`` means ``"llmfleet:pools.0.drain.graceSeconds"``. Numbers index lists; missing
+mappings on the way are created; a value of `DELETE` removes the key (or list item).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleet.loader import find_stack, parse_spec
+from fleet.spec import FleetSpec, PoolSpec
+from fleet.validate import hash_api_key
+
+__all__ = ["DELETE", "KEYS", "MODEL", "PRESETS", "pool", "shipped", "spec", "stack_document", "write_stack"]
+
+MODEL = "qwen2.5-7b-instruct"  # every preset's first pool serves Qwen2.5-7B-Instruct under this name
+KEYS = {"gold": "sk-test-gold", "bronze": "sk-test-bronze", "other": "sk-test-other"}  # "other" is no tenant's
+
+DELETE: Any = object()
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "aws": {
+        "aws:region": "us-east-1",
+        "llmfleet:environment": "prod",
+        "llmfleet:target": "aws",
+        "llmfleet:availabilityZones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+        "llmfleet:gpuNodeGroups": [
+            {"name": "a100", "instanceType": "p4de.24xlarge", "minNodesPerAz": 1, "maxNodesPerAz": 2}
+        ],
+        "llmfleet:pools": [
+            {
+                "name": "qwen-7b",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "servedModelName": MODEL,
+                "nodeGroup": "a100",
+                "engine": {"kind": "vllm", "maxNumSeqs": 256},
+                "replicas": {"min": 3, "max": 12},
+            }
+        ],
+        "llmfleet:tenants": [
+            {"name": "acme", "apiKeysSecret": "tenantKeys:acme", "priority": 8},
+            {"name": "research", "apiKeyHashes": [hash_api_key("example-research-key")], "priority": 2},
+        ],
+    },
+    "local-sim": {
+        "llmfleet:environment": "agenttest",
+        "llmfleet:target": "local",
+        "llmfleet:availabilityZones": ["local-a"],
+        "llmfleet:pools": [
+            {
+                "name": "qwen-7b",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "servedModelName": MODEL,
+                "engine": {"kind": "sim", "maxNumSeqs": 64, "sim": {"startupSeconds": 0.3, "timeScale": 1.0}},
+                "coldStartSeconds": 20,
+                "drain": {"graceSeconds": 12, "propagationSeconds": 0.5},
+            }
+        ],
+        "llmfleet:tenants": [{"name": "t", "apiKeyHashes": ["sha256:" + "0" * 64]}],
+    },
+    "gateway": {
+        "llmfleet:environment": "test",
+        "llmfleet:target": "local",
+        "llmfleet:availabilityZones": ["local-a"],
+        "llmfleet:pools": [
+            {
+                "name": "qwen-7b",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "servedModelName": MODEL,
+                "engine": {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192},
+                "replicas": {"min": 1, "max": 4},
+            },
+            {
+                "name": "small",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "servedModelName": "small-model",
+                "engine": {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192},
+                "replicas": {"min": 0, "max": 2},
+            },
+        ],
+        "llmfleet:gateway": {
+            "replicas": 1,
+            "queue": {"perReplicaThreshold": 0, "maxWaiting": 64, "timeoutS": 2},
+            "timeouts": {"connectS": 1, "firstTokenS": 5, "totalS": 30},
+            "routing": {"scrapeIntervalS": 0.2},
+            "maxBodyBytes": 4096,
+        },
+        "llmfleet:tenants": [
+            {
+                "name": "gold",
+                "apiKeyHashes": [hash_api_key(KEYS["gold"])],
+                "priority": 8,
+                "requestsPerSecond": 10000,
+                "tokensPerMinute": 100_000_000,
+                "maxConcurrency": 10000,
+            },
+            {
+                "name": "bronze",
+                "apiKeyHashes": [hash_api_key(KEYS["bronze"])],
+                "priority": 1,
+                "requestsPerSecond": 10000,
+                "tokensPerMinute": 100_000_000,
+                "maxConcurrency": 10000,
+                "allowedModels": [MODEL],
+            },
+        ],
+    },
+}
+
+
+def shipped(name: str) -> dict[str, Any]:
+    """The shipped stack ``name`` (``stacks/Pulumi.<name>.yaml``), parsed."""
+    return dict(yaml.safe_load(find_stack(name).read_text()))
+
+
+def stack_document(preset: str = "aws", /, **overrides: Any) -> dict[str, Any]:
+    """A stack document (the YAML's top-level mapping): ``preset``'s, with ``overrides`` applied."""
+    document = {"config": copy.deepcopy(PRESETS[preset])} if preset in PRESETS else shipped(preset)
+    _apply(document["config"], overrides)
+    return document
+
+
+def write_stack(path: Path, preset: str = "aws", /, **overrides: Any) -> Path:
+    """Write `stack_document` to ``path`` (``Pulumi.<stack>.yaml``, so a loader names the stack) and return it."""
+    path.write_text(yaml.safe_dump(stack_document(preset, **overrides), sort_keys=False))
+    return path
+
+
+def spec(preset: str = "aws", /, **overrides: Any) -> FleetSpec:
+    """`stack_document`, parsed and validated."""
+    return parse_spec(stack_document(preset, **overrides), name=preset).spec
+
+
+def pool(preset: str = "local-sim", /, **overrides: Any) -> PoolSpec:
+    """``preset``'s first pool as a PoolSpec; ``overrides`` are dotted paths inside the pool (``engine.kind``)."""
+    values = copy.deepcopy(stack_document(preset)["config"]["llmfleet:pools"][0])
+    _apply(values, overrides, namespace="")
+    return PoolSpec.model_validate(values)
+
+
+def _apply(target: dict[str, Any], overrides: dict[str, Any], namespace: str = "llmfleet:") -> None:
+    """Set each dotted path in ``overrides`` in ``target`` (see the module docstring)."""
+    for dotted, value in overrides.items():
+        head, *rest = dotted.split(".")
+        if namespace and ":" not in head:
+            head = namespace + head
+        keys: list[Any] = [head, *(int(part) if part.isdigit() else part for part in rest)]
+        node: Any = target
+        for key in keys[:-1]:
+            node = node[key] if isinstance(node, list) else node.setdefault(key, {})
+        if value is DELETE:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = copy.deepcopy(value)
