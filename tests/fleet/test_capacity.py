@@ -15,7 +15,7 @@ from fleet.capacity import (
 from fleet.catalog import GIB, GPUS, MODELS, ModelFacts
 from fleet.loader import load_spec, parse_spec
 from fleet.perf import StepTimeModel, kv_bytes_per_token
-from tests.fleet.builders import stack
+from tests.support.stacks import stack_document
 
 QWEN = MODELS["Qwen/Qwen2.5-7B-Instruct"]
 A100 = StepTimeModel.for_names(QWEN, "a100-80gb")
@@ -88,7 +88,8 @@ def test_prod_plan_needs_six_replicas_for_200_qps() -> None:
 
 def test_plan_says_when_the_mix_cannot_reach_the_target() -> None:
     loaded = parse_spec(
-        stack(
+        stack_document(
+            "aws",
             **{
                 "llmfleet:pools.0.workload": {
                     "meanPromptTokens": 512,
@@ -96,7 +97,7 @@ def test_plan_says_when_the_mix_cannot_reach_the_target() -> None:
                     "peakQps": 400,
                 },
                 "llmfleet:pools.0.replicas": {"min": 3, "max": 6},
-            }
+            },
         )
     )
     plan = plan_pool(loaded.spec, loaded.spec.pools[0])
@@ -107,7 +108,9 @@ def test_plan_says_when_the_mix_cannot_reach_the_target() -> None:
 
 def test_a_measured_per_replica_qps_overrides_the_model() -> None:
     loaded = parse_spec(
-        stack(**{"llmfleet:pools.0.workload": {"peakQps": 200, "perReplicaQps": 50, "capacityBuffer": 0.3}})
+        stack_document(
+            "aws", **{"llmfleet:pools.0.workload": {"peakQps": 200, "perReplicaQps": 50, "capacityBuffer": 0.3}}
+        )
     )
     plan = plan_pool(loaded.spec, loaded.spec.pools[0])
     assert (plan.qps_source, plan.replicas_needed) == ("stack", 6)

@@ -6,10 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from fleet.cli import COMMANDS, main
-from tests.fleet.builders import stack
+from tests.support.stacks import write_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,8 +25,7 @@ def test_validate_all_shipped_stacks_exits_zero() -> None:
 
 
 def test_validate_a_broken_file_exits_one_and_names_the_key(tmp_path: Path) -> None:
-    path = tmp_path / "Pulumi.bad.yaml"
-    path.write_text(yaml.safe_dump(stack(**{"llmfleet:pools.0.engine.gpuMemoryUtilization": 1.5})))
+    path = write_stack(tmp_path / "Pulumi.bad.yaml", "aws", **{"llmfleet:pools.0.engine.gpuMemoryUtilization": 1.5})
     result = run("validate", str(path))
     assert result.returncode == 1
     assert "llmfleet:pools[0].engine.gpuMemoryUtilization" in result.stderr

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import list_stacks, load_spec, parse_spec
-from tests.fleet.builders import DELETE, DEMO_HASH, stack
+from fleet.validate import DEMO_API_KEY, hash_api_key
+from tests.support.stacks import DELETE, stack_document, write_stack
 
 
 @pytest.mark.parametrize("name", list_stacks())
@@ -22,7 +22,7 @@ def test_every_shipped_stack_validates(name: str) -> None:
 
 
 def test_the_base_document_of_these_tests_is_valid() -> None:
-    parse_spec(stack(), file="ok.yaml")
+    parse_spec(stack_document("aws"), file="ok.yaml")
 
 
 # (case, overrides, expected key path, fragment of the message saying what is allowed)
@@ -123,7 +123,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "demo key outside the local stack",
-        {"llmfleet:tenants.1.apiKeyHashes": [DEMO_HASH]},
+        {"llmfleet:tenants.1.apiKeyHashes": [hash_api_key(DEMO_API_KEY)]},
         "llmfleet:tenants[1].apiKeyHashes",
         "local stack only",
     ),
@@ -262,7 +262,7 @@ def test_broken_stack_names_the_key_and_what_is_allowed(
 ) -> None:
     del case  # Unused: the id names the case.
     with pytest.raises(SpecError) as caught:
-        parse_spec(stack(**overrides), file="stacks/Pulumi.broken.yaml", registries=all_registries())
+        parse_spec(stack_document("aws", **overrides), file="stacks/Pulumi.broken.yaml", registries=all_registries())
     problems = caught.value.problems
     matching = [p for p in problems if p.path == path]
     assert matching, f"no problem at {path}; got {[p.render() for p in problems]}"
@@ -271,12 +271,13 @@ def test_broken_stack_names_the_key_and_what_is_allowed(
 
 
 def test_several_errors_are_reported_together() -> None:
-    broken = stack(
+    broken = stack_document(
+        "aws",
         **{
             "llmfleet:pools.0.engine.gpuMemoryUtilization": 2.0,
             "llmfleet:pools.0.engine.maxNumSeq": 1,
             "llmfleet:target": "gcp",
-        }
+        },
     )
     with pytest.raises(SpecError) as caught:
         parse_spec(broken, file="x.yaml")
@@ -285,12 +286,13 @@ def test_several_errors_are_reported_together() -> None:
 
 def test_kv_budget_overflow_is_a_warning_with_the_concurrency_that_fits() -> None:
     loaded = parse_spec(
-        stack(
+        stack_document(
+            "aws",
             **{
                 "llmfleet:pools.0.engine.maxModelLen": 32768,
                 "llmfleet:pools.0.engine.maxNumSeqs": 1024,
                 "llmfleet:pools.0.workload": {"meanPromptTokens": 6000, "meanOutputTokens": 2000},
-            }
+            },
         )
     )
     [warning] = [w for w in loaded.warnings if w.path == "llmfleet:pools[0].engine.maxNumSeqs"]
@@ -298,8 +300,7 @@ def test_kv_budget_overflow_is_a_warning_with_the_concurrency_that_fits() -> Non
 
 
 def test_stack_file_on_disk_reports_its_path(tmp_path: Path) -> None:
-    path = tmp_path / "Pulumi.mine.yaml"
-    path.write_text(yaml.safe_dump(stack(**{"llmfleet:pools.0.replicas": {"min": 1, "max": 0}})))
+    path = write_stack(tmp_path / "Pulumi.mine.yaml", "aws", **{"llmfleet:pools.0.replicas": {"min": 1, "max": 0}})
     with pytest.raises(SpecError) as caught:
         load_spec(path)
     assert str(path) in str(caught.value)

@@ -12,9 +12,8 @@ from moto.server import ThreadedMotoServer
 from autoscaler.actuators import ActuatorEnv, build_actuator
 from autoscaler.actuators.aws import AwsActuator, spread
 from autoscaler.decisions import ScaleDown, ScaleUp
-from fleet.loader import parse_spec
 from fleet.ports import free_port
-from tests.fleet.builders import stack
+from tests.support import stacks
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 
@@ -65,7 +64,7 @@ def test_spread(total: int, zones: int, expected: list[int]) -> None:
 
 
 async def test_node_groups_follow_replicas_on_moto(eks: Any) -> None:
-    spec = parse_spec(stack()).spec  # pool on a100 (p4de: 8 GPUs, TP 1 -> 8 replicas a node)
+    spec = stacks.spec("aws")  # pool on a100 (p4de: 8 GPUs, TP 1 -> 8 replicas a node)
     actuator = build_actuator(spec, ActuatorEnv("prod", "http://cp", eks_client=eks, scale_pods=False), name="aws")
     assert isinstance(actuator, AwsActuator)
     await actuator.apply(ScaleUp("qwen-7b", current=3, target=40, reason="queue", at=0.0))
