@@ -4,73 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from aiohttp import web
 
 from fleet.ports import free_port
 from gateway.app import GATEWAY, create_app
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
-from tests.gateway.builders import BASE_CONFIG, MODEL
-
-ROOT = Path(__file__).resolve().parents[2]
-LLMFLEET = [sys.executable, "-m", "fleet.cli"]
-_URL = re.compile(r"(http://127\.0\.0\.1:\d+)")
-
-
-@dataclass
-class Proc:
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as handle:
-        return subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-
-
-def _wait_started(proc: subprocess.Popen[bytes], log: Path, marker: str, timeout_s: float = 30.0) -> Proc:
-    """Wait for ``marker`` and a URL after it in the process's log; RuntimeError (with the log) otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
-        if marker in text:
-            match = _URL.search(text[text.index(marker) :])
-            if match:
-                return Proc(proc, match.group(1), log)
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited early:\n{text}")
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{proc.args!r} did not start within {timeout_s}s:\n{log.read_text(errors='replace')}")
-
-
-def _start(args: list[str], log: Path, marker: str, timeout_s: float = 30.0) -> Proc:
-    return _wait_started(_spawn(args, log), log, marker, timeout_s)
+from tests.support.procs import Proc, Procs
+from tests.support.stacks import MODEL, spec
+from tests.support.wait import wait_for
 
 
 def sim_args(*extra: str, time_scale: float = 50.0, max_num_seqs: int = 8) -> list[str]:
     return [
-        *LLMFLEET,
         "sim",
         "serve",
         "Qwen/Qwen2.5-7B-Instruct",
@@ -96,38 +50,34 @@ SimFactory = Callable[..., list[Proc]]
 @pytest.fixture
 def sims(tmp_path: Path) -> Iterator[SimFactory]:
     """``sims(["--fault-hang"], [], time_scale=...)``: start one simulator per argument list, in parallel."""
-    started: list[Proc] = []
+    procs = Procs(tmp_path)
 
     def start(*arg_lists: list[str], **kw: Any) -> list[Proc]:
-        logs = [tmp_path / f"sim-{len(started) + i}.log" for i in range(len(arg_lists))]
-        spawned = [_spawn(sim_args(*extra, **kw), log) for extra, log in zip(arg_lists, logs, strict=True)]
-        try:
-            procs = [_wait_started(proc, log, "API server") for proc, log in zip(spawned, logs, strict=True)]
-        except RuntimeError:
-            for proc in spawned:
-                proc.kill()
-            raise
-        started.extend(procs)
-        return procs
+        spawned = [procs.start(sim_args(*extra, **kw), name=f"sim-{len(procs.started)}") for extra in arg_lists]
+        for proc in spawned:
+            proc.wait_url("API server")
+        return spawned
 
     yield start
-    for proc in started:
-        proc.kill()
+    procs.close()
 
 
 @pytest.fixture(scope="module")
 def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     """One healthy, fast simulator shared by a module's tests that inject no fault."""
-    proc = _start(sim_args(), tmp_path_factory.mktemp("sim") / "sim.log", "API server")
-    yield proc
-    proc.kill()
+    procs = Procs(tmp_path_factory.mktemp("sim"))
+    try:
+        sim = procs.start(sim_args(), name="sim")
+        sim.wait_url("API server")
+        yield sim
+    finally:
+        procs.close()
 
 
-def settings_for(urls: list[str], pool: str = "qwen-7b", **spec_overrides: Any) -> GatewaySettings:
-    from tests.gateway.builders import fleet_spec
-
+def settings_for(urls: list[str], pool: str = "qwen-7b", **overrides: Any) -> GatewaySettings:
+    """Settings over the ``gateway`` preset stack (with ``overrides``, dotted paths) and static replicas."""
     return GatewaySettings(
-        spec=fleet_spec(**spec_overrides), static_replicas={pool: urls}, access_log=False, routing_seed=3
+        spec=spec("gateway", **overrides), static_replicas={pool: urls}, access_log=False, routing_seed=3
     )
 
 
@@ -147,31 +97,36 @@ async def serve(settings: GatewaySettings, **kw: Any) -> AsyncIterator[tuple[str
         await runner.cleanup()
 
 
-def write_stack(tmp_path: Path, name: str = "test", **overrides: Any) -> Path:
-    config = {k: v for k, v in BASE_CONFIG.items()}
-    for key, value in overrides.items():
-        config[f"llmfleet:{key}"] = value
-    path = tmp_path / f"Pulumi.{name}.yaml"
-    path.write_text(yaml.safe_dump({"config": config}))
-    return path
-
-
 @pytest.fixture
 def gateway_procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     """Start ``llmfleet gateway`` processes: ``start(stack_path, replica_urls, *extra_args)``."""
-    started: list[Proc] = []
+    procs = Procs(tmp_path)
 
-    def start(stack: Path, replicas: list[str], *extra: str) -> Proc:
-        args = [*LLMFLEET, "gateway", "--stack", str(stack), "--port", "0", "--seed", "1", *extra]
+    def start(stack: Path | str, replicas: list[str], *extra: str) -> Proc:
+        argv = ["gateway", "--stack", str(stack), "--port", "0", "--seed", "1", *extra]
         for url in replicas:
-            args += ["--replica", url]
-        proc = _start(args, tmp_path / f"gateway-{len(started)}.log", "listening on")
-        started.append(proc)
+            argv += ["--replica", url]
+        proc = procs.start(argv, name=f"gateway-{len(procs.started)}")
+        proc.wait_url("listening on")
         return proc
 
     yield start
-    for proc in started:
-        proc.kill()
+    procs.close()
+
+
+@pytest.fixture
+def start_control_plane(tmp_path: Path) -> Iterator[Callable[[Path], Proc]]:
+    """Start ``llmfleet control-plane --dry-run`` on a free port (it reports the port it was given)."""
+    procs = Procs(tmp_path)
+
+    def start(stack: Path) -> Proc:
+        argv = ["control-plane", "--stack", str(stack), "--port", str(free_port()), "--dry-run"]
+        proc = procs.start(argv, name="control-plane")
+        proc.wait_url("listening on")
+        return proc
+
+    yield start
+    procs.close()
 
 
 @pytest.fixture(scope="session")
@@ -190,12 +145,14 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def accepting() -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            break
-        time.sleep(0.05)
+            return True
+        return False
+
     try:
+        wait_for(accepting, timeout_s=10, what=f"redis-server on port {port}")
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.kill()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -14,8 +12,10 @@ import pytest
 from multidict import CIMultiDict
 
 from fleet.validate import hash_api_key
-from tests.gateway.builders import BASE_CONFIG, KEYS, MODEL, gateway_config
-from tests.gateway.conftest import Proc, SimFactory, serve, settings_for
+from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, MODEL, stack_document
+from tests.support.wait import async_wait_for
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 8}
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}"}
@@ -56,33 +56,29 @@ async def test_status_codes(shared_sim: Proc, name: str, body: Any, headers: dic
 
 async def test_quota_429_with_retry_after(shared_sim: Proc) -> None:
     sim = shared_sim
-    tenants = [dict(BASE_CONFIG["llmfleet:tenants"][0], requestsPerSecond=1)]
-    async with serve(settings_for([sim.url], tenants=tenants)) as (url, _):
+    async with serve(settings_for([sim.url], **{"tenants.0.requestsPerSecond": 1})) as (url, _):
         first = await _post(url, CHAT, GOLD)
         second = await _post(url, CHAT, GOLD)
     assert (first[0], second[0]) == (200, 429)
     assert second[2]["error"]["type"] == "rate_limit_error" and int(second[1]["Retry-After"]) >= 1
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 async def test_queue_full_429_and_queue_timeout_503(sims: SimFactory) -> None:
     (slow,) = sims([], time_scale=1.0, max_num_seqs=1)
-    gateway = gateway_config(queue={"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 1.0})
-    pool = dict(BASE_CONFIG["llmfleet:pools"][0], engine={"kind": "sim", "maxNumSeqs": 1})
-    settings = settings_for([slow.url], gateway=gateway, pools=[pool, BASE_CONFIG["llmfleet:pools"][1]])
+    settings = settings_for(
+        [slow.url],
+        **{
+            "gateway.queue": {"perReplicaThreshold": 0, "maxWaiting": 1, "timeoutS": 1.0},
+            "pools.0.engine": {"kind": "sim", "maxNumSeqs": 1},
+        },
+    )
     long = {**CHAT, "max_tokens": 3000, "stream": True}
     async with serve(settings) as (url, gw):
-        admission = gw.admission[pool["name"]]
+        admission = gw.admission["qwen-7b"]
         holder = asyncio.create_task(_post(url, long, GOLD))  # occupies the only slot
-        await _until(lambda: admission.in_flight == 1)
+        await async_wait_for(lambda: admission.in_flight == 1, timeout_s=10, interval_s=0.005, what="slot taken")
         waiter = asyncio.create_task(_post(url, CHAT, GOLD))  # queues (the one waiting place)
-        await _until(lambda: admission.waiting == 1)
+        await async_wait_for(lambda: admission.waiting == 1, timeout_s=10, interval_s=0.005, what="one waiting")
         full = await _post(url, CHAT, GOLD)
         timed_out = await waiter
         holder.cancel()
@@ -120,7 +116,7 @@ async def test_openai_client_models_chat_stream_and_completions(shared_sim: Proc
 
 async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(shared_sim: Proc) -> None:
     sim = shared_sim
-    assert hash_api_key(KEYS["bronze"]) in BASE_CONFIG["llmfleet:tenants"][1]["apiKeyHashes"]
+    assert hash_api_key(KEYS["bronze"]) in stack_document("gateway")["config"]["llmfleet:tenants"][1]["apiKeyHashes"]
     headers = {"Authorization": f"Bearer {KEYS['bronze']}", "x-tenant": "gold", "x-priority": "9"}
     async with serve(settings_for([sim.url])) as (url, gw):
         status, _, _ = await _post(url, {**CHAT, "model": "small-model"}, headers)

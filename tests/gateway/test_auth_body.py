@@ -10,11 +10,11 @@ import pytest
 from gateway.auth import KeyRing, keys_from_secret, secret_env_name
 from gateway.body import DEFAULT_RESERVE_TOKENS, parse_body
 from gateway.errors import BadRequest, Unauthorized
-from tests.gateway.builders import KEYS, fleet_spec
+from tests.support.stacks import KEYS, spec
 
 
 def test_keys_map_to_their_tenant_and_unknown_keys_fail() -> None:
-    ring = KeyRing(fleet_spec().tenants, {"bronze": ["sk-from-secret"]})
+    ring = KeyRing(spec("gateway").tenants, {"bronze": ["sk-from-secret"]})
     assert ring.authenticate(f"Bearer {KEYS['gold']}").name == "gold"
     assert ring.authenticate("bearer sk-from-secret").name == "bronze"
     for header in (None, "", "Bearer", "Basic abc", f"Bearer {KEYS['gold']}x"):
@@ -87,6 +87,6 @@ def test_hashes_file_adds_digests_for_known_tenants(tmp_path: Path) -> None:
 
     path = tmp_path / KEY_HASHES_FILE
     path.write_text(json.dumps({"gold": [hash_api_key("sk-mounted")], "elsewhere": [hash_api_key("x")]}))
-    ring = KeyRing(fleet_spec().tenants, extra_hashes=hashes_from_file(path))
+    ring = KeyRing(spec("gateway").tenants, extra_hashes=hashes_from_file(path))
     assert ring.authenticate("Bearer sk-mounted").name == "gold"
     assert hashes_from_file(tmp_path / "absent.json") == {}

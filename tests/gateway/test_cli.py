@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 
 from fleet.validate import DEMO_API_KEY
-from tests.gateway.builders import BASE_CONFIG, MODEL
-from tests.gateway.conftest import Proc, write_stack
+from tests.support.procs import Proc
+from tests.support.stacks import MODEL, write_stack
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
 
@@ -33,8 +33,7 @@ async def test_local_stack_demo_key(shared_sim: Proc, gateway_procs: Callable[..
 async def test_tenant_keys_from_secret_env(
     shared_sim: Proc, gateway_procs: Callable[..., Proc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tenants = [dict(BASE_CONFIG["llmfleet:tenants"][0], apiKeysSecret="tenantKeys:gold")]
-    stack = write_stack(tmp_path, tenants=tenants)
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **{"tenants.0.apiKeysSecret": "tenantKeys:gold"})
     monkeypatch.setenv("LLMFLEET_SECRET_TENANTKEYS_GOLD", json.dumps(["sk-from-secret"]))
     gateway = gateway_procs(stack, [shared_sim.url])
     assert await _chat(gateway.url, "sk-from-secret") == 200

@@ -3,7 +3,6 @@ and a client that goes away frees its engine slot."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -11,11 +10,12 @@ from pathlib import Path
 
 import aiohttp
 
-from fleet.ports import free_port
 from fleet.promtext import EngineMetrics
 from gateway.settings import GatewaySettings
-from tests.gateway.builders import KEYS, MODEL
-from tests.gateway.conftest import LLMFLEET, Proc, SimFactory, _start, serve, settings_for, write_stack
+from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, MODEL, write_stack
+from tests.support.wait import async_wait_for
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 CHAT = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
@@ -36,49 +36,41 @@ def _report(replica: str, engine_url: str, state: str) -> dict[str, object]:
     }
 
 
-async def _until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
-async def test_control_plane_discovery_drain_and_outage(sims: SimFactory, tmp_path: Path) -> None:
+async def test_control_plane_discovery_drain_and_outage(
+    sims: SimFactory, start_control_plane: Callable[[Path], Proc], tmp_path: Path
+) -> None:
     (sim,) = sims([])
-    stack = write_stack(tmp_path, autoscaling={"actuator": "local", "dryRun": True})
-    port = str(free_port())  # the control plane reports the port it was given, so it gets a free one
-    cp: Proc = _start(
-        [*LLMFLEET, "control-plane", "--stack", str(stack), "--port", port, "--dry-run"],
-        tmp_path / "cp.log",
-        "listening on",
-    )
-    try:
-        settings = settings_for([])
-        settings = GatewaySettings(spec=settings.spec, control_plane=cp.url, access_log=False)
-        async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", autoscaling={"actuator": "local", "dryRun": True})
+    cp = start_control_plane(stack)
+    settings = settings_for([])
+    settings = GatewaySettings(spec=settings.spec, control_plane=cp.url, access_log=False)
+    async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
 
-            async def report(state: str) -> None:
-                async with session.post(cp.url + "/v1/reports", json=_report("r1", sim.url, state)) as resp:
-                    assert resp.status < 300, await resp.text()
+        async def report(state: str) -> None:
+            async with session.post(cp.url + "/v1/reports", json=_report("r1", sim.url, state)) as resp:
+                assert resp.status < 300, await resp.text()
 
-            async def chat() -> int:
-                async with session.post(url + "/v1/chat/completions", data=CHAT, headers=GOLD) as resp:
-                    await resp.read()
-                    return resp.status
+        async def chat() -> int:
+            async with session.post(url + "/v1/chat/completions", data=CHAT, headers=GOLD) as resp:
+                await resp.read()
+                return resp.status
 
-            await report("ready")
-            await _until(lambda: gw.endpoints.routable("qwen-7b") == 1)
-            assert await chat() == 200
-            await report("draining")
-            await _until(lambda: gw.endpoints.routable("qwen-7b") == 0)
-            await report("ready")
-            await _until(lambda: gw.endpoints.routable("qwen-7b") == 1)
-            cp.kill()  # the control plane dies: the last known replicas keep serving
-            rounds = gw.refresher.rounds
-            await _until(lambda: gw.refresher.rounds >= rounds + 2)
-            assert gw.endpoints.routable("qwen-7b") == 1 and await chat() == 200
-    finally:
-        cp.kill()
+        async def routable(count: int) -> None:
+            await async_wait_for(
+                lambda: gw.endpoints.routable("qwen-7b") == count, timeout_s=10, what=f"{count} routable replica(s)"
+            )
+
+        await report("ready")
+        await routable(1)
+        assert await chat() == 200
+        await report("draining")
+        await routable(0)
+        await report("ready")
+        await routable(1)
+        cp.kill()  # the control plane dies: the last known replicas keep serving
+        rounds = gw.refresher.rounds
+        await async_wait_for(lambda: gw.refresher.rounds >= rounds + 2, timeout_s=10, what="two refresh rounds")
+        assert gw.endpoints.routable("qwen-7b") == 1 and await chat() == 200
 
 
 async def test_client_disconnect_cancels_the_engine_request(sims: SimFactory) -> None:
@@ -98,7 +90,8 @@ async def test_client_disconnect_cancels_the_engine_request(sims: SimFactory) ->
         assert await running() == 1
         resp.close()
         await client.close()
-        deadline = time.monotonic() + 10
-        while await running() != 0:
-            assert time.monotonic() < deadline, "the engine kept generating for a client that left"
-            await asyncio.sleep(0.05)
+
+        async def stopped() -> bool:
+            return await running() == 0
+
+        await async_wait_for(stopped, timeout_s=10, what="the engine to stop generating for a client that left")

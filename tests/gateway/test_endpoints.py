@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.endpoints import EndpointSet, OutlierPolicy
-from tests.gateway.builders import fleet_spec
+from tests.support import stacks
 
 
 class Clock:
@@ -17,7 +17,7 @@ class Clock:
 
 
 def _set(size: int, clock: Clock) -> EndpointSet:
-    spec = fleet_spec()
+    spec = stacks.spec("gateway")
     endpoints = EndpointSet(spec.pools, clock, OutlierPolicy(consecutive_failures=3, base_s=5, max_s=40))
     endpoints.set_members("qwen-7b", [(f"r{i}", f"http://r{i}", True) for i in range(size)])
     return endpoints

@@ -8,8 +8,8 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from fleet.promtext import counter_value, parse
 from gateway.service import Gateway
-from tests.gateway.builders import KEYS, MODEL, gateway_config
 from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.stacks import KEYS, MODEL
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
 
@@ -35,8 +35,7 @@ def _metric(gw: Gateway, name: str) -> float:
         return 0.0
 
 
-def _round_robin(**extra: object) -> dict[str, object]:
-    return gateway_config(routing={"scrapeIntervalS": 0.2, "picker": {"name": "round-robin"}}, **extra)
+ROUND_ROBIN = {"gateway.routing.picker": {"name": "round-robin"}}
 
 
 @pytest.mark.parametrize(
@@ -46,7 +45,7 @@ def _round_robin(**extra: object) -> dict[str, object]:
 )
 async def test_failure_before_the_first_byte_is_served_by_another_replica(sims: SimFactory, fault: list[str]) -> None:
     bad, good = sims(fault, [])
-    async with serve(settings_for([bad.url, good.url], gateway=_round_robin())) as (url, gw):
+    async with serve(settings_for([bad.url, good.url], **ROUND_ROBIN)) as (url, gw):
         client = _client(url)
         try:
             for _ in range(2):  # round-robin: one of the first two requests is sent to the bad replica first
@@ -75,8 +74,8 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sims
 
 async def test_hung_engine_times_out_with_504_and_is_ejected(sims: SimFactory) -> None:
     hung, good = sims(["--fault-slowdown", "100000"], [])
-    config = _round_robin(timeouts={"connectS": 1, "firstTokenS": 1, "totalS": 30})
-    async with serve(settings_for([hung.url, good.url], gateway=config)) as (url, gw):
+    settings = settings_for([hung.url, good.url], **ROUND_ROBIN, **{"gateway.timeouts.firstTokenS": 1})
+    async with serve(settings) as (url, gw):
         client = _client(url)
         statuses: list[int] = []
         try:

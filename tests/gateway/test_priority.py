@@ -9,8 +9,8 @@ import json
 import aiohttp
 
 from fleet.promtext import histogram_buckets, histogram_quantile, parse
-from tests.gateway.builders import BASE_CONFIG, KEYS, MODEL, gateway_config
 from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.stacks import DELETE, KEYS, MODEL
 
 
 async def _send(session: aiohttp.ClientSession, url: str, tenant: str) -> int:
@@ -23,10 +23,16 @@ async def _send(session: aiohttp.ClientSession, url: str, tenant: str) -> int:
 
 async def test_low_priority_burst_keeps_high_priority_queue_wait_within_slo(sims: SimFactory) -> None:
     (sim,) = sims([], time_scale=5.0, max_num_seqs=2)
-    pools = [dict(BASE_CONFIG["llmfleet:pools"][0], engine={"kind": "sim", "maxNumSeqs": 2})]
-    slo_s = pools[0].get("slo", {}).get("ttftP99Ms", 300) / 1000
-    gateway = gateway_config(queue={"perReplicaThreshold": 0, "maxWaiting": 500, "timeoutS": 60})
-    async with serve(settings_for([sim.url], gateway=gateway, pools=pools)) as (url, gw):
+    settings = settings_for(
+        [sim.url],
+        **{
+            "pools.0.engine": {"kind": "sim", "maxNumSeqs": 2},
+            "pools.1": DELETE,
+            "gateway.queue": {"perReplicaThreshold": 0, "maxWaiting": 500, "timeoutS": 60},
+        },
+    )
+    slo_s = settings.spec.pool("qwen-7b").slo.ttft_p99_ms / 1000
+    async with serve(settings) as (url, gw):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             burst = [asyncio.create_task(_send(session, url, "bronze")) for _ in range(80)]  # priority 1
             await asyncio.sleep(0.2)

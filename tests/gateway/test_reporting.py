@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -18,75 +17,65 @@ from fleet.clock import SystemClock
 from fleet.ports import free_port
 from gateway.reporting import GatewayReporter, PoolTraffic
 from gateway.settings import GatewaySettings
-from tests.gateway.builders import KEYS, fleet_spec, gateway_config
-from tests.gateway.conftest import LLMFLEET, Proc, _start, serve, write_stack
+from tests.gateway.conftest import serve
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, spec, write_stack
+from tests.support.wait import async_wait_for
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 SMALL = json.dumps({"model": "small-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
-QUEUE = gateway_config(queue={"timeoutS": 60})  # requests wait long enough to be seen
+QUEUE = {"gateway.queue.timeoutS": 60}  # requests wait long enough to be seen
 
 
-async def _until(predicate: Callable[[], Any], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
-
-
-async def test_gateway_queue_reaches_control_plane_decisions(tmp_path: Path) -> None:
+async def test_gateway_queue_reaches_control_plane_decisions(
+    start_control_plane: Callable[[Path], Proc], tmp_path: Path
+) -> None:
     # Pool "small" has min 0 and no replica: requests wait in the gateway's admission queue, where no agent sees
     # them. The gateway's reports must put them in the control plane's decision inputs, and start the pool.
-    stack = write_stack(tmp_path, gateway=QUEUE, autoscaling={"actuator": "local", "dryRun": True, "intervalS": 0.2})
-    port = str(free_port())
-    cp: Proc = _start(
-        [*LLMFLEET, "control-plane", "--stack", str(stack), "--port", port, "--dry-run"],
-        tmp_path / "cp.log",
-        "listening on",
-    )
-    try:
-        settings = GatewaySettings(spec=fleet_spec(gateway=QUEUE), control_plane=cp.url, access_log=False)
-        async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
+    autoscaling = {"actuator": "local", "dryRun": True, "intervalS": 0.2}
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **QUEUE, autoscaling=autoscaling)
+    cp = start_control_plane(stack)
+    settings = GatewaySettings(spec=spec("gateway", **QUEUE), control_plane=cp.url, access_log=False)
+    async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
 
-            async def chat() -> int:
-                async with session.post(url + "/v1/chat/completions", data=SMALL, headers=GOLD) as resp:
-                    await resp.read()
-                    return resp.status
+        async def chat() -> int:
+            async with session.post(url + "/v1/chat/completions", data=SMALL, headers=GOLD) as resp:
+                await resp.read()
+                return resp.status
 
-            clients = [asyncio.create_task(chat()) for _ in range(3)]
-            found: dict[str, Any] = {}
+        clients = [asyncio.create_task(chat()) for _ in range(3)]
+        found: dict[str, Any] = {}
 
-            async def decided() -> bool:
-                async with session.get(cp.url + "/v1/decisions", params={"pool": "small"}) as resp:
-                    decisions = (await resp.json())["decisions"]
-                for d in decisions:
-                    if d["inputs"].get("gateway_waiting") == 3:
-                        found.update(d)
-                        return True
-                return False
+        async def decided() -> bool:
+            async with session.get(cp.url + "/v1/decisions", params={"pool": "small"}) as resp:
+                decisions = (await resp.json())["decisions"]
+            for d in decisions:
+                if d["inputs"].get("gateway_waiting") == 3:
+                    found.update(d)
+                    return True
+            return False
 
-            try:
+        try:
 
-                async def queued() -> bool:
-                    return gw.admission["small"].waiting == 3
+            async def queued() -> bool:
+                return gw.admission["small"].waiting == 3
 
-                await _until(queued)
-                await _until(decided)
-            finally:
-                for task in clients:
-                    task.cancel()
-                await asyncio.gather(*clients, return_exceptions=True)
-            inputs = found["inputs"]
-            assert inputs["gateways_stale"] == 0 and inputs["request_rate"] > 0
-            assert found["kind"] == "scale-up" and found["target"] >= 1  # started on the gateway's queue alone
-            assert "gateway" in found["reason"]
-    finally:
-        cp.kill()
+            await async_wait_for(queued, timeout_s=20, interval_s=0.1, what="three requests queued")
+            await async_wait_for(decided, timeout_s=20, interval_s=0.1, what="a decision on the queue")
+        finally:
+            for task in clients:
+                task.cancel()
+            await asyncio.gather(*clients, return_exceptions=True)
+        inputs = found["inputs"]
+        assert inputs["gateways_stale"] == 0 and inputs["request_rate"] > 0
+        assert found["kind"] == "scale-up" and found["target"] >= 1  # started on the gateway's queue alone
+        assert "gateway" in found["reason"]
 
 
 async def test_control_plane_down_backs_off_and_keeps_serving() -> None:
     port = free_port()  # nothing listens here
     settings = GatewaySettings(
-        spec=fleet_spec(gateway=QUEUE), control_plane=f"http://127.0.0.1:{port}", access_log=False
+        spec=spec("gateway", **QUEUE), control_plane=f"http://127.0.0.1:{port}", access_log=False
     )
     async with aiohttp.ClientSession() as session, serve(settings) as (url, gw):
         reporter = GatewayReporter(

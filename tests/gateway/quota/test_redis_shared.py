@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -16,8 +17,10 @@ from gateway.body import parse_body
 from gateway.errors import QuotaExceeded
 from gateway.quota import QuotaLimits
 from gateway.quota.redis import RedisQuota
-from tests.gateway.builders import BASE_CONFIG, KEYS, MODEL, gateway_config
-from tests.gateway.conftest import Proc, SimFactory, write_stack
+from tests.gateway.conftest import SimFactory
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, MODEL, write_stack
+from tests.support.wait import async_wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -47,12 +50,14 @@ async def test_quota_is_exact_across_two_gateways(
 ) -> None:
     cost = parse_body(json.dumps(BODY).encode(), "chat").reserve_tokens
     allowed = 12  # the bucket refills one request's worth every 5 s: far longer than the burst takes
-    tenants = [
-        dict(BASE_CONFIG["llmfleet:tenants"][0], tokensPerMinute=allowed * cost, requestsPerSecond=10000),
-        BASE_CONFIG["llmfleet:tenants"][1],
-    ]
-    gateway = gateway_config(quotaBackend="redis", redisUrl=redis_url, queue={"maxWaiting": 500, "timeoutS": 30})
-    stack = write_stack(tmp_path, tenants=tenants, gateway=gateway)
+    overrides = {
+        "tenants.0.tokensPerMinute": allowed * cost,
+        "gateway.quotaBackend": "redis",
+        "gateway.redisUrl": redis_url,
+        "gateway.queue.maxWaiting": 500,
+        "gateway.queue.timeoutS": 30,
+    }
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **overrides)
     (sim,) = sims([], time_scale=1.0, max_num_seqs=64)
     first, second = (gateway_procs(stack, [sim.url], "--no-access-log") for _ in range(2))
     headers = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
@@ -64,13 +69,13 @@ async def test_quota_is_exact_across_two_gateways(
             return resp.status, resp.headers.get("Retry-After")
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def routable(url: str) -> bool:
+            async with session.get(url + "/readyz") as resp:
+                return bool((await resp.json())["routable_replicas"]["qwen-7b"] == 1)
+
         for url in (first.url, second.url):  # both gateways see the replica before the burst
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                async with session.get(url + "/readyz") as resp:
-                    if (await resp.json())["routable_replicas"]["qwen-7b"] == 1:
-                        break
-                await asyncio.sleep(0.05)
+            await async_wait_for(functools.partial(routable, url), timeout_s=10, what=f"{url} routing to the replica")
         results = await asyncio.gather(*(send(session, (first.url, second.url)[i % 2]) for i in range(200)))
     statuses = [status for status, _ in results]
     assert statuses.count(200) == allowed, collections_summary(statuses)

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 
 from fleet.loader import load_spec
-from tests.gateway.builders import KEYS, MODEL, gateway_config
 from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.stacks import KEYS, MODEL
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 
@@ -55,7 +55,7 @@ async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims:
             "scorers": [{"name": "queue-depth", "weight": 1}, {"name": "in-flight", "weight": 1}],
             "picker": {"name": picker},
         }
-        settings = settings_for([slow.url, fast1.url, fast2.url], gateway=gateway_config(routing=routing))
+        settings = settings_for([slow.url, fast1.url, fast2.url], **{"gateway.routing": routing})
         async with serve(settings) as (url, _):
             counts = await _spread(url, requests=90, concurrency=9)
         shares[picker] = counts[busy_id] / sum(counts.values())
@@ -81,7 +81,7 @@ async def test_session_sticks_to_one_replica_until_it_leaves_rotation(
     sims: SimFactory, routing: dict[str, Any]
 ) -> None:
     procs = sims([], [], [])
-    settings = settings_for([p.url for p in procs], gateway=gateway_config(routing=routing))
+    settings = settings_for([p.url for p in procs], **{"gateway.routing": routing})
     async with serve(settings) as (url, _), aiohttp.ClientSession() as session:
         sessions = {name: {**GOLD, "x-session-id": name} for name in ("alice", "bob", "carol", "dave")}
         before = {name: {await _send(session, url, h) for _ in range(5)} for name, h in sessions.items()}
