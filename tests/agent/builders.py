@@ -1,53 +1,15 @@
-"""Builders for agent tests: pools, stack documents, a virtual clock, fake engines and a fake spawner."""
+"""Builders for agent tests: a virtual clock, fake engines and a fake spawner."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
 from agent.engine_client import Health
 from agent.node import Agent, AgentOptions
-from fleet.spec import PoolSpec
-
-BASE_POOL: dict[str, Any] = {
-    "name": "qwen-7b",
-    "model": "Qwen/Qwen2.5-7B-Instruct",
-    "servedModelName": "qwen2.5-7b-instruct",
-    "engine": {"kind": "sim", "maxNumSeqs": 64, "sim": {"startupSeconds": 0.3, "timeScale": 1.0}},
-    "coldStartSeconds": 20,
-    "drain": {"graceSeconds": 12, "propagationSeconds": 0.5},
-}
-
-
-def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def build_pool(**overrides: Any) -> PoolSpec:
-    return PoolSpec.model_validate(deep_merge(BASE_POOL, overrides))
-
-
-def stack_document(pool_overrides: dict[str, Any] | None = None, **config: Any) -> dict[str, Any]:
-    """A local stack document (the YAML's top-level mapping) with one short-timed sim pool."""
-    values: dict[str, Any] = {
-        "environment": "agenttest",
-        "target": "local",
-        "availabilityZones": ["local-a"],
-        "pools": [deep_merge(BASE_POOL, pool_overrides or {})],
-        "tenants": [{"name": "t", "apiKeyHashes": ["sha256:" + "0" * 64]}],
-        **config,
-    }
-    return {"config": {f"llmfleet:{k}": v for k, v in values.items()}}
+from tests.support.stacks import pool
 
 
 class VirtualClock:
@@ -158,4 +120,4 @@ def api_agent(http: httpx.AsyncClient, clock: VirtualClock | None = None, replic
     """A real `Agent` whose supervisor never runs: its API answers from the state tests drive by hand, and a drain
     only flips that state (no engine is ever spawned, nothing exits). ``http`` is never used."""
     options = AgentOptions(replica=replica, port=1, engine_port=2, control_plane=None)
-    return Agent(build_pool(), options, http, clock or VirtualClock())
+    return Agent(pool(), options, http, clock or VirtualClock())

@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent.conftest import Proc, wait_for
+from tests.agent.conftest import AgentProc
+from tests.support.procs import Proc
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 MODEL = "qwen2.5-7b-instruct"
@@ -29,8 +31,8 @@ def engine_health(url: str) -> int:
 
 def test_agent_is_ready_only_after_the_engine_warmed_up(write_stack: Callable[..., Path], start_agent) -> None:
     # A slowed engine makes the warm-up take long enough to watch /readyz stay 503 while /health is 200.
-    stack = write_stack({"engine": {"sim": {"startupSeconds": 1.0}}})
-    agent: Proc = start_agent(stack, "r0", None, "--engine-arg=--fault-slowdown=150", wait_ready=False)
+    stack = write_stack(**{"pools.0.engine.sim.startupSeconds": 1.0})
+    agent: AgentProc = start_agent(stack, "r0", None, "--engine-arg=--fault-slowdown=150", wait_ready=False)
     samples: list[tuple[str, int, int]] = []
 
     def sample() -> bool:
@@ -40,7 +42,7 @@ def test_agent_is_ready_only_after_the_engine_warmed_up(write_stack: Callable[..
         samples.append((readyz.json()["state"], readyz.status_code, health))
         return readyz.status_code == 200
 
-    wait_for(sample, 40, interval_s=0.03, what=f"ready\n{agent.log_tail()}")
+    wait_for(sample, timeout_s=40, interval_s=0.03, what="ready", diagnostics=agent.tail)
     states = [s for s, _, _ in samples]
     assert "starting" in states and "warming" in states
     assert all(code == 503 for state, code, _ in samples if state != "ready")
@@ -70,19 +72,21 @@ async def _load(engine_url: str, stop: asyncio.Event, outcomes: list[str]) -> No
 
 
 async def test_kill_9_under_load_restarts_the_engine_and_counts_it(write_stack, start_agent) -> None:
-    agent: Proc = start_agent(write_stack())
+    agent: AgentProc = start_agent(write_stack())
     first = agent.status()
     stop, outcomes = asyncio.Event(), []
     load = asyncio.ensure_future(_load(first["engine_url"], stop, outcomes))
-    await asyncio.to_thread(wait_for, lambda: outcomes.count("200") >= 4, 20, what="load flowing")
+    await asyncio.to_thread(wait_for, lambda: outcomes.count("200") >= 4, timeout_s=20, what="load flowing")
     os.kill(first["engine_pid"], signal.SIGKILL)
-    await asyncio.to_thread(wait_for, lambda: agent.readyz() != 200, 10, what="not ready after the kill")
+    await asyncio.to_thread(wait_for, lambda: agent.readyz() != 200, timeout_s=10, what="not ready after the kill")
 
     def ready_again() -> dict[str, Any] | None:
         status = agent.status()
         return status if status["state"] == "ready" and status["restarts"] == 1 else None
 
-    second = await asyncio.to_thread(wait_for, ready_again, 40, what=f"ready again\n{agent.log_tail()}")
+    second = await asyncio.to_thread(
+        wait_for, ready_again, timeout_s=40, what="ready again after the kill", diagnostics=agent.tail
+    )
     stop.set()
     await load
     assert second["engine_pid"] != first["engine_pid"] and second["last_exit_code"] == -9
@@ -93,13 +97,13 @@ async def test_kill_9_under_load_restarts_the_engine_and_counts_it(write_stack, 
 
 
 def test_crash_loop_ends_in_failed_until_an_operator_resets(write_stack, start_agent) -> None:
-    stack = write_stack({"engine": {"sim": {"startupSeconds": 0.2}}})
+    stack = write_stack(**{"pools.0.engine.sim.startupSeconds": 0.2})
     # Every engine dies on its first request (the warm-up): a crash loop.
-    agent: Proc = start_agent(
+    agent: AgentProc = start_agent(
         stack, "r0", None, "--engine-arg=--fault-crash-after-requests=0", "--engine-arg=--fault-exit-delay=0.05",
         "--max-restarts", "2", "--crash-window", "120", wait_ready=False,
     )  # fmt: skip
-    failed = wait_for(lambda: agent.status()["state"] == "failed", 60, what=f"failed\n{agent.log_tail()}")
+    failed = wait_for(lambda: agent.status()["state"] == "failed", timeout_s=60, what="failed", diagnostics=agent.tail)
     assert failed
     status = agent.status()
     assert status["restarts"] == 2 and status["engine_pid"] is None and agent.readyz() == 503
@@ -108,13 +112,13 @@ def test_crash_loop_ends_in_failed_until_an_operator_resets(write_stack, start_a
     assert agent.status()["restarts"] == 2
     reset = agent.post("/reset")
     assert reset.status_code == 200
-    wait_for(lambda: agent.status()["restarts"] == 3, 20, what="restart after reset")
+    wait_for(lambda: agent.status()["restarts"] == 3, timeout_s=20, what="restart after reset")
     refused = agent.post("/reset")
     if refused.status_code == 409:  # not failed (yet) again: an OpenAI-shaped error
         assert refused.json()["error"]["code"] == 409
     drain = agent.post("/drain")
     assert drain.status_code == 202 and drain.json()["accepted"] is True
-    assert agent.popen.wait(20) == 0
+    assert agent.wait(20) == 0
 
 
 async def _stream(client: httpx.AsyncClient, first_chunk: asyncio.Event, counter: list[int]) -> list[str]:
@@ -134,8 +138,8 @@ async def _stream(client: httpx.AsyncClient, first_chunk: asyncio.Event, counter
 
 async def test_sigterm_drains_twenty_streams_to_done_then_exits_zero(write_stack, start_agent) -> None:
     # grace 30 s -> the engine's --shutdown-timeout is 23 s: ample for streams of a few seconds on a slow machine
-    stack = write_stack({"drain": {"graceSeconds": 30, "propagationSeconds": 1.5}})
-    agent: Proc = start_agent(stack)
+    stack = write_stack(**{"pools.0.drain": {"graceSeconds": 30, "propagationSeconds": 1.5}})
+    agent: AgentProc = start_agent(stack)
     status = agent.status()
     all_started, counter = asyncio.Event(), [0]
     limits = httpx.Limits(max_connections=40)
@@ -144,14 +148,16 @@ async def test_sigterm_drains_twenty_streams_to_done_then_exits_zero(write_stack
         await asyncio.wait_for(all_started.wait(), 20)
         running = [s for s in streams if not s.done()]
         assert len(running) == 20, "every stream must still be in flight at SIGTERM"
-        agent.popen.send_signal(signal.SIGTERM)
+        agent.send(signal.SIGTERM)
         t0 = time.monotonic()
-        await asyncio.to_thread(wait_for, lambda: agent.readyz() == 503, 5, 0.01, "readiness dropped")
+        await asyncio.to_thread(
+            wait_for, lambda: agent.readyz() == 503, timeout_s=5, interval_s=0.01, what="readiness dropped"
+        )
         assert time.monotonic() - t0 < 1.5  # inside the propagation delay: before the engine is told anything
         results = await asyncio.gather(*streams)
     for lines in results:
         assert lines[-1] == "[DONE]" and '"finish_reason":"length"' in "".join(lines).replace(" ", "")
-    code = await asyncio.to_thread(agent.popen.wait, 30)
+    code = await asyncio.to_thread(agent.wait, 30)
     assert code == 0
     with pytest.raises(ProcessLookupError):
         os.kill(status["engine_pid"], 0)
@@ -164,13 +170,13 @@ def window_open_now() -> dict[str, Any]:
 
 def test_three_agents_restart_in_turn_never_two_at_once(write_stack, start_agent, start_control_plane) -> None:
     pool = {
-        "restartWindow": {**window_open_now(), "maxUnavailable": 1},
-        "drain": {"graceSeconds": 10, "propagationSeconds": 0.3},
-        "replicas": {"min": 3, "max": 3},
+        "pools.0.restartWindow": {**window_open_now(), "maxUnavailable": 1},
+        "pools.0.drain": {"graceSeconds": 10, "propagationSeconds": 0.3},
+        "pools.0.replicas": {"min": 3, "max": 3},
     }
-    stack = write_stack(pool)
+    stack = write_stack(**pool)
     cp: Proc = start_control_plane(stack)
-    agents: list[Proc] = []
+    agents: list[AgentProc] = []
     for name in ("r0", "r1", "r2"):
         agents.append(start_agent(stack, name, cp.url, wait_ready=False))
     history: list[dict[str, Any]] = []
@@ -183,7 +189,12 @@ def test_three_agents_restart_in_turn_never_two_at_once(write_stack, start_agent
         statuses = [a.status() for a in agents]
         return all(s["restarts"] == 1 and s["state"] == "ready" for s in statuses) and not holders_seen[-1]
 
-    wait_for(all_restarted, 90, 0.05, "three planned restarts\n" + "\n".join(a.log_tail(15) for a in agents))
+    wait_for(
+        all_restarted,
+        timeout_s=90,
+        what="three planned restarts",
+        diagnostics=lambda: "\n".join(a.tail(15) for a in agents),
+    )
     assert max(len(h) for h in holders_seen) == 1
     assert all(len(event.get("holders", [])) <= 1 for event in history)
     grants = [e["replica"] for e in history if e["event"] == "grant"]
@@ -198,17 +209,20 @@ def test_control_plane_down_agent_keeps_serving_and_reporting_resumes(
 ) -> None:
     stack = write_stack()
     cp: Proc = start_control_plane(stack)
-    agent: Proc = start_agent(stack, "r0", cp.url)
+    agent: AgentProc = start_agent(stack, "r0", cp.url)
 
     def listed() -> bool:
         replicas = cp.get("/v1/pools/qwen-7b/replicas").json()["replicas"]
         return any(r["replica"] == "r0" and r["state"] == "ready" and not r["stale"] for r in replicas)
 
-    wait_for(listed, 20, what="first report")
+    wait_for(listed, timeout_s=20, what="first report")
     port = cp.port
-    os.killpg(cp.popen.pid, signal.SIGKILL)
-    cp.popen.wait(10)
-    wait_for(lambda: agent.status()["control_plane"]["consecutive_report_failures"] >= 2, 20, what="failed pushes")
+    cp.kill()
+    wait_for(
+        lambda: agent.status()["control_plane"]["consecutive_report_failures"] >= 2,
+        timeout_s=20,
+        what="failed pushes",
+    )
     assert agent.readyz() == 200
     engine_url = agent.status()["engine_url"]
     reply = httpx.post(
@@ -216,5 +230,5 @@ def test_control_plane_down_agent_keeps_serving_and_reporting_resumes(
     )
     assert reply.status_code == 200
     start_control_plane(stack, port)
-    wait_for(listed, 20, what="reports resumed")
+    wait_for(listed, timeout_s=20, what="reports resumed")
     assert agent.status()["control_plane"]["consecutive_report_failures"] == 0

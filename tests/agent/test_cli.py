@@ -36,19 +36,23 @@ def test_control_plane_flag_wins(write_stack: Callable[..., Path], flag: str, ex
 
 
 @pytest.mark.parametrize(
-    ("pool_overrides", "argv_tail", "message"),
+    ("overrides", "argv_tail", "message"),
     [
-        (None, ("--pool", "nope"), "no pool 'nope'"),
-        ({"engine": {"kind": "vllm", "extraArgs": ["--swap-space", "4"]}}, ("--pool", "qwen-7b"), "removed"),
+        ({}, ("--pool", "nope"), "no pool 'nope'"),
+        (
+            {"pools.0.engine.kind": "vllm", "pools.0.engine.extraArgs": ["--swap-space", "4"]},
+            ("--pool", "qwen-7b"),
+            "removed",
+        ),
     ],
 )
 def test_configuration_errors_exit_2_before_starting_anything(
     write_stack: Callable[..., Path],
     capsys: pytest.CaptureFixture[str],
-    pool_overrides: dict[str, object] | None,
+    overrides: dict[str, object],
     argv_tail: tuple[str, ...],
     message: str,
 ) -> None:
-    stack = write_stack(pool_overrides)
+    stack = write_stack(**overrides)
     assert cli.run(parse("--stack", str(stack), "--port", "1", *argv_tail)) == 2
     assert message in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 from agent.launchers import REGISTRY, LaunchConfig, make_launcher
 from fleet.loader import load_spec
 from fleet.plugins import ENGINE_KIND
-from tests.agent.builders import build_pool
+from tests.support import stacks
 
 
 def test_vllm_argv_for_the_prod_pool_is_exact() -> None:
@@ -33,13 +33,13 @@ def test_vllm_argv_for_the_prod_pool_is_exact() -> None:
 
 @pytest.mark.parametrize("removed", ["--disable-log-requests", "--swap-space", "--swap-space=4"])
 def test_flags_removed_from_vllm_are_rejected(removed: str) -> None:
-    pool = build_pool(engine={"kind": "vllm", "extraArgs": [removed]})
+    pool = stacks.pool(**{"engine.kind": "vllm", "engine.extraArgs": [removed]})
     with pytest.raises(ValueError, match="removed"):
         make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1)).argv()
 
 
 def test_optional_flags_follow_the_spec() -> None:
-    pool = build_pool(engine={"kind": "vllm", "enablePrefixCaching": False, "dtype": "bfloat16"})
+    pool = stacks.pool(**{"engine.kind": "vllm", "engine.enablePrefixCaching": False, "engine.dtype": "bfloat16"})
     argv = make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, extra_args=("--enforce-eager",))).argv()
     assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
@@ -47,7 +47,7 @@ def test_optional_flags_follow_the_spec() -> None:
 
 
 def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:
-    pool = build_pool(engine={"sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
+    pool = stacks.pool(**{"engine.sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
     config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))
     argv = make_launcher(pool, config).argv()
     assert argv[:6] == [sys.executable, "-m", "fleet.cli", "sim", "serve", "Qwen/Qwen2.5-7B-Instruct"]
@@ -67,4 +67,4 @@ def test_registry_holds_the_engine_kinds_the_validator_checks() -> None:
 
 def test_unknown_kind_lists_known_ones() -> None:
     with pytest.raises(ValueError, match="registered: .*sim.*vllm"):
-        make_launcher(build_pool(engine={"kind": "tgi"}), LaunchConfig(host="127.0.0.1", port=1))
+        make_launcher(stacks.pool(**{"engine.kind": "tgi"}), LaunchConfig(host="127.0.0.1", port=1))

@@ -13,6 +13,7 @@ from agent.reporter import NO_LOAD, Load, LoadTracker, Reporter
 from fleet.promtext import EngineMetrics
 from fleet.wire import LoadReport
 from tests.agent.receiver import Receiver
+from tests.support.wait import async_wait_for
 
 BOUNDS = (0.05, 0.1, 0.5, 1.0, float("inf"))
 
@@ -90,13 +91,6 @@ def make_report(load: Load) -> LoadReport:
     )  # fmt: skip
 
 
-async def wait_until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_reports_back_off_while_the_control_plane_is_down_and_resume(receiver: Receiver) -> None:
     async with httpx.AsyncClient() as http:
         reporter = Reporter(
@@ -105,16 +99,28 @@ async def test_reports_back_off_while_the_control_plane_is_down_and_resume(recei
         )  # fmt: skip
         task = asyncio.ensure_future(reporter.run())
         try:
-            await wait_until(lambda: len(receiver.reports) >= 2)
+            await async_wait_for(lambda: len(receiver.reports) >= 2, timeout_s=10, interval_s=0.01, what="two reports")
             assert receiver.reports[-1].running is None  # no engine: load unknown
             port = receiver.port
             await receiver.stop()
-            await wait_until(lambda: reporter.consecutive_push_failures >= 4)
+            await async_wait_for(
+                lambda: reporter.consecutive_push_failures >= 4,
+                timeout_s=10,
+                interval_s=0.01,
+                what="four failed pushes",
+            )
             assert reporter.backoff.delay() == 8.0  # 1, 2, 4, then capped
             before = len(receiver.reports)
             await receiver.start(port)
-            await wait_until(lambda: len(receiver.reports) > before)
-            await wait_until(lambda: reporter.consecutive_push_failures == 0)
+            await async_wait_for(
+                lambda: len(receiver.reports) > before, timeout_s=10, interval_s=0.01, what="a report after the restart"
+            )
+            await async_wait_for(
+                lambda: reporter.consecutive_push_failures == 0,
+                timeout_s=10,
+                interval_s=0.01,
+                what="pushes succeeding again",
+            )
             assert reporter.backoff.delay() == 1.0
         finally:
             task.cancel()

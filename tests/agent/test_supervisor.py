@@ -14,7 +14,8 @@ from agent.metrics import AgentMetrics
 from agent.restarts import RestartPolicy
 from agent.states import Event, State
 from agent.supervisor import Supervisor, SupervisorSettings
-from tests.agent.builders import FakeWorld, VirtualClock, build_pool
+from tests.agent.builders import FakeWorld, VirtualClock
+from tests.support import stacks
 
 SETTINGS = SupervisorSettings(
     probe_interval_s=1.0,
@@ -89,7 +90,7 @@ async def harness_factory() -> AsyncIterator[Callable[..., Harness]]:
         desk = LeaseDesk()
         http = httpx.AsyncClient(transport=httpx.MockTransport(desk.handler))
         control = ControlClient(http, "http://control-plane")
-        pool = build_pool(**(pool_overrides or {}))
+        pool = stacks.pool(**(pool_overrides or {}))
         supervisor = Supervisor(
             pool, "r0", world.spawn, world, control, clock, AgentMetrics("r0", pool.name), SETTINGS, rand=lambda: 0.5
         )
