@@ -1,16 +1,12 @@
-"""Fixtures: an in-process simulator on a free loopback port, and real `python -m engine_sim` processes."""
+"""Fixtures: an in-process simulator on a free loopback port, and real `llmfleet sim serve` processes."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +18,7 @@ from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.server import ServerSettings, create_app
 from fleet.ports import free_port
 from tests.engine_sim.builders import make_config
+from tests.support.procs import Proc, Procs
 
 
 @dataclass
@@ -112,68 +109,19 @@ async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any])
     return events
 
 
-@dataclass
-class SimProcess:
-    proc: subprocess.Popen[str]
-    port: int
-    log_path: str
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        with open(self.log_path) as fh:
-            return fh.read()
-
-    def wait_for_log(self, text: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()}")
-            time.sleep(0.02)
-        raise AssertionError(f"{text!r} not logged within {timeout}s:\n{self.log()}")
-
-    def wait_healthy(self, timeout: float = 20.0) -> float:
-        """Poll /health until 200; returns the monotonic time it first answered."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=1.0).status_code == 200:
-                    return time.monotonic()
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()}")
-            time.sleep(0.02)
-        raise AssertionError(f"not healthy within {timeout}s:\n{self.log()}")
-
-    def terminate(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-
-
-SpawnSim = Callable[..., SimProcess]
+SpawnSim = Callable[..., Proc]
 
 
 @pytest.fixture
-def spawn_sim(tmp_path: Any) -> Iterator[SpawnSim]:
-    """Start ``python -m engine_sim serve`` on a free port; every process is killed at teardown."""
-    procs: list[subprocess.Popen[str]] = []
+def spawn_sim(tmp_path: Path) -> Iterator[SpawnSim]:
+    """Start ``llmfleet sim serve`` on a free port (not waiting for it); every process is killed at teardown."""
+    procs = Procs(tmp_path)
 
-    def spawn(*flags: str, model: str = "Qwen/Qwen2.5-7B-Instruct") -> SimProcess:
+    def spawn(*flags: str, model: str = "Qwen/Qwen2.5-7B-Instruct") -> Proc:
         port = free_port()
-        log_path = str(tmp_path / f"sim-{port}.log")
-        cmd = [sys.executable, "-m", "engine_sim", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
-        cmd += ["--served-model-name", "qwen", "--max-model-len", "4096", *flags]
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ})
-        procs.append(proc)
-        return SimProcess(proc, port, log_path)
+        argv = ["sim", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--served-model-name", "qwen", "--max-model-len", "4096", *flags]
+        return procs.start(argv, name=f"sim-{port}", url=f"http://127.0.0.1:{port}")
 
     yield spawn
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+    procs.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.engine_sim.conftest import SpawnSim
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,71 +37,71 @@ def _stream_in_thread(
 
 def test_port_refuses_connections_while_loading_then_serves(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "1.5")
-    sim.wait_for_log("Loading weights")
+    sim.wait_log("Loading weights", timeout_s=20)
     loading_seen = time.monotonic()
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{sim.base_url}/health", timeout=1.0)
-    ready = sim.wait_healthy()
+        httpx.get(f"{sim.url}/health", timeout=1.0)
+    ready = sim.wait_http("/health", timeout_s=20, interval_s=0.02)
     assert ready - loading_seen > 0.8
-    response = httpx.post(f"{sim.base_url}/v1/completions", json={"model": "qwen", "prompt": "hi", "max_tokens": 3})
+    response = httpx.post(f"{sim.url}/v1/completions", json={"model": "qwen", "prompt": "hi", "max_tokens": 3})
     assert response.json()["usage"]["completion_tokens"] == 3
 
 
 def test_sigterm_with_a_shutdown_timeout_lets_in_flight_streams_finish(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--time-scale", "4", "--shutdown-timeout", "20")
-    sim.wait_healthy()
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
     lines: list[str] = []
     started = threading.Event()
-    reader = _stream_in_thread(sim.base_url, {**STREAM, "max_tokens": 150}, lines, started)
+    reader = _stream_in_thread(sim.url, {**STREAM, "max_tokens": 150}, lines, started)
     assert started.wait(10)
-    sim.terminate()
-    sim.wait_for_log("shutdown triggered")
-    late = httpx.post(f"{sim.base_url}/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 2})
+    sim.send(signal.SIGTERM)
+    sim.wait_log("shutdown triggered", timeout_s=20)
+    late = httpx.post(f"{sim.url}/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 2})
     assert late.status_code == 503
-    assert httpx.get(f"{sim.base_url}/health").status_code == 200
+    assert httpx.get(f"{sim.url}/health").status_code == 200
     reader.join(20)
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert len(chunks) == 150 and chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert sim.proc.wait(10) == 0
+    assert sim.wait(10) == 0
 
 
 def test_sigterm_without_a_timeout_aborts_in_flight_streams(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--shutdown-timeout", "0")
-    sim.wait_healthy()
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
     lines: list[str] = []
     started = threading.Event()
-    reader = _stream_in_thread(sim.base_url, {**STREAM, "max_tokens": 4000}, lines, started)
+    reader = _stream_in_thread(sim.url, {**STREAM, "max_tokens": 4000}, lines, started)
     assert started.wait(10)
-    sim.terminate()
+    sim.send(signal.SIGTERM)
     reader.join(10)
     assert lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2][6:])["choices"][0]["finish_reason"] == "abort"
-    assert sim.proc.wait(10) == 0
+    assert sim.wait(10) == 0
 
 
 def test_an_engine_crash_turns_health_503_then_exits_nonzero(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--fault-crash-at-seconds", "0.3", "--fault-exit-delay", "1.0")
-    sim.wait_healthy()
-    deadline = time.monotonic() + 5
-    status = 200
-    while status == 200 and time.monotonic() < deadline:
-        status = httpx.get(f"{sim.base_url}/health").status_code
-        time.sleep(0.02)
-    assert status == 503
-    assert sim.proc.wait(10) == 1
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
+
+    def unhealthy() -> int | None:
+        status = sim.get("/health").status_code
+        return status if status != 200 else None
+
+    assert wait_for(unhealthy, timeout_s=5, interval_s=0.02, what="/health to stop answering 200") == 503
+    assert sim.wait(10) == 1
 
 
 def test_dying_mid_stream_resets_the_connection_without_done(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--fault-die-mid-stream-after-tokens", "5")
-    sim.wait_healthy()
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
     lines: list[str] = []
     with pytest.raises(httpx.TransportError):
-        with httpx.stream("POST", f"{sim.base_url}/v1/completions", json={**STREAM, "max_tokens": 50}) as r:
+        with httpx.stream("POST", f"{sim.url}/v1/completions", json={**STREAM, "max_tokens": 50}) as r:
             for line in r.iter_lines():
                 lines.append(line)
     assert "data: [DONE]" not in lines
-    assert sim.proc.wait(10) == 1
+    assert sim.wait(10) == 1
 
 
 @pytest.mark.parametrize(
@@ -121,8 +123,8 @@ def test_unknown_models_need_model_facts(spawn_sim: SpawnSim) -> None:
         "vocab_size": 32000, "tied_embeddings": True, "max_position": 4096,
     }  # fmt: skip
     sim = spawn_sim("--startup-seconds", "0", "--model-facts", json.dumps(facts), model="acme/tiny-1b")
-    sim.wait_healthy()
-    assert httpx.get(f"{sim.base_url}/v1/models").json()["data"][0]["root"] == "acme/tiny-1b"
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
+    assert httpx.get(f"{sim.url}/v1/models").json()["data"][0]["root"] == "acme/tiny-1b"
     result = subprocess.run(
         [sys.executable, "-m", "engine_sim", "serve", "acme/tiny-1b"], capture_output=True, text=True, timeout=30
     )

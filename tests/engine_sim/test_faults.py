@@ -10,6 +10,7 @@ import pytest
 from engine_sim.faults import FaultPolicy, FaultSpec
 from tests.engine_sim.builders import make_request, make_scheduler, run_until_idle
 from tests.engine_sim.conftest import StartSim
+from tests.support.wait import async_wait_for
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -75,8 +76,7 @@ async def test_crash_fails_in_flight_streams_in_band(start_sim: StartSim) -> Non
                     lines.append(line)
 
     reader = asyncio.create_task(read())
-    while len(lines) < 2:
-        await asyncio.sleep(0.005)
+    await async_wait_for(lambda: len(lines) >= 2, timeout_s=10, interval_s=0.005, what="two streamed lines")
     await sim.client.post(CHAT, json=BODY)  # the second request crashes the engine
     await asyncio.wait_for(reader, 5)
     assert lines[-1] == "data: [DONE]" and '"error"' in lines[-2]

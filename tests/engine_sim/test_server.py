@@ -13,8 +13,10 @@ import pytest
 from engine_sim.tokenizer import encode
 from fleet import promtext
 from tests.engine_sim.conftest import SimHandle, StartSim, sse_events
+from tests.support.wait import async_wait_for
 
 CHAT = "/v1/chat/completions"
+ABORTED = {"finished_reason": "abort"}
 
 
 def _chat(content: str, max_tokens: int | None = 8, **extra: Any) -> dict[str, Any]:
@@ -218,13 +220,12 @@ async def test_client_disconnect_aborts_the_request_and_frees_its_blocks(start_s
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
                 break
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    async def aborted() -> dict[str, list[promtext.Sample]] | None:
         samples = await _scrape(sim)
-        if promtext.counter_value(samples, "vllm:request_success", {"finished_reason": "abort"}) == 1:
-            break
-        await asyncio.sleep(0.02)
-    assert promtext.counter_value(samples, "vllm:request_success", {"finished_reason": "abort"}) == 1
+        return samples if promtext.counter_value(samples, "vllm:request_success", ABORTED) == 1 else None
+
+    samples = await async_wait_for(aborted, timeout_s=10, interval_s=0.02, what="the request counted as aborted")
     assert promtext.gauge_value(samples, "vllm:kv_cache_usage_perc") == 0.0
     assert promtext.gauge_value(samples, "vllm:num_requests_running") == 0
 
@@ -232,8 +233,7 @@ async def test_client_disconnect_aborts_the_request_and_frees_its_blocks(start_s
 async def test_draining_rejects_new_requests_keeps_health_and_finishes_in_flight(start_sim: StartSim) -> None:
     sim = await start_sim(time_scale=10.0)
     in_flight = asyncio.create_task(_stream_text(sim, {"model": "qwen", "prompt": "go", "max_tokens": 100}))
-    while sim.engine.scheduler.num_running == 0:
-        await asyncio.sleep(0.005)
+    await async_wait_for(lambda: sim.engine.scheduler.num_running > 0, timeout_s=10, interval_s=0.005, what="running")
     sim.engine.begin_drain()
     rejected = await sim.client.post(CHAT, json=_chat("late"))
     assert rejected.status_code == 503 and rejected.json()["error"]["code"] == 503
