@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,8 @@ def write_stack(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProc]]:
-    procs = Procs(tmp_path, stop_timeout_s=20.0)
+def start_agent(procs: Procs, tmp_path: Path) -> Callable[..., AgentProc]:
+    """Start ``llmfleet agent`` on a free port with short probe and backoff timings; by default wait until ready."""
 
     def start(
         stack: Path, replica: str = "r0", control_plane: str | None = None, *extra: str, wait_ready: bool = True
@@ -62,19 +62,18 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProc]]:
             *extra,
         ]  # fmt: skip
         log = tmp_path / replica / "agent.log"
-        proc = procs.add(AgentProc.start(argv, log, name=replica, url=f"http://127.0.0.1:{port}"))
+        proc = procs.add(AgentProc.start(argv, log, name=replica, url=f"http://127.0.0.1:{port}"), stop_timeout_s=20)
         if wait_ready:
             proc.wait_http("/readyz", timeout_s=40)
             proc.status()
         return proc
 
-    yield start
-    procs.close()
+    return start
 
 
 @pytest.fixture
-def start_control_plane(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    procs = Procs(tmp_path, stop_timeout_s=10.0)
+def start_control_plane(procs: Procs, tmp_path: Path) -> Callable[..., Proc]:
+    """Start ``llmfleet control-plane --dry-run`` (on ``port``, else a free one) and wait until it answers."""
 
     def start(stack: Path, port: int | None = None) -> Proc:
         port = port or free_port()
@@ -82,12 +81,11 @@ def start_control_plane(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
             "control-plane", "--stack", str(stack), "--port", str(port),
             "--dry-run", "--log-dir", str(tmp_path / "cp-agents"),
         ]  # fmt: skip
-        proc = procs.start(argv, name="control-plane", url=f"http://127.0.0.1:{port}")
+        proc = procs.start(argv, name="control-plane", url=f"http://127.0.0.1:{port}", stop_timeout_s=10)
         proc.wait_http("/healthz", timeout_s=30)
         return proc
 
-    yield start
-    procs.close()
+    return start
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from autoscaler.loop import ControlLoop
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
 from fleet.control_api import ApiServer, bind
-from fleet.loader import load_spec
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.spec import PoolSpec
+from tests.support import stacks
 
 
 class Clock:
@@ -46,16 +46,9 @@ class Served:
     dry: DryRun
 
 
-def local_spec(**autoscaling: object) -> FleetSpec:
-    spec = load_spec("local").spec
-    if autoscaling:
-        spec = spec.model_copy(update={"autoscaling": spec.autoscaling.model_copy(update=autoscaling)})
-    return spec
-
-
 def build_control_plane(clock: Clock) -> tuple[ControlPlane, ControlLoop, DryRun]:
     """A control plane over the local stack whose loop decides but never acts (a dry-run over reports only)."""
-    spec = local_spec(scale_down_stabilization_s=20.0)
+    spec = stacks.spec("local", **{"autoscaling.scaleDownStabilizationS": 20.0})
     dry = DryRun(ReportedOnly(spec, ActuatorEnv(stack="local", control_plane_url="http://unused")))
     loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), dry, clock)
     return ControlPlane.build(spec, clock, loop), loop, dry

@@ -6,43 +6,35 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from fleet.local.procs import descendants
 from fleet.ports import free_port
+from tests.support.procs import Proc
+from tests.support.wait import wait_for
 
 
-def test_dry_run_control_plane_logs_decisions_and_starts_no_agent() -> None:
+def test_dry_run_control_plane_logs_decisions_and_starts_no_agent(tmp_path: Path) -> None:
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "control-plane", "--stack", "local", "--port", str(port), "--dry-run"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    argv = ["control-plane", "--stack", "local", "--port", str(port), "--dry-run"]
+    cp = Proc.start(argv, tmp_path / "control-plane.log", url=f"http://127.0.0.1:{port}")
     try:
-        deadline = time.monotonic() + 30
-        decisions: list[dict[str, object]] = []
-        while time.monotonic() < deadline and not decisions:
-            try:
-                decisions = httpx.get(f"http://127.0.0.1:{port}/v1/decisions", timeout=1).json()["decisions"]
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        assert decisions and decisions[0]["kind"] == "scale-up"
+        decisions: list[dict[str, object]] = wait_for(
+            lambda: cp.get("/v1/decisions", timeout=1).json()["decisions"],
+            timeout_s=30,
+            interval_s=0.2,
+            what="a first decision",
+            diagnostics=cp.tail,
+        )
+        assert decisions[0]["kind"] == "scale-up"
         assert str(decisions[0]["reason"]).startswith("availability")
-        assert descendants(process.pid) == set()  # dry run: nothing launched
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
+        assert descendants(cp.process.pid) == set()  # dry run: nothing launched
+        cp.send(signal.SIGTERM)
+        assert cp.wait(20) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        cp.kill()
 
 
 def test_unknown_stack_exits_2_with_the_list_of_stacks() -> None:
@@ -64,9 +56,7 @@ def test_port_zero_prints_the_bound_address_and_serves_on_it(tmp_path: Path) -> 
             stderr=subprocess.DEVNULL,
         )
     try:
-        deadline = time.monotonic() + 30
-        while "\n" not in out.read_text() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: "\n" in out.read_text() or process.poll() is not None, timeout_s=30, what="a first line")
         line = out.read_text().split("\n")[0]
         match = re.fullmatch(r"llmfleet control-plane listening on http://127\.0\.0\.1:(\d+)", line)
         assert match, line

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -113,9 +112,8 @@ SpawnSim = Callable[..., Proc]
 
 
 @pytest.fixture
-def spawn_sim(tmp_path: Path) -> Iterator[SpawnSim]:
+def spawn_sim(procs: Procs) -> SpawnSim:
     """Start ``llmfleet sim serve`` on a free port (not waiting for it); every process is killed at teardown."""
-    procs = Procs(tmp_path)
 
     def spawn(*flags: str, model: str = "Qwen/Qwen2.5-7B-Instruct") -> Proc:
         port = free_port()
@@ -123,5 +121,4 @@ def spawn_sim(tmp_path: Path) -> Iterator[SpawnSim]:
         argv += ["--served-model-name", "qwen", "--max-model-len", "4096", *flags]
         return procs.start(argv, name=f"sim-{port}", url=f"http://127.0.0.1:{port}")
 
-    yield spawn
-    procs.close()
+    return spawn

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.engine_sim.conftest import SpawnSim
+from tests.support.procs import Proc
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
@@ -35,6 +36,17 @@ def _stream_in_thread(
     return thread
 
 
+def _sigterm_mid_stream(sim: Proc, max_tokens: int) -> tuple[list[str], threading.Thread]:
+    """Start one streamed completion and SIGTERM the simulator once it streams: (its lines so far, the reader)."""
+    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
+    lines: list[str] = []
+    started = threading.Event()
+    reader = _stream_in_thread(sim.url, {**STREAM, "max_tokens": max_tokens}, lines, started)
+    assert started.wait(10)
+    sim.send(signal.SIGTERM)
+    return lines, reader
+
+
 def test_port_refuses_connections_while_loading_then_serves(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "1.5")
     sim.wait_log("Loading weights", timeout_s=20)
@@ -49,12 +61,7 @@ def test_port_refuses_connections_while_loading_then_serves(spawn_sim: SpawnSim)
 
 def test_sigterm_with_a_shutdown_timeout_lets_in_flight_streams_finish(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--time-scale", "4", "--shutdown-timeout", "20")
-    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
-    lines: list[str] = []
-    started = threading.Event()
-    reader = _stream_in_thread(sim.url, {**STREAM, "max_tokens": 150}, lines, started)
-    assert started.wait(10)
-    sim.send(signal.SIGTERM)
+    lines, reader = _sigterm_mid_stream(sim, max_tokens=150)
     sim.wait_log("shutdown triggered", timeout_s=20)
     late = httpx.post(f"{sim.url}/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 2})
     assert late.status_code == 503
@@ -68,12 +75,7 @@ def test_sigterm_with_a_shutdown_timeout_lets_in_flight_streams_finish(spawn_sim
 
 def test_sigterm_without_a_timeout_aborts_in_flight_streams(spawn_sim: SpawnSim) -> None:
     sim = spawn_sim("--startup-seconds", "0", "--shutdown-timeout", "0")
-    sim.wait_http("/health", timeout_s=20, interval_s=0.02)
-    lines: list[str] = []
-    started = threading.Event()
-    reader = _stream_in_thread(sim.url, {**STREAM, "max_tokens": 4000}, lines, started)
-    assert started.wait(10)
-    sim.send(signal.SIGTERM)
+    lines, reader = _sigterm_mid_stream(sim, max_tokens=4000)
     reader.join(10)
     assert lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2][6:])["choices"][0]["finish_reason"] == "abort"

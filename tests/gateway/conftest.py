@@ -48,9 +48,8 @@ SimFactory = Callable[..., list[Proc]]
 
 
 @pytest.fixture
-def sims(tmp_path: Path) -> Iterator[SimFactory]:
+def sims(procs: Procs) -> SimFactory:
     """``sims(["--fault-hang"], [], time_scale=...)``: start one simulator per argument list, in parallel."""
-    procs = Procs(tmp_path)
 
     def start(*arg_lists: list[str], **kw: Any) -> list[Proc]:
         spawned = [procs.start(sim_args(*extra, **kw), name=f"sim-{len(procs.started)}") for extra in arg_lists]
@@ -58,8 +57,7 @@ def sims(tmp_path: Path) -> Iterator[SimFactory]:
             proc.wait_url("API server")
         return spawned
 
-    yield start
-    procs.close()
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +96,8 @@ async def serve(settings: GatewaySettings, **kw: Any) -> AsyncIterator[tuple[str
 
 
 @pytest.fixture
-def gateway_procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+def gateway_procs(procs: Procs) -> Callable[..., Proc]:
     """Start ``llmfleet gateway`` processes: ``start(stack_path, replica_urls, *extra_args)``."""
-    procs = Procs(tmp_path)
 
     def start(stack: Path | str, replicas: list[str], *extra: str) -> Proc:
         argv = ["gateway", "--stack", str(stack), "--port", "0", "--seed", "1", *extra]
@@ -110,14 +107,12 @@ def gateway_procs(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
         proc.wait_url("listening on")
         return proc
 
-    yield start
-    procs.close()
+    return start
 
 
 @pytest.fixture
-def start_control_plane(tmp_path: Path) -> Iterator[Callable[[Path], Proc]]:
+def start_control_plane(procs: Procs) -> Callable[[Path], Proc]:
     """Start ``llmfleet control-plane --dry-run`` on a free port (it reports the port it was given)."""
-    procs = Procs(tmp_path)
 
     def start(stack: Path) -> Proc:
         argv = ["control-plane", "--stack", str(stack), "--port", str(free_port()), "--dry-run"]
@@ -125,8 +120,7 @@ def start_control_plane(tmp_path: Path) -> Iterator[Callable[[Path], Proc]]:
         proc.wait_url("listening on")
         return proc
 
-    yield start
-    procs.close()
+    return start
 
 
 @pytest.fixture(scope="session")

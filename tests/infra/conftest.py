@@ -7,19 +7,14 @@ every registration before returning, so cached runs never see each other's resou
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import pytest
-import yaml
 
-from fleet.loader import find_stack, load_spec
+from fleet.loader import load_spec
 from fleet.spec import FleetSpec
 from infra.offline import OfflineRun
 from infra.stack_run import offline_run
-
-
-def stack_document(name: str) -> dict[str, Any]:
-    return dict(yaml.safe_load(find_stack(name).read_text()))
+from tests.support.stacks import stack_document
 
 
 @functools.cache

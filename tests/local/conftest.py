@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import signal
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
-import yaml
 
-from fleet.loader import STACKS_DIR
 from fleet.local.procs import descendants
 from fleet.ports import free_port
+from tests.support.procs import Proc
+from tests.support.stacks import write_stack
+from tests.support.wait import async_wait_for
+
+T = TypeVar("T")
 
 # Short timings: a slow simulated GPU with 4 sequences a replica, so a few requests per second queue up; the
 # control loop ticks twice a second and scale-down waits 4 s of quiet.
 FAST: dict[str, Any] = {
-    "llmfleet:environment": "e2e",
-    "llmfleet:pools": [
+    "environment": "e2e",
+    "pools": [
         {
             "name": "qwen-7b",
             "model": "Qwen/Qwen2.5-7B-Instruct",
@@ -47,35 +46,26 @@ FAST: dict[str, Any] = {
             "drain": {"graceSeconds": 10, "propagationSeconds": 0.5},
         }
     ],
-    "llmfleet:autoscaling": {
+    "autoscaling": {
         "actuator": "local",
         "intervalS": 0.5,
         "targetQueuePerReplica": 2,
         "scaleDownStabilizationS": 4,
         "maxScaleUpStep": 2,
     },
-    "llmfleet:controlPlane": {"reportIntervalS": 0.25, "staleAfterS": 2},
+    "controlPlane": {"reportIntervalS": 0.25, "staleAfterS": 2},
+    "gateway.routing": {"staleAfterS": 2, "scrapeIntervalS": 0.25},
 }
 
 
 def fast_stack(tmp: Path, **overrides: Any) -> Path:
-    """A copy of the local stack with FAST's keys (and ``overrides``) replaced, written to ``tmp``."""
-    document = yaml.safe_load((STACKS_DIR / "Pulumi.local.yaml").read_text())
-    config = document["config"]
-    config.update(copy.deepcopy(FAST))
-    config["llmfleet:gateway"] = {
-        **config["llmfleet:gateway"],
-        "routing": {"staleAfterS": 2, "scrapeIntervalS": 0.25},
-    }
-    config.update(overrides)
-    path = tmp / "Pulumi.e2e.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
+    """The shipped local stack with FAST's keys (and ``overrides``) replaced, written to ``tmp``."""
+    return write_stack(tmp / "Pulumi.e2e.yaml", "local", **{**FAST, **overrides})
 
 
 @dataclass
 class Fleet:
-    process: subprocess.Popen[str]
+    up: Proc
     gateway: str
     control_plane: str
     log_dir: Path
@@ -95,25 +85,25 @@ class Fleet:
         decisions: list[dict[str, Any]] = body["decisions"]
         return decisions
 
+    async def until(self, predicate: Callable[[], Awaitable[T]], *, timeout_s: float, what: str) -> T:
+        """Poll ``predicate`` every 0.2 s; an HTTP error or an answer without the expected keys counts as not
+        yet; fails with the fleet's logs."""
+        return await async_wait_for(
+            predicate,
+            timeout_s=timeout_s,
+            what=what,
+            interval_s=0.2,
+            diagnostics=self.logs,
+            ignore=(httpx.HTTPError, KeyError),
+        )
+
     def tree(self) -> set[int]:
-        return {self.process.pid} | descendants(self.process.pid)
+        return {self.up.process.pid} | descendants(self.up.process.pid)
 
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.log_dir.glob("*.log"))
         )
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str, fleet: Fleet | None = None, step: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` (and the fleet's logs) on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            value = predicate()
-            if value:
-                return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{fleet.logs() if fleet else ''}")
 
 
 def alive(pid: int) -> bool:
@@ -127,60 +117,32 @@ def alive(pid: int) -> bool:
 
 
 def start_fleet(stack: Path, log_dir: Path) -> Fleet:
+    """Start ``llmfleet up`` (its output in ``log_dir``/up.log) on free ports; returns at once."""
     gw, cp = free_port(), free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fleet.cli",
-            "up",
-            "--stack",
-            str(stack),
-            "--port",
-            str(gw),
-            "--control-plane-port",
-            str(cp),
-            "--log-dir",
-            str(log_dir),
-            "--ready-timeout",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return Fleet(process, f"http://127.0.0.1:{gw}", f"http://127.0.0.1:{cp}", log_dir, [])
+    argv = [
+        "up", "--stack", str(stack), "--port", str(gw), "--control-plane-port", str(cp),
+        "--log-dir", str(log_dir), "--ready-timeout", "60",
+    ]  # fmt: skip
+    up = Proc.start(argv, log_dir / "up.log")
+    return Fleet(up, f"http://127.0.0.1:{gw}", f"http://127.0.0.1:{cp}", log_dir, [])
 
 
 def read_until_up(fleet: Fleet, timeout_s: float = 60.0) -> str:
-    """Collect ``up``'s output (a reader thread) until its banner is complete; returns the output so far."""
-    stdout = fleet.process.stdout
-    assert stdout is not None
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = "".join(lines)
-        if "Ctrl-C drains and stops everything." in text:
-            fleet.output.append(text)
-            return text
-        if fleet.process.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"llmfleet up did not come up:\n{''.join(lines)}\n{fleet.logs()}")
+    """Wait until ``up`` has printed its whole banner; returns its output so far."""
+    text = fleet.up.wait_log("Ctrl-C drains and stops everything.", timeout_s=timeout_s, diagnostics=fleet.logs)
+    fleet.output.append(text)
+    return text
 
 
 def stop_fleet(fleet: Fleet, timeout_s: float = 40.0) -> tuple[int | None, set[int]]:
     """SIGINT ``up`` (like Ctrl-C); returns its exit status and the processes of its tree still alive after."""
     tree = fleet.tree()
-    if fleet.process.poll() is None:
-        fleet.process.send_signal(signal.SIGINT)
-        try:
-            fleet.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
+    if fleet.up.process.poll() is None:
+        fleet.up.send(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            fleet.up.wait(timeout_s)
     left = {pid for pid in tree if alive(pid)}
-    return fleet.process.returncode, left
+    return fleet.up.process.returncode, left
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +158,4 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for pid in left | {p for p in tree if alive(p)}:  # never leave a process behind, even on failure
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if running.process.poll() is None:
-            running.process.kill()
-        running.process.wait()
-        if running.process.stdout is not None:
-            running.process.stdout.close()
+        running.up.kill()

@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +28,9 @@ pytestmark = pytest.mark.slow
 MODEL = "qwen2.5-7b-instruct"
 
 
-async def poll(predicate: Callable[[], Any], timeout_s: float, what: str, fleet: Fleet) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError, KeyError):
-            value = await predicate()
-            if value:
-                return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{fleet.logs()}")
+def _load(fleet: Fleet, stats: LoadStats, **shape: Any) -> asyncio.Task[LoadStats]:
+    """`run_load` through the fleet's gateway with the demo key, in the background, counting into ``stats``."""
+    return asyncio.create_task(run_load(fleet.gateway, DEMO_API_KEY, MODEL, stats=stats, **shape))
 
 
 async def replicas(client: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -60,19 +52,7 @@ def test_up_prints_the_banner_and_a_streamed_completion_works(fleet: Fleet) -> N
 async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: Fleet) -> None:
     async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2) as cp:
         busy = LoadStats()
-        burst = asyncio.create_task(
-            run_load(
-                fleet.gateway,
-                DEMO_API_KEY,
-                MODEL,
-                rps=12,
-                duration_s=10,
-                prompt_tokens=64,
-                output_tokens=48,
-                seed=1,
-                stats=busy,
-            )
-        )
+        burst = _load(fleet, busy, rps=12, duration_s=10, prompt_tokens=64, output_tokens=48, seed=1)
         served: dict[str, float] = {}
 
         async def scaled_out() -> bool:
@@ -82,26 +62,13 @@ async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: 
             ready = [r for r in await replicas(cp) if r["state"] == "ready" and not r["stale"]]
             return len(ready) >= 2 and sum(1 for v in served.values() if v > 0) >= 2
 
-        await poll(scaled_out, 30, "a second replica ready and taking traffic", fleet)
+        await fleet.until(scaled_out, timeout_s=30, what="a second replica ready and taking traffic")
         await burst
         assert busy.errors == {} and busy.ok == busy.sent > 50
 
         # A trickle keeps requests in flight while the pool shrinks: drained victims must not fail any.
         trickle, stop = LoadStats(), asyncio.Event()
-        quiet = asyncio.create_task(
-            run_load(
-                fleet.gateway,
-                DEMO_API_KEY,
-                MODEL,
-                rps=1.5,
-                duration_s=60,
-                prompt_tokens=32,
-                output_tokens=24,
-                seed=2,
-                stats=trickle,
-                stop=stop,
-            )
-        )
+        quiet = _load(fleet, trickle, rps=1.5, duration_s=60, prompt_tokens=32, output_tokens=24, seed=2, stop=stop)
 
         async def back_to_min() -> bool:
             live = [r for r in await replicas(cp) if r["state"] != "draining"]
@@ -109,7 +76,7 @@ async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: 
             return len(live) == 1 and len(downs) >= 1
 
         try:
-            await poll(back_to_min, 60, "the pool back at its minimum", fleet)
+            await fleet.until(back_to_min, timeout_s=60, what="the pool back at its minimum")
             await asyncio.sleep(1.0)  # the last victim's drain finishes with the trickle still running
         finally:
             stop.set()
@@ -135,15 +102,15 @@ async def test_a_replica_whose_reports_stop_is_not_counted_as_idle_capacity(flee
             async def flagged() -> bool:
                 return any(r["replica"] == victim and r["stale"] for r in await replicas(cp))
 
-            await poll(flagged, 15, f"{victim} flagged stale", fleet)
+            await fleet.until(flagged, timeout_s=15, what=f"{victim} flagged stale")
 
             async def replaced() -> dict[str, Any] | None:
-                for d in (await cp.get("/v1/decisions")).json()["decisions"]:
-                    if d["kind"] == "scale-up" and victim in d["inputs"]["unknown"]:
-                        return d
-                return None
+                # The first such decision: later ones may already count the replacement as capacity.
+                decisions = (await cp.get("/v1/decisions")).json()["decisions"]
+                ups = [d for d in decisions if d["kind"] == "scale-up" and victim in d["inputs"]["unknown"]]
+                return min(ups, key=lambda d: float(d["at"])) if ups else None
 
-            decision = await poll(replaced, 15, "a scale-up replacing the silent replica", fleet)
+            decision = await fleet.until(replaced, timeout_s=15, what="a scale-up replacing the silent replica")
         finally:
             os.kill(pid, signal.SIGCONT)
     assert decision["inputs"]["capacity"] == 0

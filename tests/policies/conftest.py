@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
-import yaml
-
-from fleet.loader import find_stack
 from infra.offline import OfflineRun
 from infra.stack_run import offline_run
-
-
-def stack_document(name: str) -> dict[str, Any]:
-    return dict(yaml.safe_load(find_stack(name).read_text()))
+from tests.support.stacks import stack_document
 
 
 @functools.cache

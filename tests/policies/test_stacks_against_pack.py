@@ -8,16 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
+from fleet import contract
 from fleet.cli import main
 from fleet.loader import list_stacks, load_spec
-from fleet import contract
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run
 from policies.pack import POLICIES
 from policies.runner import evaluate
-from tests.policies.conftest import stack_document, stack_run
+from tests.policies.conftest import stack_run
+from tests.support.stacks import stack_document, write_stack
 
 CLOUD_STACKS = [s for s in list_stacks() if load_spec(s).spec.target != "local"]
 
@@ -29,9 +29,7 @@ def test_every_shipped_stack_passes_the_pack_without_any_violation(stack: str) -
 
 
 def _one_zone_prod() -> OfflineRun:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:availabilityZones"] = ["us-east-1a"]
-    return offline_run(document, "prod")
+    return offline_run(stack_document("prod", availabilityZones=["us-east-1a"]), "prod")
 
 
 def _break(run: OfflineRun) -> list[RecordedResource]:
@@ -62,12 +60,6 @@ def test_broken_prod_fails_with_three_named_violations() -> None:
     assert all(v.mandatory for v in violations)
 
 
-def _write(tmp_path: Path, document: dict[str, object]) -> str:
-    path = tmp_path / "Pulumi.prod.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return str(path)
-
-
 def test_cli_passes_a_shipped_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policy", "check", "--stack", "prod"]) == 0
     out = capsys.readouterr().out
@@ -82,11 +74,13 @@ def test_cli_reports_a_local_stack_has_nothing_to_check(capsys: pytest.CaptureFi
 def test_cli_file_override_fails_on_mandatory_violations_with_a_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:availabilityZones"] = ["us-east-1a"]
-    document["config"]["llmfleet:pools"][0]["replicas"] = {"min": 1, "max": 8}
-    document["config"]["llmfleet:pools"][0]["workload"]["capacityBuffer"] = 0.1
-    assert main(["policy", "check", "--stack", "prod", "--file", _write(tmp_path, document)]) == 1
+    stack_file = write_stack(
+        tmp_path / "Pulumi.prod.yaml",
+        "prod",
+        availabilityZones=["us-east-1a"],
+        **{"pools.0.replicas": {"min": 1, "max": 8}, "pools.0.workload.capacityBuffer": 0.1},
+    )
+    assert main(["policy", "check", "--stack", "prod", "--file", str(stack_file)]) == 1
     out = capsys.readouterr().out
     lines = out.splitlines()
     header = [line for line in lines if line.startswith("LEVEL")][0]
@@ -98,10 +92,8 @@ def test_cli_file_override_fails_on_mandatory_violations_with_a_table(
 def test_cli_advisory_only_exits_zero_and_policy_config_applies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:pools"][0]["workload"]["capacityBuffer"] = 0.1
-    stack_file = _write(tmp_path, document)
-    assert main(["policy", "check", "--stack", "prod", "--file", stack_file]) == 0
+    stack_file = write_stack(tmp_path / "Pulumi.prod.yaml", "prod", **{"pools.0.workload.capacityBuffer": 0.1})
+    assert main(["policy", "check", "--stack", "prod", "--file", str(stack_file)]) == 0
     assert "0 mandatory, 1 advisory" in capsys.readouterr().out
 
     config = tmp_path / "policy-config.json"
@@ -112,7 +104,6 @@ def test_cli_advisory_only_exits_zero_and_policy_config_applies(
 
 
 def test_cli_invalid_stack_file_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:pools"][0]["engine"]["gpuMemoryUtilization"] = 1.5
-    assert main(["policy", "check", "--stack", "prod", "--file", _write(tmp_path, document)]) == 1
+    stack_file = write_stack(tmp_path / "Pulumi.prod.yaml", "prod", **{"pools.0.engine.gpuMemoryUtilization": 1.5})
+    assert main(["policy", "check", "--stack", "prod", "--file", str(stack_file)]) == 1
     assert "llmfleet:pools[0].engine.gpuMemoryUtilization" in capsys.readouterr().err

@@ -177,24 +177,39 @@ P = TypeVar("P", bound=Proc)
 
 
 class Procs:
-    """The processes one fixture started, with their logs in ``folder``; `close` ends them all in start order,
-    each with a drain-aware `Proc.stop` of ``stop_timeout_s``, or a `Proc.kill` when that is None."""
+    """The processes a test started, with their logs in ``folder``. `close` ends them newest first: each with a
+    drain-aware `Proc.stop` when it was started with ``stop_timeout_s``, else with `Proc.kill`."""
 
-    def __init__(self, folder: Path, stop_timeout_s: float | None = None) -> None:
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.stop_timeout_s = stop_timeout_s
-        self.started: list[Proc] = []
+        self.started: list[tuple[Proc, float | None]] = []
 
-    def start(self, argv: Sequence[str], *, name: str, url: str | None = None, log: Path | None = None) -> Proc:
-        return self.add(Proc.start(argv, log or self.folder / f"{name}.log", name=name, url=url))
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        url: str | None = None,
+        log: Path | None = None,
+        stop_timeout_s: float | None = None,
+    ) -> Proc:
+        proc = Proc.start(argv, log or self.folder / f"{name}.log", name=name, url=url)
+        return self.add(proc, stop_timeout_s=stop_timeout_s)
 
-    def add(self, proc: P) -> P:
-        self.started.append(proc)
+    def add(self, proc: P, *, stop_timeout_s: float | None = None) -> P:
+        self.started.append((proc, stop_timeout_s))
         return proc
 
     def close(self) -> None:
-        for proc in self.started:
-            if self.stop_timeout_s is None:
-                proc.kill()
-            else:
-                proc.stop(self.stop_timeout_s)
+        """End every process, even when ending one fails; then raise the first failure."""
+        failures: list[Exception] = []
+        for proc, stop_timeout_s in reversed(self.started):
+            try:
+                if stop_timeout_s is None:
+                    proc.kill()
+                else:
+                    proc.stop(stop_timeout_s)
+            except Exception as exc:  # the others must still be ended
+                failures.append(exc)
+        if failures:
+            raise failures[0]

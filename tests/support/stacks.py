@@ -33,6 +33,24 @@ KEYS = {"gold": "sk-test-gold", "bronze": "sk-test-bronze", "other": "sk-test-ot
 
 DELETE: Any = object()
 
+
+def _qwen_pool(name: str = "qwen-7b", served: str = MODEL, **keys: Any) -> dict[str, Any]:
+    """A pool of Qwen/Qwen2.5-7B-Instruct served as ``served``, with ``keys`` (a fresh mapping)."""
+    return {"name": name, "model": "Qwen/Qwen2.5-7B-Instruct", "servedModelName": served, **keys}
+
+
+def _local_stack(environment: str, **config: Any) -> dict[str, Any]:
+    """A stack on this machine in one zone; ``config`` holds its other top-level keys, without ``llmfleet:``."""
+    values = {"environment": environment, "target": "local", "availabilityZones": ["local-a"], **config}
+    return {f"llmfleet:{key}": value for key, value in values.items()}
+
+
+def _gateway_tenant(name: str, priority: int, **keys: Any) -> dict[str, Any]:
+    """A tenant whose API key is ``KEYS[name]``, with limits no test reaches unless it lowers them."""
+    limits = {"requestsPerSecond": 10000, "tokensPerMinute": 100_000_000, "maxConcurrency": 10000}
+    return {"name": name, "apiKeyHashes": [hash_api_key(KEYS[name])], "priority": priority, **limits, **keys}
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "aws": {
         "aws:region": "us-east-1",
@@ -43,83 +61,45 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "a100", "instanceType": "p4de.24xlarge", "minNodesPerAz": 1, "maxNodesPerAz": 2}
         ],
         "llmfleet:pools": [
-            {
-                "name": "qwen-7b",
-                "model": "Qwen/Qwen2.5-7B-Instruct",
-                "servedModelName": MODEL,
-                "nodeGroup": "a100",
-                "engine": {"kind": "vllm", "maxNumSeqs": 256},
-                "replicas": {"min": 3, "max": 12},
-            }
+            _qwen_pool(nodeGroup="a100", engine={"kind": "vllm", "maxNumSeqs": 256}, replicas={"min": 3, "max": 12})
         ],
         "llmfleet:tenants": [
             {"name": "acme", "apiKeysSecret": "tenantKeys:acme", "priority": 8},
             {"name": "research", "apiKeyHashes": [hash_api_key("example-research-key")], "priority": 2},
         ],
+        "llmfleet:images": {"runtimeDigest": "sha256:" + "1" * 64, "engineDigest": "sha256:" + "2" * 64},
     },
-    "local-sim": {
-        "llmfleet:environment": "agenttest",
-        "llmfleet:target": "local",
-        "llmfleet:availabilityZones": ["local-a"],
-        "llmfleet:pools": [
-            {
-                "name": "qwen-7b",
-                "model": "Qwen/Qwen2.5-7B-Instruct",
-                "servedModelName": MODEL,
-                "engine": {"kind": "sim", "maxNumSeqs": 64, "sim": {"startupSeconds": 0.3, "timeScale": 1.0}},
-                "coldStartSeconds": 20,
-                "drain": {"graceSeconds": 12, "propagationSeconds": 0.5},
-            }
+    "local-sim": _local_stack(
+        "agenttest",
+        pools=[
+            _qwen_pool(
+                engine={"kind": "sim", "maxNumSeqs": 64, "sim": {"startupSeconds": 0.3, "timeScale": 1.0}},
+                coldStartSeconds=20,
+                drain={"graceSeconds": 12, "propagationSeconds": 0.5},
+            )
         ],
-        "llmfleet:tenants": [{"name": "t", "apiKeyHashes": ["sha256:" + "0" * 64]}],
-    },
-    "gateway": {
-        "llmfleet:environment": "test",
-        "llmfleet:target": "local",
-        "llmfleet:availabilityZones": ["local-a"],
-        "llmfleet:pools": [
-            {
-                "name": "qwen-7b",
-                "model": "Qwen/Qwen2.5-7B-Instruct",
-                "servedModelName": MODEL,
-                "engine": {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192},
-                "replicas": {"min": 1, "max": 4},
-            },
-            {
-                "name": "small",
-                "model": "Qwen/Qwen2.5-7B-Instruct",
-                "servedModelName": "small-model",
-                "engine": {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192},
-                "replicas": {"min": 0, "max": 2},
-            },
+        tenants=[{"name": "t", "apiKeyHashes": ["sha256:" + "0" * 64]}],
+    ),
+    "gateway": _local_stack(
+        "test",
+        pools=[
+            _qwen_pool(engine={"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192}, replicas={"min": 1, "max": 4}),
+            _qwen_pool(
+                "small",
+                "small-model",
+                engine={"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192},
+                replicas={"min": 0, "max": 2},
+            ),
         ],
-        "llmfleet:gateway": {
+        gateway={
             "replicas": 1,
             "queue": {"perReplicaThreshold": 0, "maxWaiting": 64, "timeoutS": 2},
             "timeouts": {"connectS": 1, "firstTokenS": 5, "totalS": 30},
             "routing": {"scrapeIntervalS": 0.2},
             "maxBodyBytes": 4096,
         },
-        "llmfleet:tenants": [
-            {
-                "name": "gold",
-                "apiKeyHashes": [hash_api_key(KEYS["gold"])],
-                "priority": 8,
-                "requestsPerSecond": 10000,
-                "tokensPerMinute": 100_000_000,
-                "maxConcurrency": 10000,
-            },
-            {
-                "name": "bronze",
-                "apiKeyHashes": [hash_api_key(KEYS["bronze"])],
-                "priority": 1,
-                "requestsPerSecond": 10000,
-                "tokensPerMinute": 100_000_000,
-                "maxConcurrency": 10000,
-                "allowedModels": [MODEL],
-            },
-        ],
-    },
+        tenants=[_gateway_tenant("gold", 8), _gateway_tenant("bronze", 1, allowedModels=[MODEL])],
+    ),
 }
 
 
