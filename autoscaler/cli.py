@@ -40,6 +40,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="log scaling decisions without acting on them")
     parser.add_argument("--actuator", default=None, help="override autoscaling.actuator")
     parser.add_argument("--log-dir", type=Path, default=None, help="where local agents write their logs")
+    parser.add_argument(
+        "--nodegroup",
+        action="append",
+        default=[],
+        type=_nodegroup,
+        metavar="GROUP:ZONE=NAME",
+        help="the EKS node group of a GPU group in a zone (the aws actuator; repeatable, rendered by the program)",
+    )
+
+
+def _nodegroup(text: str) -> tuple[tuple[str, str], str]:
+    key, sep, name = text.partition("=")
+    group, colon, zone = key.partition(":")
+    if not (sep and colon and group and zone and name):
+        raise argparse.ArgumentTypeError(f"expected GROUP:ZONE=NAME, got {text!r}")
+    return (group, zone), name
 
 
 def _stack_ref(stack: str) -> str:
@@ -56,7 +72,9 @@ async def serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     url_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = args.url or spec.control_plane.url or f"http://{url_host}:{port}"
-    env = ActuatorEnv(stack=_stack_ref(args.stack), control_plane_url=url, log_dir=args.log_dir)
+    env = ActuatorEnv(
+        stack=_stack_ref(args.stack), control_plane_url=url, log_dir=args.log_dir, nodegroups=dict(args.nodegroup)
+    )
     actuator = build_actuator(spec, env, name=args.actuator, dry_run=True if args.dry_run else None)
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     loop = ControlLoop(spec, registry, actuator, clock=time.time)

@@ -191,6 +191,7 @@ class ControlLoop:
                 )
             if not isinstance(decision, Hold):
                 await self.actuator.apply(decision)
+            await self.actuator.reconcile(pool, decision.target)
             out.append(decision)
         return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -58,6 +59,8 @@ class ActuatorEnv:
     log_dir: Path | None = None
     kubernetes_client: httpx.AsyncClient | None = None  # base_url = the API server; None: in-cluster account
     eks_client: Any = None  # a boto3 EKS client; None: boto3.client("eks") in the stack's region
+    autoscaling_client: Any = None  # a boto3 Auto Scaling client; None: boto3.client("autoscaling")
+    nodegroups: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (GPU group, zone) -> EKS node group
     pods: Actuator | None = None  # aws: the actuator for pods; None: kubernetes
     scale_pods: bool = True  # aws: False scales nodes only (node-group tests)
 
@@ -79,6 +82,10 @@ class Actuator(abc.ABC):
 
     @abc.abstractmethod
     async def apply(self, decision: Decision) -> None: ...
+
+    async def reconcile(self, pool: PoolSpec, target: int) -> None:  # noqa: B027 - optional hook
+        """Called every tick with the pool's target, whatever the decision: converge slow resources (the aws
+        actuator reclaims GPU nodes a drain emptied). Default: nothing."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; default: nothing."""

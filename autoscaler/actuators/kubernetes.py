@@ -27,11 +27,11 @@ from autoscaler.decisions import Decision, ScaleDown
 from fleet.contract import pool_deployment_name
 from fleet.spec import FleetSpec, PoolSpec
 
-__all__ = ["DELETION_COST", "KubernetesActuator", "KubernetesError", "in_cluster_client"]
+__all__ = ["DELETION_COST", "MERGE_PATCH", "KubernetesActuator", "KubernetesError", "in_cluster_client"]
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _SA = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-_MERGE = {"Content-Type": "application/merge-patch+json"}
+MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 
 
 class KubernetesError(RuntimeError):
@@ -88,10 +88,10 @@ class KubernetesActuator(Actuator, name="kubernetes"):
                     continue  # a placeholder for a pod not reporting yet: the ReplicaSet picks unready pods first
                 patch = {"metadata": {"annotations": {DELETION_COST: "-1000"}}}
                 await self._call(
-                    "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{victim}", json=patch, headers=_MERGE
+                    "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{victim}", json=patch, headers=MERGE_PATCH
                 )
         body = {"spec": {"replicas": decision.target}}
-        await self._call("PATCH", self._scale_path(decision.pool), json=body, headers=_MERGE)
+        await self._call("PATCH", self._scale_path(decision.pool), json=body, headers=MERGE_PATCH)
 
     async def close(self) -> None:
         await self.client.aclose()
