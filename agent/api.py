@@ -5,6 +5,9 @@
     GET  /status    AgentStatus: replica, pool, model, engine + version, state, uptime, restarts, engine_url,
                     engine_pid, last load, GPU inventory, recent transitions
     POST /drain     202 CommandAccepted: readiness off, drain the engine, stop, exit 0
+    GET  /prestop   200 CommandAccepted: the same drain, for Kubernetes' preStop ``httpGet`` hook (which can only GET):
+                    readiness falls the moment the pod starts terminating, and the kubelet's SIGTERM that follows
+                    finds the drain under way, so the propagation delay is waited once, inside the grace
     POST /reset     200 CommandAccepted: operator reset of a crash-looping (failed) replica; 409 when not failed
     GET  /metrics   Prometheus text (``llmfleet_agent_*``)
     GET  /openapi.json, /docs   the OpenAPI document and its browsable page
@@ -136,6 +139,12 @@ def create_app(agent: Agent) -> FastAPI:
     async def drain() -> CommandAccepted:
         """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
         stopping."""
+        accepted = supervisor.request_drain()
+        return CommandAccepted(accepted=accepted, state=supervisor.state.value)
+
+    @app.get("/prestop", response_model=CommandAccepted, responses=errors())
+    async def prestop() -> CommandAccepted:
+        """Kubernetes preStop hook: start the drain now (as ``POST /drain``) and answer at once."""
         accepted = supervisor.request_drain()
         return CommandAccepted(accepted=accepted, state=supervisor.state.value)
 

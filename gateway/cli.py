@@ -10,7 +10,8 @@ Keys come from three places:
 The local stack's demo tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
 
 On start it prints one line, ``llmfleet gateway listening on http://HOST:PORT``, to stdout; SIGTERM or SIGINT
-stops accepting, lets in-flight requests finish (up to --shutdown-timeout) and exits 0.
+stops accepting, lets in-flight requests finish (up to --shutdown-timeout, which the Pulumi program sets from
+``gateway.drain``) and exits 0.
 """
 
 from __future__ import annotations

@@ -163,6 +163,34 @@ async def test_sigterm_drains_twenty_streams_to_done_then_exits_zero(write_stack
         os.kill(status["engine_pid"], 0)
 
 
+async def test_kubernetes_termination_prestop_then_sigterm_drains_once_within_the_grace(
+    write_stack, start_agent
+) -> None:
+    # The kubelet's order: the preStop hook (GET /prestop), then SIGTERM at once, SIGKILL at the grace.
+    # grace 20 s, propagation 1 s -> the engine's --shutdown-timeout is 14 s; the drain must end inside 20 s.
+    grace = 20.0
+    stack = write_stack(**{"pools.0.drain": {"graceSeconds": grace, "propagationSeconds": 1.0}})
+    agent: AgentProc = start_agent(stack)
+    status = agent.status()
+    all_started, counter = asyncio.Event(), [0]
+    limits = httpx.Limits(max_connections=40)
+    async with httpx.AsyncClient(base_url=status["engine_url"], timeout=30, limits=limits, trust_env=False) as client:
+        streams = [asyncio.ensure_future(_stream(client, all_started, counter)) for _ in range(20)]
+        await asyncio.wait_for(all_started.wait(), 20)
+        t0 = time.monotonic()
+        hook = agent.get("/prestop")
+        assert hook.status_code == 200 and hook.json() == {"accepted": True, "state": "draining"}
+        assert agent.readyz() == 503  # readiness fell with the hook, before SIGTERM
+        agent.send(signal.SIGTERM)  # finds the drain under way: no second propagation wait
+        results = await asyncio.gather(*streams)
+        code = await asyncio.to_thread(agent.wait, grace)
+    elapsed = time.monotonic() - t0
+    assert code == 0
+    assert elapsed < grace - 2, f"drain took {elapsed:.1f} s of a {grace:g} s grace"
+    for lines in results:
+        assert lines[-1] == "[DONE]"
+
+
 def window_open_now() -> dict[str, Any]:
     start = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M")
     return {"enabled": True, "start": start, "durationMinutes": 60, "timezone": "UTC", "minUptimeHours": 0}
