@@ -6,17 +6,10 @@ models' published configs. Efficiency factors turning peaks into achievable rate
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-__all__ = [
-    "DTYPE_BYTES",
-    "GPUS",
-    "INSTANCES",
-    "MODELS",
-    "GpuType",
-    "InstanceType",
-    "ModelFacts",
-]
+__all__ = ["DTYPE_BYTES", "GPUS", "INSTANCES", "MODELS", "GpuType", "InstanceType", "ModelFacts", "ec2_instance_types"]
 
 GIB = 1024**3
 
@@ -142,3 +135,12 @@ MODELS: dict[str, ModelFacts] = {
         max_position=32768,
     ),
 }
+
+
+@functools.cache
+def ec2_instance_types() -> frozenset[str]:
+    """Every EC2 instance type name, from the EC2 API model botocore ships (read once, ~0.3 s)."""
+    from botocore.loaders import Loader
+
+    model = Loader().load_service_model("ec2", "service-2")
+    return frozenset(model["shapes"]["InstanceType"]["enum"])

@@ -8,21 +8,34 @@ from __future__ import annotations
 
 __all__ = [
     "AGENT_PORT",
+    "AGENT_PRESTOP_PATH",
+    "ANN_ACTUATOR",
     "ANN_CAPACITY_BUFFER",
     "ANN_ENGINE_KIND",
     "ANN_GPU_MEMORY_UTILIZATION",
+    "ANN_DRAIN_PROPAGATION",
     "ANN_MIN_REPLICAS",
+    "ANN_PROMETHEUS_OPERATOR",
+    "ANN_QUOTA_BACKEND",
+    "ANN_REDIS_URL_FROM",
+    "ANN_REQUEST_TIMEOUT",
     "ANN_SHUTDOWN_TIMEOUT",
     "ANN_TENSOR_PARALLEL",
     "COMPONENT_CONTROL_PLANE",
     "COMPONENT_DEVICE_PLUGIN",
     "COMPONENT_ENGINE",
     "COMPONENT_GATEWAY",
+    "COMPONENT_QUOTA_REDIS",
     "CONTROL_PLANE_NAME",
+    "DEVICE_PLUGIN_SOURCE",
     "ENGINE_PORT",
     "ENGINE_SERVICE_ACCOUNT",
     "GATEWAY_NAME",
     "GPU_RESOURCE",
+    "IMAGES",
+    "IMAGE_DEVICE_PLUGIN",
+    "IMAGE_ENGINE",
+    "IMAGE_RUNTIME",
     "LABEL_COMPONENT",
     "LABEL_ENVIRONMENT",
     "LABEL_GPU_GROUP",
@@ -30,6 +43,10 @@ __all__ = [
     "LABEL_NODE_ROLE",
     "LABEL_POOL",
     "MODEL_CACHE_HOST_PATH",
+    "NLB_MAX_IDLE_TIMEOUT_S",
+    "QUOTA_REDIS_NAME",
+    "REDIS_URL_ENV",
+    "REDIS_URL_KEY",
     "SECRETS_DIR",
     "SPEC_CONFIGMAP",
     "STACKS_DIR",
@@ -39,6 +56,7 @@ __all__ = [
     "TENANT_KEYS_SECRET",
     "ZONE_TOPOLOGY_KEY",
     "cluster_name",
+    "image_repository_name",
     "pool_deployment_name",
     "stack_file_path",
 ]
@@ -57,14 +75,28 @@ COMPONENT_ENGINE = "engine"
 COMPONENT_GATEWAY = "gateway"
 COMPONENT_CONTROL_PLANE = "control-plane"
 COMPONENT_DEVICE_PLUGIN = "device-plugin"
+COMPONENT_QUOTA_REDIS = "quota-redis"
 
 # Annotations on each engine Deployment: the pool facts the policy pack checks the pod template against.
 ANN_ENGINE_KIND = "llmfleet.io/engine-kind"
 ANN_TENSOR_PARALLEL = "llmfleet.io/tensor-parallel-size"
 ANN_GPU_MEMORY_UTILIZATION = "llmfleet.io/gpu-memory-utilization"
 ANN_SHUTDOWN_TIMEOUT = "llmfleet.io/engine-shutdown-timeout-seconds"
+ANN_DRAIN_PROPAGATION = "llmfleet.io/drain-propagation-seconds"  # the agent's wait before it stops the engine
 ANN_MIN_REPLICAS = "llmfleet.io/replicas-min"
 ANN_CAPACITY_BUFFER = "llmfleet.io/capacity-buffer"
+
+# Annotations on the gateway: its request timeout (Service) and where its quotas live (Deployment: "memory" or
+# "redis"; a Redis URL from "stack", the stack's redisUrl, or from "secret", the Redis the program provisions).
+ANN_REQUEST_TIMEOUT = "llmfleet.io/request-timeout-seconds"
+ANN_QUOTA_BACKEND = "llmfleet.io/quota-backend"
+ANN_REDIS_URL_FROM = "llmfleet.io/redis-url-from"
+# On PrometheusRule and PodMonitor objects: "installed" (the stack installs the operator's CRDs) or "existing".
+ANN_PROMETHEUS_OPERATOR = "llmfleet.io/prometheus-operator"
+
+# Annotation on the control plane's Deployment: the actuator carrying out its decisions (``aws (dry run)`` when
+# it only logs them).
+ANN_ACTUATOR = "llmfleet.io/actuator"
 
 # AWS tags on node groups and launch templates.
 TAG_ENVIRONMENT = "llmfleet.io/environment"
@@ -77,8 +109,25 @@ TENANT_KEYS_SECRET = "llmfleet-tenant-keys"
 GATEWAY_NAME = "llmfleet-gateway"
 CONTROL_PLANE_NAME = "llmfleet-control-plane"
 ENGINE_SERVICE_ACCOUNT = "llmfleet-engine"
+QUOTA_REDIS_NAME = "llmfleet-quota-redis"  # the in-cluster Redis (Deployment, Service) and the URL Secret
+REDIS_URL_KEY = "url"  # the URL Secret's key
+REDIS_URL_ENV = "LLMFLEET_REDIS_URL"  # the gateway reads the quota Redis URL from this variable when set
+
+# An NLB listener's idle timeout (tcp.idle_timeout.seconds) is at most this many seconds.
+NLB_MAX_IDLE_TIMEOUT_S = 6000
+
+# Container images, each a repository under the stack's registry (on aws, ECR repositories the stack owns).
+IMAGE_RUNTIME = "runtime"  # gateway, control plane, agent with the engine simulator (images/runtime.Dockerfile)
+IMAGE_ENGINE = "engine"  # vLLM plus the agent (images/engine.Dockerfile)
+IMAGE_DEVICE_PLUGIN = "nvidia-device-plugin"  # NVIDIA's release, mirrored with its digest unchanged
+IMAGES = (IMAGE_RUNTIME, IMAGE_ENGINE, IMAGE_DEVICE_PLUGIN)
+# The NVIDIA device plugin release the aws target runs, where NVIDIA publishes it (`images/push.sh` mirrors it).
+DEVICE_PLUGIN_SOURCE = (
+    "nvcr.io/nvidia/k8s-device-plugin:v0.17.1@sha256:af31e2b7c7f89834c4e5219860def7ac2e49a207b3d4e8610d5a26772b7738e5"
+)
 
 AGENT_PORT = 8000
+AGENT_PRESTOP_PATH = "/prestop"  # the agent's preStop hook: starts the drain when the pod starts terminating
 ENGINE_PORT = 8001
 
 # Where containers find the rendered stack file (the ConfigMap) and the tenant key hashes (the Secret).
@@ -91,6 +140,11 @@ MODEL_CACHE_HOST_PATH = "/mnt/k8s-disks/0/llmfleet-models"
 def cluster_name(environment: str) -> str:
     """The EKS cluster of an environment; the AWS actuator finds the node groups in it."""
     return f"llmfleet-{environment}"
+
+
+def image_repository_name(environment: str, image: str) -> str:
+    """An environment's ECR repository of one of `IMAGES`: ``llmfleet-<env>/<image>``."""
+    return f"llmfleet-{environment}/{image}"
 
 
 def pool_deployment_name(pool: str) -> str:

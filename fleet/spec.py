@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "DRAIN_MARGIN_S",
     "AutoscalingSpec",
     "ClusterSpec",
     "ControlPlaneSpec",
@@ -27,9 +28,11 @@ __all__ = [
     "GpuNodeGroupSpec",
     "ImagesSpec",
     "ModelFactsSpec",
+    "ObservabilitySpec",
     "PluginRef",
     "PoolSpec",
     "QueueSpec",
+    "QuotaRedisSpec",
     "ReplicasSpec",
     "RestartWindowSpec",
     "RetrySpec",
@@ -44,6 +47,9 @@ __all__ = [
 _NAME = r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_NAME, description="lowercase DNS label: letters, digits, '-'")]
 KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+# A registry host (and port) with an optional path, e.g. ghcr.io/acme/llmfleet: no tag, no digest.
+_REGISTRY = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$"
 
 
 class Spec(BaseModel):
@@ -76,6 +82,8 @@ class ClusterSpec(Spec):
     """Target=kubernetes: path or context of an existing cluster."""
     public_endpoint_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
     """CIDRs allowed to reach the EKS API endpoint."""
+    install_metrics_server: bool = True
+    """Install metrics-server (the gateway HPA's CPU metrics); false on a cluster that already runs one."""
 
 
 class GpuNodeGroupSpec(Spec):
@@ -216,18 +224,28 @@ class RestartWindowSpec(Spec):
         return value
 
 
+DRAIN_MARGIN_S = 5.0  # left between the end of a drain and the kubelet's SIGKILL
+
+
 class DrainSpec(Spec):
-    """Drain contract: stop routing, wait ``propagationSeconds``, then give the engine the rest of the grace."""
+    """Drain budget, waited once: stop routing, keep serving ``propagationSeconds`` while routers notice, then give
+    the in-flight requests the rest: grace = propagation + shutdown timeout + 5 s margin."""
 
     grace_seconds: int = Field(default=120, ge=10, le=3600)
     """TerminationGracePeriodSeconds: the whole drain."""
     propagation_seconds: float = Field(default=10.0, ge=0.0, le=300.0)
-    """PreStop delay: time for gateways to stop routing before the engine is told to stop."""
+    """Time for routers to stop sending new requests, after readiness falls and before in-flight ones are drained."""
+
+    @property
+    def shutdown_timeout(self) -> int:
+        """Seconds in-flight requests get after the propagation delay (vLLM's ``--shutdown-timeout`` for engines,
+        the gateway's ``--shutdown-timeout``): grace - propagation - margin."""
+        return max(0, int(self.grace_seconds - self.propagation_seconds - DRAIN_MARGIN_S))
 
     @property
     def engine_shutdown_timeout(self) -> int:
-        """vLLM ``--shutdown-timeout``: grace - preStop (propagation) - 5 s of margin for the SIGKILL."""
-        return max(0, int(self.grace_seconds - self.propagation_seconds - 5))
+        """vLLM ``--shutdown-timeout``: `shutdown_timeout`."""
+        return self.shutdown_timeout
 
 
 class PoolSpec(Spec):
@@ -257,6 +275,11 @@ class PoolSpec(Spec):
     @property
     def served_name(self) -> str:
         return self.served_model_name or self.model
+
+    @property
+    def runs_engine_image(self) -> bool:
+        """Its pods run the engine image (vLLM); simulated and node-group-less pools run the runtime image."""
+        return self.engine.kind != "sim" and self.node_group is not None
 
     @model_validator(mode="after")
     def _min_le_max(self) -> PoolSpec:
@@ -305,6 +328,15 @@ class RoutingSpec(Spec):
     """How often the gateway refreshes engine load."""
 
 
+class QuotaRedisSpec(Spec):
+    """The Redis the program provisions for ``quotaBackend: redis`` when ``redisUrl`` is unset."""
+
+    node_type: str = Field(default="cache.t4g.small", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
+    """ElastiCache node type (aws; two nodes in two zones)."""
+    auth_token_secret: str = Field(default="quotaRedis:authToken", pattern=r"^[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_.-]+$")
+    """Pulumi secret config key holding the Redis password (16 to 128 characters; no /, @ or double quote)."""
+
+
 class GatewaySpec(Spec):
     replicas: int = Field(default=2, ge=1, le=100)
     """Gateway Deployment replicas."""
@@ -321,9 +353,13 @@ class GatewaySpec(Spec):
     quota_backend: Literal["memory", "redis"] = "memory"
     """Where tenant quotas are counted: per process or shared through Redis."""
     redis_url: str | None = None
-    """Redis for shared quotas."""
+    """Redis for shared quotas; on aws and kubernetes leave unset and the program provisions one."""
+    redis: QuotaRedisSpec = Field(default_factory=QuotaRedisSpec)
     public: bool = True
     """Expose the gateway through a public load balancer."""
+    drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
+    """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
+    in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""
 
 
 class TenantSpec(Spec):
@@ -398,14 +434,22 @@ class ControlPlaneSpec(Spec):
 
 
 class ImagesSpec(Spec):
-    """Container images. ``engine`` runs ``llmfleet agent`` supervising vLLM (vLLM's image plus llmfleet);
-    ``control`` runs the gateway, the control plane and simulator engines."""
+    """Container images, pinned by digest. ``runtime`` runs the gateway, the control plane and simulated engines;
+    ``engine`` runs ``llmfleet agent`` supervising vLLM. On aws they come from the stack's own ECR repositories;
+    on kubernetes from ``<registry>/runtime`` and ``<registry>/engine``. `make images` prints the digests."""
 
-    engine: str = "ghcr.io/llmfleet/llmfleet-vllm:0.1.0-vllm0.33.0"
-    """Image of engine pods (vLLM plus llmfleet)."""
-    control: str = "ghcr.io/llmfleet/llmfleet:0.1.0"
-    """Image of the gateway, control plane and simulator pods."""
+    registry: str | None = Field(default=None, pattern=_REGISTRY)
+    """Target kubernetes: where the images are pushed (e.g. ghcr.io/acme/llmfleet); unused on aws (ECR)."""
+    runtime_digest: str | None = Field(default=None, pattern=_DIGEST)
+    """Digest of the runtime image (sha256:...); required on aws and kubernetes."""
+    engine_digest: str | None = Field(default=None, pattern=_DIGEST)
+    """Digest of the engine image (sha256:...); required when a pool runs vLLM on a node group."""
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+
+
+class ObservabilitySpec(Spec):
+    install_operator_crds: bool = True
+    """Install the Prometheus Operator CRDs the SLO rules need; false when the cluster already runs the operator."""
 
 
 class CostSpec(Spec):
@@ -435,6 +479,7 @@ class FleetSpec(Spec):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     control_plane: ControlPlaneSpec = Field(default_factory=ControlPlaneSpec)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
     cost: CostSpec = Field(default_factory=CostSpec)
 
     def pool(self, name: str) -> PoolSpec:

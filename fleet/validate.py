@@ -6,11 +6,13 @@ file in one pass. Each problem names the full key path and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from fleet import contract
 from fleet.capacity import (
     ACTIVATION_RESERVE_GIB,
     KV_BLOCK_TOKENS,
@@ -20,7 +22,7 @@ from fleet.capacity import (
     plan_pool,
     pool_gpu,
 )
-from fleet.catalog import GIB, GPUS, INSTANCES, MODELS
+from fleet.catalog import GIB, GPUS, INSTANCES, MODELS, ec2_instance_types
 from fleet.errors import Problem
 from fleet.perf import kv_bytes_per_token
 from fleet.plugins import (
@@ -32,12 +34,14 @@ from fleet.plugins import (
     SCALING_POLICY,
     Registry,
 )
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.spec import DRAIN_MARGIN_S, FleetSpec, PoolSpec
 
-__all__ = ["DEMO_API_KEY", "check_spec", "hash_api_key"]
+__all__ = ["DEMO_API_KEY", "PLACEHOLDER_DIGEST", "check_spec", "hash_api_key"]
 
 # The local stack's demo key. Local-only: any other stack carrying its hash is rejected.
 DEMO_API_KEY = "sk-llmfleet-demo"
+# A digest that is well-formed but names no image: a stack file's stand-in until a release's digest is pinned.
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 
 
 def hash_api_key(key: str) -> str:
@@ -66,6 +70,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += _check_unique(spec)
     problems += _check_tenants(spec)
     problems += _check_gateway(spec)
+    problems += _check_images(spec)
     return problems
 
 
@@ -102,6 +107,18 @@ def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:
         for i, zone in enumerate(zones):
             if not zone.startswith(spec.region):
                 yield _err(f"availabilityZones[{i}]", f"zone is not in region {spec.region!r}", zone)
+    if spec.target == "aws":
+        known = ec2_instance_types()
+        cpu_type = spec.cpu_node_group.instance_type
+        if cpu_type not in known:
+            close = difflib.get_close_matches(cpu_type, sorted(known), n=3, cutoff=0.7)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            yield _err(
+                "cpuNodeGroup.instanceType", f"not an EC2 instance type; {hint}(from botocore's EC2 model)", cpu_type
+            )
+        for i, group in enumerate(spec.gpu_node_groups):
+            if group.instance_type in INSTANCES and group.instance_type not in known:
+                yield _err(f"gpuNodeGroups[{i}].instanceType", "not an EC2 instance type", group.instance_type)
     if spec.target == "aws" and spec.cpu_node_group.instance_type.startswith(("p", "g")):
         yield _warn("cpuNodeGroup.instanceType", "a GPU instance type for the CPU node group wastes GPUs")
     if spec.cpu_node_group.min_nodes > spec.cpu_node_group.max_nodes:
@@ -220,10 +237,11 @@ def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem
             f"{path}.restartWindow.maxUnavailable",
             f"{window.max_unavailable} of a minimum of {pool.replicas.min} replicas may restart at once",
         )
-    if pool.drain.propagation_seconds + 5 >= pool.drain.grace_seconds:
+    if pool.drain.propagation_seconds + DRAIN_MARGIN_S >= pool.drain.grace_seconds:
         yield _err(
             f"{path}.drain.graceSeconds",
-            f"must exceed propagationSeconds + 5 ({pool.drain.propagation_seconds + 5:g})",
+            f"must exceed propagationSeconds + {DRAIN_MARGIN_S:g} "
+            f"({pool.drain.propagation_seconds + DRAIN_MARGIN_S:g})",
             pool.drain.grace_seconds,
         )
     plan = plan_pool(spec, pool)
@@ -280,8 +298,31 @@ def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
 
 def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
     gateway = spec.gateway
-    if gateway.quota_backend == "redis" and gateway.redis_url is None:
-        yield _err("gateway.redisUrl", "required when quotaBackend is 'redis' (e.g. redis://host:6379/0)")
+    drain = gateway.drain
+    if drain.propagation_seconds + DRAIN_MARGIN_S >= drain.grace_seconds:
+        yield _err(
+            "gateway.drain.graceSeconds",
+            f"must exceed propagationSeconds + {DRAIN_MARGIN_S:g} ({drain.propagation_seconds + DRAIN_MARGIN_S:g})",
+            drain.grace_seconds,
+        )
+    elif drain.shutdown_timeout < gateway.timeouts.total_s:
+        yield _warn(
+            "gateway.drain.graceSeconds",
+            f"in-flight requests get {drain.shutdown_timeout} s when a gateway pod stops (grace - propagation - "
+            f"{DRAIN_MARGIN_S:g} s) but may run timeouts.totalS {gateway.timeouts.total_s:g} s: longer streams are "
+            "cut on every rollout and scale-in",
+        )
+    if gateway.quota_backend == "redis" and gateway.redis_url is None and spec.target == "local":
+        # On aws and kubernetes the Pulumi program provisions a Redis when the URL is unset.
+        yield _err(
+            "gateway.redisUrl", "required on target local when quotaBackend is 'redis' (e.g. redis://host:6379/0)"
+        )
+    if spec.target == "aws" and gateway.timeouts.total_s >= contract.NLB_MAX_IDLE_TIMEOUT_S:
+        yield _err(
+            "gateway.timeouts.totalS",
+            f"below {contract.NLB_MAX_IDLE_TIMEOUT_S} on aws: the load balancer closes connections idle that long",
+            gateway.timeouts.total_s,
+        )
     if not gateway.routing.filters and not gateway.routing.scorers:
         yield _warn("gateway.routing", "no filters and no scorers: routing ignores load and health")
     for i, scorer in enumerate(gateway.routing.scorers):
@@ -289,3 +330,41 @@ def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
             yield _warn(f"gateway.routing.scorers[{i}].weight", "a weight of 0 disables this scorer")
     if spec.target != "local" and gateway.replicas < 2:
         yield _warn("gateway.replicas", "one gateway replica is a single point of failure")
+
+
+def _check_images(spec: FleetSpec) -> Iterator[Problem]:
+    """Cloud stacks pin their images by digest: runtime always, engine when a pool runs vLLM."""
+    if spec.target == "local":
+        return
+    images = spec.images
+    if spec.target == "aws" and images.registry is not None:
+        yield _err(
+            "images.registry",
+            "not used on target aws: the images come from the stack's own ECR repositories "
+            "(stack output imageRegistry); remove the key",
+            images.registry,
+        )
+    if spec.target == "kubernetes" and images.registry is None:
+        yield _err(
+            "images.registry",
+            "required on target kubernetes: where the images are pushed, e.g. ghcr.io/acme/llmfleet "
+            "(pods pull <registry>/runtime@<runtimeDigest>)",
+        )
+    engine_pools = [f"pools[{i}] ({p.name})" for i, p in enumerate(spec.pools) if p.runs_engine_image]
+    needed = [("runtimeDigest", images.runtime_digest, "runtime", f"required on target {spec.target}")]
+    if engine_pools:
+        needed.append(("engineDigest", images.engine_digest, "engine", f"required: {', '.join(engine_pools)} run vLLM"))
+    for key, digest, image, why in needed:
+        if digest is None:
+            yield _err(
+                f"images.{key}",
+                f"{why}. `images/build.sh {image}` (or `make images IMAGES={image}`) builds the image and prints "
+                f"its digest; pin it with `pulumi config set --path 'llmfleet:images.{key}' sha256:... "
+                f"-s {spec.environment}` or in the stack file",
+            )
+        elif digest == PLACEHOLDER_DIGEST:
+            yield _warn(
+                f"images.{key}",
+                f"a placeholder that names no image: pin the release's {image} digest "
+                f"(`images/build.sh {image}` prints it) before `pulumi up`",
+            )

@@ -59,6 +59,7 @@ class Cluster(pulumi.ComponentResource):
     arn: pulumi.Output[str]
     oidc_provider: aws.iam.OpenIdConnectProvider
     kubeconfig: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]  # the EKS-made cluster security group; every managed node carries it
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:infra:Cluster", name, None, opts)
@@ -88,7 +89,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=["api", "audit", "authenticator"],
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role.attachments),
         )
         issuer = cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer if ids and ids[0].oidcs else "")
         self.oidc_provider = aws.iam.OpenIdConnectProvider(
@@ -96,6 +97,7 @@ class Cluster(pulumi.ComponentResource):
         )
         self.name = cluster.name
         self.arn = cluster.arn
+        self.security_group_id = cluster.vpc_config.cluster_security_group_id
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
                 lambda v: kubeconfig(str(v[0]), str(v[1]), str(v[2]), args.region)

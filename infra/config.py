@@ -18,8 +18,17 @@ from fleet.commands.registries import all_registries
 from fleet.loader import NAMESPACE, parse_spec
 from fleet.spec import FleetSpec
 from fleet.validate import hash_api_key
+from infra.quota_redis import provisions_redis
 
-__all__ = ["capacity_reservations", "spec_from_config", "stack_config", "tenant_key_hashes", "tenant_secret_keys"]
+__all__ = [
+    "capacity_reservations",
+    "redis_auth_token",
+    "redis_secret_keys",
+    "spec_from_config",
+    "stack_config",
+    "tenant_key_hashes",
+    "tenant_secret_keys",
+]
 
 
 def _config_value(raw: str) -> Any:
@@ -89,6 +98,17 @@ def tenant_key_hashes(spec: FleetSpec) -> pulumi.Output[str]:
         return json.dumps(table, sort_keys=True)
 
     return pulumi.Output.secret(pulumi.Output.all(*secrets).apply(lambda vs: render([str(v) for v in vs])))
+
+
+def redis_secret_keys(spec: FleetSpec) -> list[str]:
+    """The secret config key (``namespace:key``) of the quota Redis' password, when the program provisions it."""
+    return [spec.gateway.redis.auth_token_secret] if provisions_redis(spec) else []
+
+
+def redis_auth_token(spec: FleetSpec) -> pulumi.Output[str] | None:
+    """The quota Redis' password (secret), when the program provisions the Redis; missing config fails."""
+    keys = redis_secret_keys(spec)
+    return _secret(keys[0]) if keys else None
 
 
 def capacity_reservations(spec: FleetSpec) -> dict[str, str]:

@@ -2,13 +2,17 @@
 
 Its Role may read and scale only the pools' Deployments (by name), read pods and patch them (the
 ``controller.kubernetes.io/pod-deletion-cost`` annotation picks which replica a scale-down removes), and
-manage Leases (restart-window coordination). On AWS its ServiceAccount assumes an IRSA role that may resize
-only the fleet's own GPU node groups. ``Recreate``: never two control planes deciding at once.
+manage Leases (restart-window coordination). On AWS its ServiceAccount assumes an IRSA role that may grow only
+the fleet's own GPU node groups and terminate only the cluster's node instances, a ClusterRole lets it read and
+cordon nodes (the only cluster-wide right: a node emptied by a drain is cordoned before it is terminated), and
+its arguments name each GPU node group (``--nodegroup GROUP:ZONE=NAME``). ``Recreate``: never two control
+planes deciding at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -16,13 +20,14 @@ import pulumi_kubernetes as k8s
 
 from fleet import contract
 from fleet.spec import FleetSpec
+from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 
-__all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules"]
+__all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules", "nodegroup_args"]
 
 
 def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
-    """RBAC rules: scale own pool Deployments, patch pods, use leases; nothing cluster-wide."""
+    """Namespaced RBAC rules: scale own pool Deployments, patch pods, use leases."""
     deployments = [contract.pool_deployment_name(p.name) for p in spec.pools]
     return [
         {"api_groups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
@@ -42,10 +47,21 @@ def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
     ]
 
 
+def nodegroup_args(nodegroups: Mapping[tuple[str, str], pulumi.Input[str]]) -> list[pulumi.Input[str]]:
+    """``--nodegroup GROUP:ZONE=NAME`` for each GPU node group, sorted by group and zone."""
+    out: list[pulumi.Input[str]] = []
+    for (group, zone), name in sorted(nodegroups.items(), key=lambda item: item[0]):
+        out += ["--nodegroup", pulumi.Output.concat(f"{group}:{zone}=", name)]
+    return out
+
+
 @dataclass(frozen=True)
 class ControlPlaneArgs:
     spec: FleetSpec
+    images: ImageRefs
     role_arn: pulumi.Input[str] | None = None  # IRSA role resizing the GPU node groups (aws target)
+    # (GPU group, zone) -> EKS node group name: the aws actuator's ``--nodegroup`` flags
+    nodegroups: Mapping[tuple[str, str], pulumi.Input[str]] = field(default_factory=dict)
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -78,13 +94,36 @@ class ControlPlane(pulumi.ComponentResource):
             ],
             opts=child,
         )
+        if spec.target == "aws":
+            # The aws actuator cordons the GPU nodes a drain emptied before terminating them: nodes only.
+            nodes_role = f"{contract.CONTROL_PLANE_NAME}-{spec.environment}-nodes"
+            cluster_meta = {"name": nodes_role, "labels": labels}
+            k8s.rbac.v1.ClusterRole(  # type: ignore[call-overload]
+                f"{name}-nodes",
+                metadata=cluster_meta,
+                rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}],
+                opts=child,
+            )
+            k8s.rbac.v1.ClusterRoleBinding(  # type: ignore[call-overload]
+                f"{name}-nodes-binding",
+                metadata=cluster_meta,
+                role_ref={
+                    "api_group": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": cluster_meta["name"],
+                },
+                subjects=[
+                    {"kind": "ServiceAccount", "name": contract.CONTROL_PLANE_NAME, "namespace": spec.cluster.namespace}
+                ],
+                opts=child,
+            )
         volumes, mounts = spec_volumes(spec)
         pod: dict[str, object] = {
             "service_account_name": contract.CONTROL_PLANE_NAME,
             "containers": [
                 {
                     "name": "control-plane",
-                    "image": spec.images.control,
+                    "image": args.images.runtime,
                     "image_pull_policy": spec.images.pull_policy,
                     "command": ["llmfleet"],
                     "args": [
@@ -95,6 +134,7 @@ class ControlPlane(pulumi.ComponentResource):
                         str(port),
                         "--host",
                         "0.0.0.0",
+                        *nodegroup_args(args.nodegroups),
                     ],
                     "ports": [{"name": "http", "container_port": port}],
                     "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
@@ -108,9 +148,10 @@ class ControlPlane(pulumi.ComponentResource):
         }
         if spec.target == "aws":
             pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
+        actuator = spec.autoscaling.actuator + (" (dry run)" if spec.autoscaling.dry_run else "")
         k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
-            metadata=meta,
+            metadata={**meta, "annotations": {contract.ANN_ACTUATOR: actuator}},
             spec={
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},

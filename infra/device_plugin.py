@@ -2,25 +2,31 @@
 
 The AL2023 NVIDIA AMI ships the driver and container toolkit but not the device plugin. The DaemonSet runs
 only on nodes labelled ``nvidia.com/gpu.present=true`` (our GPU node groups), tolerates their taint, and is
-``system-node-critical`` so it is never evicted before the engines that depend on it.
+``system-node-critical`` so it is never evicted before the engines that depend on it. Its image is NVIDIA's
+release (`fleet.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from fleet import contract
 
-__all__ = ["DEVICE_PLUGIN_IMAGE", "DevicePlugin"]
+__all__ = ["DevicePlugin", "DevicePluginArgs"]
 
-DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
+
+@dataclass(frozen=True)
+class DevicePluginArgs:
+    image: pulumi.Input[str]  # pinned by digest (`infra.images.ImageRefs.device_plugin`)
 
 
 class DevicePlugin(pulumi.ComponentResource):
     """The DaemonSet in ``kube-system``."""
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: DevicePluginArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:k8s:DevicePlugin", name, None, opts)
         labels = {
             "app.kubernetes.io/name": "nvidia-device-plugin",
@@ -41,7 +47,7 @@ class DevicePlugin(pulumi.ComponentResource):
                         "containers": [
                             {
                                 "name": "nvidia-device-plugin",
-                                "image": DEVICE_PLUGIN_IMAGE,
+                                "image": args.image,
                                 "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
                                 "security_context": {
                                     "allow_privilege_escalation": False,

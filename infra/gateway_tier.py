@@ -1,13 +1,17 @@
 """Gateway: the OpenAI-compatible entry point, the only Service exposed outside the cluster.
 
 A Deployment of ``llmfleet gateway --stack <file> --port <port>`` spread over zones, a LoadBalancer Service
-(an internet-facing NLB with cross-zone balancing on AWS; internal when ``gateway.public`` is false), an HPA
+(on AWS an NLB made by the AWS Load Balancer Controller: pod-IP targets, cross-zone, internet-facing, or
+internal when ``gateway.public`` is false, with listeners idling out only after the request timeout), an HPA
 on CPU (gateways are stateless) and a PodDisruptionBudget keeping all but one replica up during node drains.
+With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -15,24 +19,52 @@ import pulumi_kubernetes as k8s
 
 from fleet import contract
 from fleet.spec import FleetSpec
+from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
+from infra.quota_redis import provisions_redis
 
-__all__ = ["Gateway", "GatewayArgs", "gateway_service_annotations"]
+__all__ = ["GATEWAY_LISTENERS", "Gateway", "GatewayArgs", "gateway_service_annotations", "nlb_idle_timeout_s"]
 
-_NLB = "service.beta.kubernetes.io/aws-load-balancer"
+_LB = "service.beta.kubernetes.io/aws-load-balancer"
+# The Service's listeners (protocol, port). A TLS listener will add ("TLS", 443) here, with the certificate ARN
+# in the ``-ssl-cert`` and ``-ssl-ports`` annotations of `gateway_service_annotations`.
+GATEWAY_LISTENERS: tuple[tuple[str, int], ...] = (("TCP", 80),)
+
+
+def nlb_idle_timeout_s(spec: FleetSpec) -> int:
+    """NLB listener idle timeout: a minute above the gateway's request timeout (the NLB allows 60 to 6000 s)."""
+    wanted = math.ceil(spec.gateway.timeouts.total_s) + 60
+    return max(60, min(contract.NLB_MAX_IDLE_TIMEOUT_S, wanted))
 
 
 def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
-    """NLB annotations (AWS cloud provider): network LB, cross-zone, internal unless the gateway is public."""
+    """The gateway's request timeout, and on aws the AWS Load Balancer Controller's NLB annotations.
+
+    ``type: external`` hands the Service to the controller (the in-tree provider ignores it); pod-IP targets
+    skip the NodePort hop; the scheme follows ``gateway.public``; each listener's idle timeout exceeds the
+    request timeout, so a long generation is never cut by the NLB's 350 s default.
+    """
+    annotations = {contract.ANN_REQUEST_TIMEOUT: str(math.ceil(spec.gateway.timeouts.total_s))}
     if spec.target != "aws":
-        return {}
-    annotations = {
-        f"{_NLB}-type": "nlb",
-        f"{_NLB}-cross-zone-load-balancing-enabled": "true",
-        f"{_NLB}-connection-idle-timeout": str(int(spec.gateway.timeouts.total_s)),
+        return annotations
+    annotations |= {
+        f"{_LB}-type": "external",
+        f"{_LB}-nlb-target-type": "ip",
+        f"{_LB}-scheme": "internet-facing" if spec.gateway.public else "internal",
+        f"{_LB}-attributes": "load_balancing.cross_zone.enabled=true",
     }
-    if not spec.gateway.public:
-        annotations[f"{_NLB}-internal"] = "true"
+    for protocol, port in GATEWAY_LISTENERS:
+        annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = (
+            f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
+        )
+    return annotations
+
+
+def _quota_annotations(spec: FleetSpec) -> dict[str, str]:
+    gateway = spec.gateway
+    annotations: dict[str, str] = {contract.ANN_QUOTA_BACKEND: gateway.quota_backend}
+    if gateway.quota_backend == "redis":
+        annotations[contract.ANN_REDIS_URL_FROM] = "secret" if provisions_redis(spec) else "stack"
     return annotations
 
 
@@ -47,6 +79,9 @@ def _labels(spec: FleetSpec) -> dict[str, str]:
 @dataclass(frozen=True)
 class GatewayArgs:
     spec: FleetSpec
+    images: ImageRefs
+    deployment_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the quota Redis and its Secret
+    service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the load balancer controller
 
 
 class Gateway(pulumi.ComponentResource):
@@ -62,22 +97,33 @@ class Gateway(pulumi.ComponentResource):
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
         volumes, mounts = spec_volumes(spec)
         pod: dict[str, Any] = {
-            "termination_grace_period_seconds": int(gw.timeouts.total_s) + 10,  # in-flight streams finish
+            "termination_grace_period_seconds": gw.drain.grace_seconds,  # = preStop + shutdown timeout + margin
             "containers": [
                 {
                     "name": "gateway",
-                    "image": spec.images.control,
+                    "image": args.images.runtime,
                     "image_pull_policy": spec.images.pull_policy,
                     "command": ["llmfleet"],
-                    "args": ["gateway", "--stack", contract.stack_file_path(spec.environment), "--port", str(gw.port)],
+                    "args": [
+                        "gateway",
+                        "--stack",
+                        contract.stack_file_path(spec.environment),
+                        "--port",
+                        str(gw.port),
+                        "--shutdown-timeout",
+                        str(gw.drain.shutdown_timeout),
+                    ],
                     "ports": [{"name": "http", "container_port": gw.port}],
                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
                     "startup_probe": http_probe("/healthz", gw.port, 2, 30),
                     "readiness_probe": http_probe("/readyz", gw.port, 5, 2),
                     "liveness_probe": http_probe("/healthz", gw.port, 10, 3),
-                    "lifecycle": {"pre_stop": {"sleep": {"seconds": 10}}},  # let the LB deregister the pod
+                    # The pod left the Service's endpoints when it started terminating: the load balancer
+                    # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
+                    "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
                     "volume_mounts": mounts,
                     "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
+                    "env": _redis_env(spec),
                 }
             ],
             "volumes": volumes,
@@ -94,23 +140,27 @@ class Gateway(pulumi.ComponentResource):
             pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
         k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
-            metadata=meta,
+            metadata={**meta, "annotations": _quota_annotations(spec)},
             spec={
                 "replicas": gw.replicas,
                 "selector": {"match_labels": labels},
                 "template": {"metadata": {"labels": labels}, "spec": pod},
             },
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, ignore_changes=["spec.replicas"], depends_on=list(args.deployment_after)
+            ),
         )
+        # On aws even a private gateway gets a load balancer (an internal NLB): clients in the VPC reach it.
+        load_balanced = gw.public or spec.target == "aws"
         service = k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
             metadata={**meta, "annotations": gateway_service_annotations(spec)},
             spec={
-                "type": "LoadBalancer" if gw.public else "ClusterIP",
+                "type": "LoadBalancer" if load_balanced else "ClusterIP",
                 "selector": labels,
-                "ports": [{"name": "http", "port": 80, "target_port": "http"}],
+                "ports": [{"name": "http", "port": port, "target_port": "http"} for _, port in GATEWAY_LISTENERS],
             },
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
             f"{name}-hpa",
@@ -134,13 +184,21 @@ class Gateway(pulumi.ComponentResource):
             spec={"max_unavailable": 1, "selector": {"match_labels": labels}},
             opts=pulumi.ResourceOptions(parent=self),
         )
-        if gw.public:
+        if load_balanced:
             self.url = service.status.apply(_lb_url)
         else:
             self.url = pulumi.Output.from_input(
                 f"http://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
             )
         self.register_outputs({"url": self.url})
+
+
+def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:
+    """The quota Redis URL from the provisioned Redis' Secret (`infra.quota_redis`), if the program made one."""
+    if not provisions_redis(spec):
+        return []
+    ref = {"name": contract.QUOTA_REDIS_NAME, "key": contract.REDIS_URL_KEY}
+    return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
 
 
 def _lb_url(status: Any) -> str:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 __all__ = [
+    "ServiceRole",
     "autoscaler_policy",
     "irsa_trust_policy",
     "irsa_role",
@@ -28,9 +30,22 @@ def _document(statements: list[dict[str, Any]]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
+@dataclass(frozen=True)
+class ServiceRole:
+    """A service role and its policy attachments: whatever uses the role must ``depends_on`` the attachments, or
+    EKS may create the cluster (or node group) before the role may do anything and fail or never turn ready."""
+
+    role: aws.iam.Role
+    attachments: list[aws.iam.RolePolicyAttachment]
+
+    @property
+    def arn(self) -> pulumi.Output[str]:
+        return self.role.arn
+
+
 def service_role(
     name: str, service: str, managed_policies: Sequence[str], parent: pulumi.Resource, tags: dict[str, str]
-) -> aws.iam.Role:
+) -> ServiceRole:
     """A role ``service`` (e.g. ``eks.amazonaws.com``) assumes, with AWS-managed policies attached by name."""
     role = aws.iam.Role(
         name,
@@ -40,14 +55,16 @@ def service_role(
         tags=tags,
         opts=pulumi.ResourceOptions(parent=parent),
     )
-    for policy in managed_policies:
+    attachments = [
         aws.iam.RolePolicyAttachment(
             f"{name}-{policy.lower()}",
             role=role.name,
             policy_arn=_AWS_MANAGED + policy,
             opts=pulumi.ResourceOptions(parent=role),
         )
-    return role
+        for policy in managed_policies
+    ]
+    return ServiceRole(role, attachments)
 
 
 def irsa_trust_policy(provider_arn: str, issuer: str, namespace: str, service_account: str) -> str:
@@ -87,8 +104,12 @@ def irsa_role(
     return role
 
 
-def autoscaler_policy(node_group_arns: Sequence[str]) -> str:
-    """Resize and describe exactly these node groups; nothing else in the account."""
+def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:
+    """Describe and resize exactly these node groups, and terminate instances of this cluster's node groups.
+
+    Scale-in terminates the node a drain emptied (``TerminateInstanceInAutoScalingGroup`` with a decrement);
+    managed node groups tag their Auto Scaling groups ``eks:cluster-name``, which scopes that right.
+    """
     if not node_group_arns:
         return _document([{"Effect": "Deny", "Action": "eks:UpdateNodegroupConfig", "Resource": "*"}])
     return _document(
@@ -98,7 +119,14 @@ def autoscaler_policy(node_group_arns: Sequence[str]) -> str:
                 "Effect": "Allow",
                 "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
                 "Resource": sorted(node_group_arns),
-            }
+            },
+            {
+                "Sid": "TerminateDrainedNodes",
+                "Effect": "Allow",
+                "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name}},
+            },
         ]
     )
 

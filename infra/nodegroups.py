@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from fleet import contract
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
-from infra.iam import service_role
+from infra.iam import ServiceRole, service_role
 
 __all__ = [
     "CAPACITY_TYPES",
@@ -83,6 +83,7 @@ class NodeGroups(pulumi.ComponentResource):
 
     gpu_groups: dict[str, list[aws.eks.NodeGroup]]  # zone -> GPU node groups in that zone
     gpu_group_arns: list[pulumi.Output[str]]
+    gpu_group_names: dict[tuple[str, str], pulumi.Output[str]]  # (GPU group, zone) -> EKS node group name
     cpu_group: aws.eks.NodeGroup
 
     def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -111,15 +112,19 @@ class NodeGroups(pulumi.ComponentResource):
             update_config={"max_unavailable": 1},
             labels={contract.LABEL_NODE_ROLE: "cpu"},
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, ignore_changes=["scalingConfig.desiredSize"], depends_on=role.attachments
+            ),
         )
         self.gpu_groups = {}
         self.gpu_group_arns = []
+        self.gpu_group_names = {}
         for group in spec.gpu_node_groups:
             for zone in spec.zones_of(group):
                 node_group = self._gpu_group(name, args, group, zone, role, tags)
                 self.gpu_groups.setdefault(zone, []).append(node_group)
                 self.gpu_group_arns.append(node_group.arn)
+                self.gpu_group_names[(group.name, zone)] = node_group.node_group_name
         self.register_outputs(
             {
                 "cpuNodeGroup": self.cpu_group.node_group_name,
@@ -169,7 +174,7 @@ class NodeGroups(pulumi.ComponentResource):
         args: NodeGroupsArgs,
         group: GpuNodeGroupSpec,
         zone: str,
-        role: aws.iam.Role,
+        role: ServiceRole,
         tags: dict[str, str],
     ) -> aws.eks.NodeGroup:
         spec = args.spec
@@ -202,5 +207,7 @@ class NodeGroups(pulumi.ComponentResource):
             labels=gpu_node_labels(spec, group),
             taints=[{"key": contract.GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
             tags=group_tags,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, ignore_changes=["scalingConfig.desiredSize"], depends_on=role.attachments
+            ),
         )

@@ -13,11 +13,16 @@ Availability and errors come from the gateway's ``llmfleet_gateway_requests_tota
 latency from the engines' ``vllm:*`` histograms. Two PodMonitors make Prometheus scrape them: engine pods on
 their ``engine`` (vLLM) and ``agent`` ports, with the pod's ``llmfleet.io/pool`` label copied to
 ``llmfleet_io_pool`` (what the rules select on), and gateway pods on ``http``.
+
+Rules and monitors need the Prometheus Operator's CRDs: they wait for `infra.prometheus_crds.PrometheusCrds`
+(``after``), or, with ``observability.installOperatorCrds: false``, say that the cluster's own operator has them
+(``llmfleet.io/prometheus-operator: existing``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -153,6 +158,7 @@ def slo_rule_groups(pool: PoolSpec) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class SloRulesArgs:
     spec: FleetSpec
+    after: Sequence[pulumi.Resource] = field(default_factory=list)  # the CRDs' release, the namespace
 
 
 class SloRules(pulumi.ComponentResource):
@@ -161,6 +167,10 @@ class SloRules(pulumi.ComponentResource):
     def __init__(self, name: str, args: SloRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:k8s:SloRules", name, None, opts)
         spec = args.spec
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.after))
+        operator = {
+            contract.ANN_PROMETHEUS_OPERATOR: "installed" if spec.observability.install_operator_crds else "existing"
+        }
         for pool in spec.pools:
             k8s.apiextensions.CustomResource(
                 f"{name}-{pool.name}",
@@ -170,9 +180,10 @@ class SloRules(pulumi.ComponentResource):
                     "name": f"llmfleet-{pool.name}-slo",
                     "namespace": spec.cluster.namespace,
                     "labels": {contract.LABEL_ENVIRONMENT: spec.environment, contract.LABEL_POOL: pool.name},
+                    "annotations": operator,
                 },
                 spec={"groups": slo_rule_groups(pool)},
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=child,
             )
         for component, ports in (
             (contract.COMPONENT_ENGINE, ("engine", "agent")),
@@ -186,9 +197,10 @@ class SloRules(pulumi.ComponentResource):
                     "name": f"llmfleet-{component}",
                     "namespace": spec.cluster.namespace,
                     "labels": {contract.LABEL_ENVIRONMENT: spec.environment},
+                    "annotations": operator,
                 },
                 spec=pod_monitor_spec(component, ports),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=child,
             )
         self.register_outputs({})
 

@@ -1,8 +1,9 @@
 """Offline: run the Pulumi program in-process under `pulumi.runtime.set_mocks`, recording every resource.
 
 No CLI, no plugins, no cloud: the mock engine answers each registration with the inputs plus the few outputs
-the program reads (ARNs, the cluster endpoint and OIDC issuer, the gateway's load balancer hostname), so the
-recorded ``props`` have the shape a policy sees at ``pulumi preview``: camelCase, outputs merged over inputs.
+the program reads (ARNs, the cluster endpoint, OIDC issuer and security group, the Redis endpoint, the gateway's
+load balancer hostname), so the recorded ``props`` have the shape a policy sees at ``pulumi preview``: camelCase,
+outputs merged over inputs. Each resource also keeps the URNs it depends on, so tests can check the order.
 
 Pulumi's mock settings are process-global: `run_offline` installs a fresh monitor for each run and runs the
 program to completion (every registration drained) before it returns, so runs never share resources. Runs
@@ -45,7 +46,9 @@ _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
 @dataclass(frozen=True)
 class RecordedResource:
-    """One registered resource: type token, logical name, URN, and its props (camelCase)."""
+    """One registered resource: type token, logical name, URN, its props (camelCase), and the URNs it waits for
+    (``dependencies``: its ``depends_on`` plus the resources whose outputs its inputs use, as the engine sees them).
+    """
 
     type: str
     name: str
@@ -53,6 +56,7 @@ class RecordedResource:
     props: dict[str, Any]
     custom: bool
     parent: str | None = None
+    dependencies: tuple[str, ...] = ()
 
 
 @dataclass
@@ -72,6 +76,10 @@ class OfflineRun:
             if r.name == name:
                 return r
         raise KeyError(f"no {type_token} named {name!r}; have {[r.name for r in self.of_type(type_token)]}")
+
+    def depends_on(self, resource: RecordedResource, other: RecordedResource) -> bool:
+        """Whether ``resource`` waits for ``other`` (directly, as registered)."""
+        return other.urn in resource.dependencies
 
 
 def _unsecret(value: Any) -> Any:
@@ -98,6 +106,7 @@ def _mock_outputs(typ: str, name: str, inputs: Mapping[str, Any], region: str) -
             certificateAuthority={"data": "bW9jaw=="},
             identities=[{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/{name.upper()}"}]}],
         )
+        outputs["vpcConfig"] = {**dict(inputs.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{name}"}
         rid = str(inputs.get("name", name))
     elif typ == "aws:iam/openIdConnectProvider:OpenIdConnectProvider":
         outputs["url"] = str(inputs.get("url", "")).removeprefix("https://")
@@ -106,6 +115,11 @@ def _mock_outputs(typ: str, name: str, inputs: Mapping[str, Any], region: str) -
         outputs["bucket"] = rid
     elif typ == "aws:eks/nodeGroup:NodeGroup":
         outputs["nodeGroupName"] = inputs.get("nodeGroupName", name)
+    elif typ == "aws:ecr/repository:Repository":
+        outputs["repositoryUrl"] = f"000000000000.dkr.ecr.{region}.amazonaws.com/{inputs.get('name', name)}"
+    elif typ == "aws:elasticache/replicationGroup:ReplicationGroup":
+        outputs["primaryEndpointAddress"] = f"master.{name}.cache.amazonaws.com"
+        outputs["port"] = inputs.get("port", 6379)
     elif typ == "kubernetes:core/v1:Service" and (inputs.get("spec") or {}).get("type") == "LoadBalancer":
         outputs["status"] = {"loadBalancer": {"ingress": [{"hostname": f"{name}.elb.{region}.amazonaws.com"}]}}
     return rid, outputs
@@ -151,6 +165,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                         props=dict(registration.state),
                         custom=bool(request.custom),
                         parent=request.parent or None,
+                        dependencies=tuple(request.dependencies),
                     )
                 )
         return response

@@ -3,9 +3,11 @@
 Each pod runs ``llmfleet agent --stack <file> --pool <pool> --port 8000``; the agent launches vLLM (or the
 simulator) from the pool's spec. The pod is built so that draining is loss-free:
 
-* ``preStop`` sleeps ``drain.propagationSeconds`` while the gateway stops routing to the pod (it is no longer
-  ready), then SIGTERM lets the agent drain the engine for ``drain.engineShutdownTimeout`` seconds;
-* ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` >= preStop + shutdown timeout (+5 s margin);
+* one drain budget from the stack, waited once: ``preStop`` is an ``httpGet`` of the agent's ``/prestop``, which
+  starts the drain at once (readiness falls, the control plane and gateways stop routing); the agent keeps the
+  engine serving for ``drain.propagationSeconds`` while they notice, then stops it with vLLM's
+  ``--shutdown-timeout`` = grace - propagation - 5 s; the kubelet's SIGTERM finds the drain already running;
+* ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` = propagation + shutdown timeout + 5 s margin;
 * GPUs requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
 * the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk;
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
@@ -24,6 +26,7 @@ import pulumi_kubernetes as k8s
 from fleet import contract
 from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
+from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 
 __all__ = ["EnginePool", "EnginePoolArgs", "engine_deployment_spec", "engine_labels"]
@@ -53,8 +56,10 @@ def _resources(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
     }
 
 
-def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi.Input[str] | None) -> dict[str, Any]:
-    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs)."""
+def engine_deployment_spec(
+    spec: FleetSpec, pool: PoolSpec, image: pulumi.Input[str], model_bucket: pulumi.Input[str] | None
+) -> dict[str, Any]:
+    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs), running ``image``."""
     labels = engine_labels(spec, pool)
     drain = pool.drain
     gpu_pool = pool.engine.kind != "sim" and pool.node_group is not None
@@ -81,7 +86,7 @@ def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi
     liveness = http_probe("/healthz", contract.AGENT_PORT, 10, 3)
     container = {
         "name": "agent",
-        "image": spec.images.engine if gpu_pool else spec.images.control,
+        "image": image,
         "image_pull_policy": spec.images.pull_policy,
         "command": ["llmfleet"],
         "args": [
@@ -113,7 +118,7 @@ def engine_deployment_spec(spec: FleetSpec, pool: PoolSpec, model_bucket: pulumi
         "startup_probe": startup,
         "readiness_probe": readiness,
         "liveness_probe": liveness,
-        "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(drain.propagation_seconds)}}},
+        "lifecycle": {"pre_stop": {"http_get": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}},
         "volume_mounts": mounts,
         "security_context": {"allow_privilege_escalation": False},
     }
@@ -162,6 +167,7 @@ def engine_annotations(pool: PoolSpec) -> dict[str, str]:
         contract.ANN_TENSOR_PARALLEL: str(pool.engine.tensor_parallel_size),
         contract.ANN_GPU_MEMORY_UTILIZATION: f"{pool.engine.gpu_memory_utilization:g}",
         contract.ANN_SHUTDOWN_TIMEOUT: str(pool.drain.engine_shutdown_timeout),
+        contract.ANN_DRAIN_PROPAGATION: f"{pool.drain.propagation_seconds:g}",
         contract.ANN_MIN_REPLICAS: str(pool.replicas.min),
         contract.ANN_CAPACITY_BUFFER: f"{pool.workload.capacity_buffer:g}",
     }
@@ -171,6 +177,7 @@ def engine_annotations(pool: PoolSpec) -> dict[str, str]:
 class EnginePoolArgs:
     spec: FleetSpec
     pool: PoolSpec
+    images: ImageRefs
     model_bucket: pulumi.Input[str] | None = None
 
 
@@ -188,7 +195,7 @@ class EnginePool(pulumi.ComponentResource):
         k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
             metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},
-            spec=engine_deployment_spec(spec, pool, args.model_bucket),
+            spec=engine_deployment_spec(spec, pool, args.images.for_pool(pool), args.model_bucket),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
         )
         k8s.core.v1.Service(  # type: ignore[call-overload]

@@ -2,8 +2,10 @@
 
 ``aws``: network, EKS, node groups, model store, IAM, then the Kubernetes part through a provider built from
 the new cluster's kubeconfig. ``kubernetes``: only the Kubernetes part, on the cluster of the stack's
-kubeconfig (a path) or context (a name). ``local`` has no cloud resources: `LocalTarget` says to use
-``llmfleet up``.
+kubeconfig (a path) or context (a name). On both, what the fleet needs from the cluster is installed first and
+waited for: the Prometheus Operator CRDs before the rules, the AWS Load Balancer Controller before the gateway
+Service (aws), the quota Redis and its Secret before the gateway Deployment, metrics-server for the HPA.
+``local`` has no cloud resources: `LocalTarget` says to use ``llmfleet up``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
 from infra.control_plane import ControlPlane, ControlPlaneArgs
-from infra.device_plugin import DevicePlugin
+from infra.device_plugin import DevicePlugin, DevicePluginArgs
 from infra.gateway_tier import Gateway, GatewayArgs
 from infra.iam import autoscaler_policy, irsa_role
+from infra.images import ImageRepositories, ImageRepositoriesArgs, image_refs
 from infra.k8s_base import FleetBase, FleetBaseArgs
+from infra.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
+from infra.metrics_server import MetricsServer, MetricsServerArgs
 from infra.network import Network, NetworkArgs
 from infra.nodegroups import NodeGroups, NodeGroupsArgs
 from infra.observability import SloRules, SloRulesArgs
 from infra.pools import EnginePool, EnginePoolArgs
+from infra.prometheus_crds import PrometheusCrds
+from infra.quota_cache import QuotaCache, QuotaCacheArgs
+from infra.quota_redis import QuotaRedis, QuotaRedisArgs, provisions_redis
 from infra.storage import ModelStore, ModelStoreArgs
 
 __all__ = ["FleetInputs", "LocalTarget", "build_fleet", "monthly_cost"]
@@ -50,6 +58,7 @@ class FleetInputs:
     spec: FleetSpec
     tenant_key_hashes: pulumi.Input[str]
     capacity_reservations: dict[str, str] = field(default_factory=dict)
+    redis_auth_token: pulumi.Input[str] | None = None  # secret; needed when the program provisions the quota Redis
 
 
 def monthly_cost(spec: FleetSpec) -> dict[str, float]:
@@ -80,6 +89,15 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     engine_role_arn: pulumi.Input[str] | None = None
     autoscaler_role_arn: pulumi.Input[str] | None = None
     model_bucket: pulumi.Input[str] | None = None
+    repositories: dict[str, pulumi.Input[str]] | None = None  # image -> the stack's ECR repository URL (aws)
+    nodegroup_names: dict[tuple[str, str], pulumi.Input[str]] = {}
+    redis_token = inputs.redis_auth_token
+    if provisions_redis(spec) and redis_token is None:
+        raise ValueError(f"the quota Redis needs its password: set config {spec.gateway.redis.auth_token_secret}")
+    redis_url: pulumi.Input[str] | None = None
+    redis_server: list[pulumi.Resource] = []  # what the gateway waits for outside the cluster (ElastiCache)
+    before_service: list[pulumi.Resource] = []  # what must run before the gateway Service (the LB controller)
+    cpu_nodes: dict[str, str] = {}
     if spec.target == "aws":
         cluster_name = contract.cluster_name(spec.environment)
         network = Network("network", NetworkArgs(cluster_name, list(spec.availability_zones), tags))
@@ -113,7 +131,9 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
             cluster.oidc_provider,
             spec.cluster.namespace,
             contract.CONTROL_PLANE_NAME,
-            pulumi.Output.all(*nodes.gpu_group_arns).apply(lambda arns: autoscaler_policy([str(a) for a in arns])),
+            pulumi.Output.all(*nodes.gpu_group_arns).apply(
+                lambda arns: autoscaler_policy([str(a) for a in arns], cluster_name)
+            ),
             cluster,
             tags,
         )
@@ -124,6 +144,40 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(depends_on=[nodes]),
         )
+        nodegroup_names = dict(nodes.gpu_group_names)
+        cpu_nodes = {contract.LABEL_NODE_ROLE: "cpu"}
+        if provisions_redis(spec) and redis_token is not None:
+            cache = QuotaCache(
+                "quota-cache",
+                QuotaCacheArgs(
+                    environment=spec.environment,
+                    node_type=spec.gateway.redis.node_type,
+                    vpc_id=network.vpc_id,
+                    subnet_ids=network.private_subnet_ids,
+                    client_security_group_id=cluster.security_group_id,
+                    auth_token=redis_token,
+                    auth_token_secret=spec.gateway.redis.auth_token_secret,
+                    tags=tags,
+                ),
+            )
+            redis_url, redis_server = cache.url, [cache.group]
+        lb_controller = LoadBalancerController(
+            "lb-controller",
+            LoadBalancerControllerArgs(
+                cluster_name=cluster.name,
+                region=spec.region,
+                vpc_id=network.vpc_id,
+                node_security_group_id=cluster.security_group_id,
+                oidc_provider=cluster.oidc_provider,
+                node_selector=cpu_nodes,
+                tags=tags,
+            ),
+            opts=pulumi.ResourceOptions(providers={"kubernetes": provider}),
+        )
+        before_service.append(lb_controller.release)
+        registry = ImageRepositories("images", ImageRepositoriesArgs(spec.environment, tags))
+        repositories = dict(registry.urls)
+        outputs["imageRegistry"] = registry.registry
         outputs["clusterName"] = cluster.name
         outputs["modelBucket"] = store.bucket_name
         outputs["nodeGroupsPerAz"] = {
@@ -134,7 +188,9 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         provider = _kubernetes_provider(spec)
         outputs["clusterName"] = spec.cluster.kubeconfig or "(current kubeconfig context)"
         outputs["nodeGroupsPerAz"] = {}
+        outputs["imageRegistry"] = spec.images.registry
 
+    images = image_refs(spec, repositories)
     on_k8s = pulumi.ResourceOptions(providers={"kubernetes": provider})
     base = FleetBase(
         "fleet",
@@ -143,12 +199,25 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     )
     after_base = pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=[base])
     if spec.target == "aws":
-        DevicePlugin("nvidia", opts=on_k8s)
+        DevicePlugin("nvidia", DevicePluginArgs(images.device_plugin), opts=on_k8s)
+    if spec.cluster.install_metrics_server:
+        MetricsServer("metrics-server", MetricsServerArgs(cpu_nodes), opts=on_k8s)
+    before_rules: list[pulumi.Resource] = [base]
+    if spec.observability.install_operator_crds:
+        before_rules.append(PrometheusCrds("prometheus-crds", opts=on_k8s).release)
+    before_gateway: list[pulumi.Resource] = [base]
+    if provisions_redis(spec) and redis_token is not None:
+        quota = QuotaRedis("quota-redis", QuotaRedisArgs(spec, redis_token, redis_url, after=[base]), opts=on_k8s)
+        before_gateway += [*quota.ready, *redis_server]
     for pool in spec.pools:
-        EnginePool(f"pool-{pool.name}", EnginePoolArgs(spec, pool, model_bucket), opts=after_base)
-    gateway = Gateway("gateway", GatewayArgs(spec), opts=after_base)
-    ControlPlane("control-plane", ControlPlaneArgs(spec, autoscaler_role_arn), opts=after_base)
-    SloRules("slo", SloRulesArgs(spec), opts=after_base)
+        EnginePool(f"pool-{pool.name}", EnginePoolArgs(spec, pool, images, model_bucket), opts=after_base)
+    gateway = Gateway(
+        "gateway",
+        GatewayArgs(spec, images, deployment_after=before_gateway, service_after=[base, *before_service]),
+        opts=after_base,
+    )
+    ControlPlane("control-plane", ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names), opts=after_base)
+    SloRules("slo", SloRulesArgs(spec, after=before_rules), opts=after_base)
     outputs["gatewayUrl"] = gateway.url
     outputs["namespace"] = spec.cluster.namespace
     return outputs

@@ -1,8 +1,9 @@
 """Stack run: a stack document's config run through the real Pulumi program under mocks (`infra.offline`).
 
 What ``pulumi preview -s STACK`` would register, without the CLI or a cloud: the policy check and the program's
-tests read the recorded resources. Secrets the CLI would decrypt (tenant keys) are replaced by placeholders, whose
-hashes are all that reach resources; capacity-block groups get a placeholder reservation id.
+tests read the recorded resources. Secrets the CLI would decrypt are replaced by placeholders: tenant keys (only
+their hashes reach resources) and the quota Redis' password; capacity-block groups get a placeholder reservation
+id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from fleet.commands.registries import all_registries
 from fleet.loader import parse_spec
 from infra.config import (
     capacity_reservations,
+    redis_auth_token,
+    redis_secret_keys,
     spec_from_config,
     stack_config,
     tenant_key_hashes,
@@ -22,9 +25,10 @@ from infra.config import (
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, build_fleet
 
-__all__ = ["PLACEHOLDER_KEYS", "offline_run"]
+__all__ = ["PLACEHOLDER_KEYS", "PLACEHOLDER_REDIS_TOKEN", "offline_run"]
 
 PLACEHOLDER_KEYS = '["sk-offline-placeholder"]'
+PLACEHOLDER_REDIS_TOKEN = "offline-placeholder-redis-token"
 
 
 def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
@@ -34,6 +38,9 @@ def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
     secrets = tenant_secret_keys(spec)
     for key in secrets:
         config.setdefault(key, PLACEHOLDER_KEYS)
+    for key in redis_secret_keys(spec):
+        config.setdefault(key, PLACEHOLDER_REDIS_TOKEN)
+        secrets.append(key)
     for group in spec.gpu_node_groups:
         if group.capacity_type == "capacity-block":
             for zone in spec.zones_of(group):
@@ -41,6 +48,8 @@ def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
 
     def program() -> Mapping[str, Any]:
         loaded = spec_from_config(stack)
-        return build_fleet(FleetInputs(loaded, tenant_key_hashes(loaded), capacity_reservations(loaded)))
+        return build_fleet(
+            FleetInputs(loaded, tenant_key_hashes(loaded), capacity_reservations(loaded), redis_auth_token(loaded))
+        )
 
     return run_offline(program, config, stack=stack, secret_keys=secrets, region=spec.region)

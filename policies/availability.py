@@ -17,6 +17,7 @@ from pulumi_policy import (
 )
 
 from fleet import contract
+from fleet.spec import DRAIN_MARGIN_S
 from policies.common import (
     PDB,
     PRODUCTION_SCHEMA,
@@ -104,12 +105,17 @@ def engine_grace_covers_drain_validator(args: ResourceValidationArgs, report_vio
             None,
         )
         return
+    # The agent waits the propagation delay itself before it stops the engine; a preStop that sleeps waits it
+    # again before the agent even hears of the drain. Both come out of the same grace.
+    propagation = as_float(annotations_of(args.props).get(contract.ANN_DRAIN_PROPAGATION), 0.0) or 0.0
     for container in containers(args.props):
         pre_stop = pre_stop_seconds(container)
-        if grace < pre_stop + shutdown:
+        needed = pre_stop + propagation + shutdown + DRAIN_MARGIN_S
+        if grace < needed:
             report_violation(
-                f"terminationGracePeriodSeconds {grace:g} < preStop {pre_stop:g} s + engine shutdown timeout "
-                f"{shutdown:g} s. Risk: SIGKILL arrives while in-flight requests are still decoding; clients see "
+                f"terminationGracePeriodSeconds {grace:g} < preStop {pre_stop:g} s + agent propagation wait "
+                f"{propagation:g} s + engine shutdown timeout {shutdown:g} s + {DRAIN_MARGIN_S:g} s margin "
+                f"= {needed:g} s. Risk: SIGKILL arrives while in-flight requests are still decoding; clients see "
                 "dropped streams on every scale-down and rollout.",
                 None,
             )

@@ -19,7 +19,9 @@ from policies.gpu import (
     gpu_requests_match_tensor_parallel,
     pools_spread_across_zones,
 )
+from policies.images import images_from_stack_registries, images_pinned_by_digest
 from policies.network import only_gateway_public
+from policies.scaling import gpu_nodes_can_scale
 
 __all__ = ["PACK_NAME", "POLICIES"]
 
@@ -27,6 +29,7 @@ PACK_NAME = "llmfleet"
 
 POLICIES: list[Policy] = [
     gpu_capacity_spans_zones,
+    gpu_nodes_can_scale,
     pools_spread_across_zones,
     gpu_requests_match_tensor_parallel,
     gpu_memory_headroom,
@@ -41,4 +44,6 @@ POLICIES: list[Policy] = [
     cluster_secrets_encrypted,
     allowed_instance_types,
     monthly_cost_ceiling,
+    images_pinned_by_digest,
+    images_from_stack_registries,
 ]

@@ -140,8 +140,8 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "not in region 'us-east-1'",
     ),
     (
-        "redis quotas without a url",
-        {"llmfleet:gateway": {"quotaBackend": "redis"}},
+        "redis quotas without a url on target local",
+        {"llmfleet:target": "local", "llmfleet:gateway": {"quotaBackend": "redis"}},
         "llmfleet:gateway.redisUrl",
         "redis://",
     ),
@@ -192,6 +192,24 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         {"llmfleet:pools.0.engine.kind": "tgi"},
         "llmfleet:pools[0].engine.kind",
         "registered:",
+    ),
+    (
+        "CPU node group instance type EC2 does not have",
+        {"llmfleet:cpuNodeGroup": {"instanceType": "p9x.mega"}},
+        "llmfleet:cpuNodeGroup.instanceType",
+        "not an EC2 instance type",
+    ),
+    (
+        "CPU node group instance type misspelt",
+        {"llmfleet:cpuNodeGroup": {"instanceType": "m6i.xlarg"}},
+        "llmfleet:cpuNodeGroup.instanceType",
+        "did you mean m6i.xlarge",
+    ),
+    (
+        "gateway drain grace shorter than its propagation delay",
+        {"llmfleet:gateway": {"drain": {"graceSeconds": 12, "propagationSeconds": 10}}},
+        "llmfleet:gateway.drain.graceSeconds",
+        "must exceed propagationSeconds + 5",
     ),
     (
         "unknown actuator",
@@ -310,3 +328,10 @@ def test_stack_file_on_disk_reports_its_path(tmp_path: Path) -> None:
 def test_unknown_stack_name_lists_the_stacks() -> None:
     with pytest.raises(SpecError, match="stacks: dev, local, prod, staging"):
         load_spec("qa")
+
+
+def test_a_gateway_drain_shorter_than_the_longest_request_is_a_warning() -> None:
+    document = stack_document("aws", **{"llmfleet:gateway": {"drain": {"graceSeconds": 120}}})
+    warnings = parse_spec(document, file="x.yaml").warnings
+    (warning,) = [w for w in warnings if w.path == "llmfleet:gateway.drain.graceSeconds"]
+    assert "in-flight requests get 105 s" in warning.message and "600 s" in warning.message

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from fleet import contract
 from fleet.capacity import plan_pool
 from fleet.loader import list_stacks, load_spec
 from fleet.spec import FleetSpec
-from fleet import contract
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import engine_labels
 from tests.infra.conftest import stack_run
@@ -122,9 +122,11 @@ def _inline_policy(run: OfflineRun, role_prefix: str) -> dict[str, Any]:
 
 
 def test_autoscaler_may_resize_only_the_fleets_gpu_node_groups(prod: OfflineRun) -> None:
-    (statement,) = _inline_policy(prod, "autoscaler")["Statement"]
-    assert set(statement["Action"]) == {"eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"}
-    assert sorted(statement["Resource"]) == sorted(g.props["arn"] for g in gpu_groups(prod))
+    resize, terminate = _inline_policy(prod, "autoscaler")["Statement"]
+    assert set(resize["Action"]) == {"eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"}
+    assert sorted(resize["Resource"]) == sorted(g.props["arn"] for g in gpu_groups(prod))
+    assert terminate["Action"] == "autoscaling:TerminateInstanceInAutoScalingGroup"
+    assert terminate["Condition"] == {"StringEquals": {"aws:ResourceTag/eks:cluster-name": "llmfleet-prod"}}
 
 
 def test_engine_role_only_reads_the_model_bucket(prod: OfflineRun) -> None:
@@ -161,7 +163,10 @@ def test_engine_deployments_have_probes_grace_prestop_spread_and_pdb(stack: str)
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert spec_pod["terminationGracePeriodSeconds"] == pool.drain.grace_seconds
-        assert container["lifecycle"]["preStop"]["sleep"]["seconds"] >= pool.drain.propagation_seconds
+        assert container["lifecycle"]["preStop"] == {"httpGet": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}
+        annotations = deployment.props["metadata"]["annotations"]
+        budget = float(annotations[contract.ANN_DRAIN_PROPAGATION]) + float(annotations[contract.ANN_SHUTDOWN_TIMEOUT])
+        assert budget + 5 <= spec_pod["terminationGracePeriodSeconds"]
         (spread,) = spec_pod["topologySpreadConstraints"]
         assert spread["topologyKey"] == "topology.kubernetes.io/zone"
         assert spread["labelSelector"]["matchLabels"] == engine_labels(spec, pool)
@@ -190,7 +195,7 @@ def test_prod_engines_request_tp_gpus_spread_hard_and_cache_on_nvme(prod: Offlin
     tp = str(pool.engine.tensor_parallel_size)
     assert container["resources"]["limits"]["nvidia.com/gpu"] == tp
     assert container["resources"]["requests"]["nvidia.com/gpu"] == tp
-    assert container["image"] == prod_spec.images.engine
+    assert container["image"].endswith(f"/engine@{prod_spec.images.engine_digest}")
     assert spec_pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
     cache = [v for v in spec_pod["volumes"] if v["name"] == "model-cache"][0]
     assert cache["hostPath"]["path"] == contract.MODEL_CACHE_HOST_PATH
@@ -212,7 +217,11 @@ def test_only_the_gateway_service_is_a_load_balancer(stack: str) -> None:
 
 def test_prod_gateway_is_an_nlb_with_hpa_pdb_and_zone_spread(prod: OfflineRun, prod_spec: FleetSpec) -> None:
     service = [s for s in prod.of_type(SERVICE) if s.props["metadata"]["name"] == contract.GATEWAY_NAME][0]
-    assert service.props["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-type"] == "nlb"
+    annotations = service.props["metadata"]["annotations"]
+    # "external" hands the Service to the AWS Load Balancer Controller, which makes an NLB with pod-IP targets.
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-type"] == "external"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
     (hpa,) = prod.of_type("kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
     assert hpa.props["spec"]["minReplicas"] == prod_spec.gateway.replicas
     gateway = [d for d in prod.of_type(DEPLOYMENT) if d.props["metadata"]["name"] == contract.GATEWAY_NAME][0]
@@ -223,6 +232,8 @@ def test_prod_gateway_is_an_nlb_with_hpa_pdb_and_zone_spread(prod: OfflineRun, p
         contract.stack_file_path("prod"),
         "--port",
         str(prod_spec.gateway.port),
+        "--shutdown-timeout",
+        str(prod_spec.gateway.drain.shutdown_timeout),
     ]
     assert any(p.props["metadata"]["name"] == contract.GATEWAY_NAME for p in prod.of_type(PDB))
 
@@ -241,7 +252,7 @@ def test_control_plane_role_scales_only_pool_deployments(prod: OfflineRun, prod_
     ]
     assert account.props["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:")
     deployment = [d for d in prod.of_type(DEPLOYMENT) if d.props["metadata"]["name"] == contract.CONTROL_PLANE_NAME][0]
-    assert pod(deployment)["containers"][0]["args"] == [
+    assert pod(deployment)["containers"][0]["args"][:7] == [
         "control-plane",
         "--stack",
         contract.stack_file_path("prod"),
@@ -249,7 +260,7 @@ def test_control_plane_role_scales_only_pool_deployments(prod: OfflineRun, prod_
         str(prod_spec.control_plane.port),
         "--host",
         "0.0.0.0",
-    ]
+    ]  # then one --nodegroup per GPU node group and zone: tests/infra/test_node_scaling.py
 
 
 def test_device_plugin_runs_only_on_gpu_nodes_and_only_on_aws(prod: OfflineRun, dev: OfflineRun) -> None:

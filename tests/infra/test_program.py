@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import json
 import runpy
@@ -12,17 +11,17 @@ from typing import Any
 import pulumi
 import pytest
 
+from fleet import contract
 from fleet.errors import SpecError
 from fleet.loader import parse_spec
 from fleet.validate import hash_api_key
-from fleet import contract
 from infra.config import spec_from_config, stack_config, tenant_secret_keys
 from infra.k8s_base import render_stack_file
 from infra.network import subnet_cidrs
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, LocalTarget, build_fleet
 from infra.stack_run import PLACEHOLDER_KEYS, offline_run
-from tests.infra.conftest import stack_document
+from tests.support.stacks import stack_document
 
 MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
 
@@ -55,9 +54,7 @@ def test_stack_config_encodes_structures_as_json_and_skips_ciphertext() -> None:
 
 
 def test_spec_from_config_reports_every_problem_with_its_key_path() -> None:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:pools"][0]["engine"]["gpuMemoryUtilization"] = 1.5
-    document["config"]["llmfleet:gateway"]["replicaz"] = 3
+    document = stack_document("prod", **{"pools.0.engine.gpuMemoryUtilization": 1.5, "gateway.replicaz": 3})
 
     def program() -> None:
         spec_from_config("prod")
@@ -104,11 +101,14 @@ def test_missing_tenant_secret_fails_the_program() -> None:
 
 
 def _capacity_block_document() -> dict[str, Any]:
-    document = copy.deepcopy(stack_document("prod"))
-    document["config"]["llmfleet:gpuNodeGroups"][0]["capacityType"] = "capacity-block"
-    document["config"]["llmfleet:gpuNodeGroups"][0]["zones"] = ["us-east-1a"]
-    document["config"]["capacityBlocks:a100-us-east-1a"] = "cr-0123456789abcdef0"
-    return document
+    return stack_document(
+        "prod",
+        **{
+            "gpuNodeGroups.0.capacityType": "capacity-block",
+            "gpuNodeGroups.0.zones": ["us-east-1a"],
+            "capacityBlocks:a100-us-east-1a": "cr-0123456789abcdef0",
+        },
+    )
 
 
 def test_capacity_block_groups_target_their_reservation_in_one_zone() -> None:
@@ -144,3 +144,15 @@ def test_zone_subnets_never_overlap() -> None:
     assert not any(a.overlaps(b) for i, a in enumerate(networks) for b in networks[i + 1 :])
     with pytest.raises(ValueError):
         subnet_cidrs(6)
+
+
+def test_no_program_module_shadows_an_importable_module() -> None:
+    # Pulumi's exec shim puts infra/ first on sys.path: a module there named like a package the program (or
+    # anything it imports) needs would be imported instead of it, as infra/gateway.py once replaced `gateway`.
+    import importlib.util
+
+    stems = sorted(p.stem for p in MAIN.parent.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    found = {stem: importlib.util.find_spec(stem) for stem in stems}
+    # A spec without an origin is a namespace package (a bare folder such as images/): nothing imports it.
+    shadowed = [stem for stem, spec in found.items() if spec is not None and spec.origin is not None]
+    assert stems and shadowed == []

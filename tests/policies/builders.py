@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleet import contract
+
+ECR_REPOSITORY_URL = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llmfleet-prod/runtime"
+DIGEST_IMAGE = f"{ECR_REPOSITORY_URL}@sha256:" + "0" * 64
 
 ENGINE_LABELS = {
     contract.LABEL_COMPONENT: contract.COMPONENT_ENGINE,
@@ -42,6 +46,7 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
                 contract.ANN_TENSOR_PARALLEL: "2",
                 contract.ANN_GPU_MEMORY_UTILIZATION: "0.9",
                 contract.ANN_SHUTDOWN_TIMEOUT: "105",
+                contract.ANN_DRAIN_PROPAGATION: "10",
                 contract.ANN_MIN_REPLICAS: "3",
                 contract.ANN_CAPACITY_BUFFER: "0.3",
             },
@@ -64,6 +69,7 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
                     "containers": [
                         {
                             "name": "agent",
+                            "image": DIGEST_IMAGE,
                             "resources": {
                                 "limits": {contract.GPU_RESOURCE: "2"},
                                 "requests": {contract.GPU_RESOURCE: "2"},
@@ -71,7 +77,9 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
                             "startupProbe": probe,
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8000}},
                             "livenessProbe": probe,
-                            "lifecycle": {"preStop": {"sleep": {"seconds": 10.0}}},
+                            "lifecycle": {
+                                "preStop": {"httpGet": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}
+                            },
                         }
                     ],
                 },
@@ -167,5 +175,43 @@ def eks_cluster(encrypted: bool = True) -> Res:
     return Res(type="aws:eks/cluster:Cluster", props=props, name="cluster-eks")
 
 
+def ecr_repository(url: str = ECR_REPOSITORY_URL) -> Res:
+    return Res(type="aws:ecr/repository:Repository", props={"repositoryUrl": url}, name="images-runtime")
+
+
 def clone(resource: Res) -> Res:
     return Res(resource.type, copy.deepcopy(resource.props), resource.name, resource.urn)
+
+
+def control_plane(actuator: str = "aws", nodegroups: tuple[str, ...] = ()) -> Res:
+    """The control plane's Deployment: its actuator annotation and ``--nodegroup`` arguments."""
+    args = ["control-plane", "--stack", "/etc/llmfleet/stacks/Pulumi.prod.yaml"]
+    for name in nodegroups:
+        args += ["--nodegroup", f"a100:{name.rsplit('-', 1)[0]}={name}"]
+    props = {
+        "metadata": {
+            "name": contract.CONTROL_PLANE_NAME,
+            "labels": {contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE},
+            "annotations": {contract.ANN_ACTUATOR: actuator},
+        },
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "control-plane", "image": DIGEST_IMAGE, "args": args}]}}
+        },
+    }
+    return Res(type="kubernetes:apps/v1:Deployment", props=props, name="control-plane")
+
+
+def role_policy(resize_arns: tuple[str, ...]) -> Res:
+    statement = {"Effect": "Allow", "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"]}
+    policy = {"Version": "2012-10-17", "Statement": [{**statement, "Resource": list(resize_arns)}]}
+    return Res(type="aws:iam/rolePolicy:RolePolicy", props={"policy": json.dumps(policy)}, name="autoscaler")
+
+
+def scalable_gpu_group(zone: str, min_size: int = 0) -> Res:
+    """A GPU node group with its name and ARN, as the program's outputs give them."""
+    return gpu_group(
+        zone,
+        nodeGroupName=f"gpu-{zone}",
+        arn=f"arn:aws:eks:us-east-1:123456789012:nodegroup/llmfleet-prod/gpu-{zone}/1",
+        scalingConfig={"minSize": float(min_size), "maxSize": 2.0, "desiredSize": float(min_size)},
+    )

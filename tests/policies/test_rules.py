@@ -12,11 +12,15 @@ from policies.runner import Violation, evaluate
 from tests.policies.builders import (
     Res,
     bucket,
+    control_plane,
+    ecr_repository,
     eks_cluster,
     engine,
     gpu_group,
     launch_template,
     pdb,
+    role_policy,
+    scalable_gpu_group,
     service,
     sse,
 )
@@ -53,8 +57,17 @@ CASES: dict[str, tuple[Case, Case]] = {
         lambda: [engine(**{"container.startupProbe": None})],
     ),
     "engine-grace-covers-drain": (
-        lambda: [engine(), engine(**{"container.lifecycle": {"preStop": {"exec": {"command": ["sleep", "15"]}}}})],
-        lambda: [engine(**{"pod.terminationGracePeriodSeconds": 60})],
+        lambda: [
+            engine(),
+            engine(
+                **{
+                    "pod.terminationGracePeriodSeconds": 135,
+                    "container.lifecycle": {"preStop": {"exec": {"command": ["sleep", "15"]}}},
+                }
+            ),
+        ],
+        # A preStop that sleeps the propagation delay before the agent waits it again: 10 + 10 + 105 + 5 > 120.
+        lambda: [engine(**{"container.lifecycle": {"preStop": {"sleep": {"seconds": 10.0}}}})],
     ),
     "prod-min-replicas": (
         lambda: [engine(), engine(env="dev", ann={"llmfleet.io/replicas-min": "1"})],
@@ -87,6 +100,33 @@ CASES: dict[str, tuple[Case, Case]] = {
     "allowed-instance-types": (
         lambda: [gpu_group("us-east-1a"), launch_template(instance_type="p4de.24xlarge")],
         lambda: [gpu_group("us-east-1a", instance="x2iedn.32xlarge")],
+    ),
+    "gpu-nodes-can-scale": (
+        lambda: [
+            scalable_gpu_group("us-east-1a"),
+            control_plane("aws", ("gpu-us-east-1a",)),
+            role_policy((scalable_gpu_group("us-east-1a").props["arn"],)),
+            gpu_group("us-east-1b", max_size=1),  # a fixed size (1..1) needs nothing to change it
+        ],
+        # Staging before: GPU groups at 0 nodes, the control plane on the kubernetes actuator (pods only).
+        lambda: [
+            scalable_gpu_group("us-east-1a"),
+            control_plane("kubernetes"),
+            role_policy((scalable_gpu_group("us-east-1a").props["arn"],)),
+        ],
+    ),
+    "images-pinned-by-digest": (
+        lambda: [engine(), control_plane()],
+        lambda: [engine(**{"container.image": "docker.io/vllm/vllm-openai:latest"})],
+    ),
+    "images-from-stack-registries": (
+        lambda: [eks_cluster(), ecr_repository(), engine(), control_plane()],
+        # Pinned, but pulled from outside the account: the pods depend on a public registry to start.
+        lambda: [
+            eks_cluster(),
+            ecr_repository(),
+            engine(**{"container.image": "docker.io/vllm/vllm-openai@sha256:" + "1" * 64}),
+        ],
     ),
     "monthly-cost-ceiling": (
         # 3 zones x 2 nodes x 8 GPUs x $2.5 x 730 h = $87,600 under prod's $250,000
@@ -137,12 +177,14 @@ def test_capacity_buffer_is_advisory_and_the_rest_mandatory() -> None:
 )
 def test_policy_config_overrides_defaults(config: dict[str, dict[str, object]], expected: list[str]) -> None:
     groups = [gpu_group(z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")]
-    assert [v.policy for v in evaluate(groups, POLICIES, config)] == expected
+    assert [v.policy for v in evaluate([*groups, control_plane()], POLICIES, config)] == expected
 
 
 def test_enforcement_level_override_is_reported() -> None:
     (violation,) = evaluate(
-        [gpu_group("us-east-1a")], POLICIES, {"gpu-capacity-spans-zones": {"enforcementLevel": "advisory"}}
+        [gpu_group("us-east-1a"), control_plane()],
+        POLICIES,
+        {"gpu-capacity-spans-zones": {"enforcementLevel": "advisory"}},
     )
     assert violation.level == "advisory" and not violation.mandatory
 

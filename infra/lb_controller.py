@@ -1,0 +1,253 @@
+"""LB controller: the AWS Load Balancer Controller, which turns the gateway's LoadBalancer Service into an NLB.
+
+Without it the Kubernetes in-tree AWS provider handles every LoadBalancer Service: it cannot set an NLB
+listener's idle timeout (350 s, below a 600 s request), and gives no internal NLB the way we ask for one. The
+controller reconciles Services annotated ``aws-load-balancer-type: external`` (see
+`infra.gateway_tier.gateway_service_annotations`): an NLB whose targets are pod IPs, internet-facing or
+internal, with listener attributes from annotations. It must run before the gateway Service exists: its
+webhook and its reconciler are what give that Service a load balancer.
+
+Its IRSA role gets `lb_controller_policy`, written for what this fleet asks of it (NLBs only, no ALB, WAF,
+Shield or Cognito): read the VPC and load balancers; create load balancers, target groups and security groups
+only when they carry ``elbv2.k8s.aws/cluster=<this cluster>``, and change or delete only those; register pod
+targets; open the node security group to its own load balancers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra.iam import irsa_role
+
+__all__ = [
+    "LB_CONTROLLER_CHART_VERSION",
+    "LB_CONTROLLER_REPO",
+    "LB_CONTROLLER_SERVICE_ACCOUNT",
+    "LoadBalancerController",
+    "LoadBalancerControllerArgs",
+    "lb_controller_policy",
+]
+
+# 1.14.0 ships controller v2.14.0; NLB listener attributes (the idle timeout) need v2.9 or later.
+LB_CONTROLLER_CHART_VERSION = "1.14.0"
+LB_CONTROLLER_REPO = "https://aws.github.io/eks-charts"
+LB_CONTROLLER_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+_NAMESPACE = "kube-system"
+_OWNER_TAG = "elbv2.k8s.aws/cluster"  # the controller stamps it on everything it creates; value: cluster name
+_ELB = "elasticloadbalancing"
+_SECURITY_GROUPS = "arn:aws:ec2:*:*:security-group/*"
+_TARGET_GROUPS = "arn:aws:elasticloadbalancing:*:*:targetgroup/*/*"
+_NLBS = "arn:aws:elasticloadbalancing:*:*:loadbalancer/net/*/*"
+_NLB_LISTENERS = "arn:aws:elasticloadbalancing:*:*:listener/net/*/*/*"
+
+_READ_ACTIONS = [
+    "ec2:DescribeAccountAttributes",
+    "ec2:DescribeAddresses",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInternetGateways",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcs",
+    "ec2:GetSecurityGroupsForVpc",
+    f"{_ELB}:DescribeCapacityReservation",
+    f"{_ELB}:DescribeListenerAttributes",
+    f"{_ELB}:DescribeListenerCertificates",
+    f"{_ELB}:DescribeListeners",
+    f"{_ELB}:DescribeLoadBalancerAttributes",
+    f"{_ELB}:DescribeLoadBalancers",
+    f"{_ELB}:DescribeRules",
+    f"{_ELB}:DescribeSSLPolicies",
+    f"{_ELB}:DescribeTags",
+    f"{_ELB}:DescribeTargetGroupAttributes",
+    f"{_ELB}:DescribeTargetGroups",
+    f"{_ELB}:DescribeTargetHealth",
+]
+
+
+def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id: str) -> str:
+    """What the controller needs to run this cluster's NLBs, scoped by the ownership tag to this cluster.
+
+    ``node_security_group_id`` is the security group of the nodes (and so of the pods): the controller opens
+    it to its load balancers' traffic, and may touch no other group it did not create. A TLS listener will
+    add ``acm:DescribeCertificate`` for its certificate.
+    """
+    requested = {"StringEquals": {f"aws:RequestTag/{_OWNER_TAG}": cluster_name}}
+    owned = {"StringEquals": {f"aws:ResourceTag/{_OWNER_TAG}": cluster_name}}
+    owned_keep_tag = {**owned, "Null": {f"aws:RequestTag/{_OWNER_TAG}": "true"}}
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ElbServiceLinkedRole",
+            "Effect": "Allow",
+            "Action": "iam:CreateServiceLinkedRole",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
+        },
+        {"Sid": "ReadNetworkAndLoadBalancers", "Effect": "Allow", "Action": _READ_ACTIONS, "Resource": "*"},
+        {
+            "Sid": "SecurityGroupsInThisVpc",
+            "Effect": "Allow",
+            "Action": "ec2:CreateSecurityGroup",
+            "Resource": f"arn:aws:ec2:*:*:vpc/{vpc_id}",
+        },
+        {
+            "Sid": "CreateOwnedSecurityGroups",
+            "Effect": "Allow",
+            "Action": "ec2:CreateSecurityGroup",
+            "Resource": _SECURITY_GROUPS,
+            "Condition": requested,
+        },
+        {
+            "Sid": "TagSecurityGroupsOnCreate",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": _SECURITY_GROUPS,
+            "Condition": {"StringEquals": {"ec2:CreateAction": "CreateSecurityGroup", **requested["StringEquals"]}},
+        },
+        {
+            "Sid": "ManageOwnedSecurityGroups",
+            "Effect": "Allow",
+            "Action": [
+                "ec2:AuthorizeSecurityGroupIngress",
+                "ec2:RevokeSecurityGroupIngress",
+                "ec2:DeleteSecurityGroup",
+            ],
+            "Resource": _SECURITY_GROUPS,
+            "Condition": owned,
+        },
+        {
+            "Sid": "RetagOwnedSecurityGroups",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+            "Resource": _SECURITY_GROUPS,
+            "Condition": owned_keep_tag,
+        },
+        {
+            "Sid": "OpenNodesToLoadBalancers",
+            "Effect": "Allow",
+            "Action": ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
+            "Resource": f"arn:aws:ec2:*:*:security-group/{node_security_group_id}",
+        },
+        {
+            "Sid": "CreateOwnedLoadBalancers",
+            "Effect": "Allow",
+            "Action": [f"{_ELB}:CreateLoadBalancer", f"{_ELB}:CreateTargetGroup"],
+            "Resource": "*",
+            "Condition": requested,
+        },
+        {
+            "Sid": "TagLoadBalancersOnCreate",
+            "Effect": "Allow",
+            "Action": f"{_ELB}:AddTags",
+            "Resource": [_TARGET_GROUPS, _NLBS, _NLB_LISTENERS],
+            "Condition": {
+                "StringEquals": {f"{_ELB}:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer", "CreateListener"]}
+            },
+        },
+        {
+            "Sid": "ManageOwnedLoadBalancers",
+            "Effect": "Allow",
+            "Action": [
+                f"{_ELB}:CreateListener",
+                f"{_ELB}:DeleteLoadBalancer",
+                f"{_ELB}:DeleteTargetGroup",
+                f"{_ELB}:ModifyLoadBalancerAttributes",
+                f"{_ELB}:ModifyTargetGroup",
+                f"{_ELB}:ModifyTargetGroupAttributes",
+                f"{_ELB}:SetIpAddressType",
+                f"{_ELB}:SetSecurityGroups",
+                f"{_ELB}:SetSubnets",
+            ],
+            "Resource": "*",
+            "Condition": owned,
+        },
+        {
+            "Sid": "RetagOwnedLoadBalancers",
+            "Effect": "Allow",
+            "Action": [f"{_ELB}:AddTags", f"{_ELB}:RemoveTags"],
+            "Resource": [_TARGET_GROUPS, _NLBS, _NLB_LISTENERS],
+            "Condition": owned_keep_tag,
+        },
+        {
+            "Sid": "ManageNlbListeners",
+            "Effect": "Allow",
+            "Action": [
+                f"{_ELB}:AddListenerCertificates",
+                f"{_ELB}:DeleteListener",
+                f"{_ELB}:ModifyListener",
+                f"{_ELB}:ModifyListenerAttributes",
+                f"{_ELB}:RemoveListenerCertificates",
+            ],
+            "Resource": _NLB_LISTENERS,
+        },
+        {
+            "Sid": "RegisterPodTargets",
+            "Effect": "Allow",
+            "Action": [f"{_ELB}:RegisterTargets", f"{_ELB}:DeregisterTargets"],
+            "Resource": _TARGET_GROUPS,
+        },
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class LoadBalancerControllerArgs:
+    cluster_name: pulumi.Input[str]
+    region: str
+    vpc_id: pulumi.Input[str]
+    node_security_group_id: pulumi.Input[str]
+    oidc_provider: aws.iam.OpenIdConnectProvider
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class LoadBalancerController(pulumi.ComponentResource):
+    """The controller's IRSA role and its Helm release in ``kube-system`` (two replicas)."""
+
+    release: k8s.helm.v3.Release
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: LoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("llmfleet:infra:LoadBalancerController", name, None, opts)
+        policy = pulumi.Output.all(args.cluster_name, args.vpc_id, args.node_security_group_id).apply(
+            lambda v: lb_controller_policy(str(v[0]), str(v[1]), str(v[2]))
+        )
+        role = irsa_role(
+            f"{name}-role", args.oidc_provider, _NAMESPACE, LB_CONTROLLER_SERVICE_ACCOUNT, policy, self, args.tags
+        )
+        values: dict[str, Any] = {
+            "clusterName": args.cluster_name,
+            "region": args.region,
+            "vpcId": args.vpc_id,
+            "replicaCount": 2,
+            "serviceAccount": {
+                "create": True,
+                "name": LB_CONTROLLER_SERVICE_ACCOUNT,
+                "annotations": {"eks.amazonaws.com/role-arn": role.arn},
+            },
+        }
+        if args.node_selector:
+            values["nodeSelector"] = dict(args.node_selector)
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            k8s.helm.v3.ReleaseArgs(
+                name="aws-load-balancer-controller",
+                chart="aws-load-balancer-controller",
+                version=LB_CONTROLLER_CHART_VERSION,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=LB_CONTROLLER_REPO),
+                namespace=_NAMESPACE,
+                values=values,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.role_arn = role.arn
+        self.register_outputs({"release": self.release.name, "roleArn": role.arn})

@@ -1,0 +1,54 @@
+"""GPU nodes follow replicas on aws: the control plane is told every GPU node group and may cordon nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet import contract
+from fleet.loader import list_stacks, load_spec
+from infra.offline import OfflineRun
+from tests.infra.conftest import stack_run
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+AWS_STACKS = [s for s in list_stacks() if load_spec(s).spec.target == "aws"]
+
+
+def _control_plane_args(run: OfflineRun) -> list[str]:
+    (deployment,) = [r for r in run.of_type(DEPLOYMENT) if r.props["metadata"]["name"] == contract.CONTROL_PLANE_NAME]
+    (container,) = deployment.props["spec"]["template"]["spec"]["containers"]
+    return [str(a) for a in container["args"]]
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_control_plane_names_every_gpu_node_group_in_every_zone(stack: str) -> None:
+    run = stack_run(stack)
+    spec = load_spec(stack).spec
+    args = _control_plane_args(run)
+    given = {args[i + 1] for i, arg in enumerate(args) if arg == "--nodegroup"}
+    groups = {
+        r.props["tags"][contract.TAG_GPU_GROUP] + ":" + r.props["tags"][contract.TAG_ZONE]: r
+        for r in run.of_type(NODE_GROUP)
+        if contract.TAG_GPU_GROUP in r.props["tags"]
+    }
+    expected = {f"{g.name}:{zone}" for g in spec.gpu_node_groups for zone in spec.zones_of(g)}
+    assert set(groups) == expected
+    assert given == {f"{key}={groups[key].props['nodeGroupName']}" for key in expected}
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_control_plane_may_cordon_nodes_and_nothing_else_cluster_wide(stack: str) -> None:
+    run = stack_run(stack)
+    (role,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    assert role.props["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
+    ]
+    (binding,) = run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    assert binding.props["subjects"][0]["name"] == contract.CONTROL_PLANE_NAME
+    assert binding.props["roleRef"]["name"] == role.props["metadata"]["name"]
+
+
+def test_kubernetes_target_gets_no_cluster_role() -> None:
+    run = stack_run("dev")
+    assert run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") == []
+    assert "--nodegroup" not in _control_plane_args(run)
