@@ -1,7 +1,8 @@
 """Quota cache: the ElastiCache Redis the gateways share tenant quotas through, on the ``aws`` target.
 
 One replication group (Redis OSS 7.1, cluster mode off) with a primary and one replica in different zones:
-Multi-AZ with automatic failover, so losing the primary's zone costs seconds of quota checks, not the quotas.
+Multi-AZ with automatic failover, so losing the primary's zone costs seconds of quota checks, not the quotas
+(a one-zone stack gets a single node).
 Encrypted at rest and in transit; clients authenticate with an auth token from a Pulumi secret
 (``gateway.redis.authTokenSecret``). The nodes sit in the private subnets behind a security group that admits
 only the cluster security group (every node, hence every gateway pod) on 6379, and nothing else.
@@ -60,8 +61,8 @@ class QuotaCache(pulumi.ComponentResource):
         super().__init__("llmfleet:infra:QuotaCache", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         zones = sorted(args.subnet_ids)
-        if len(zones) < 2:
-            raise ValueError("the quota Redis needs two availability zones for automatic failover")
+        # A one-zone stack (dev clusters, tests) gets one node: failover needs a replica in another zone.
+        multi_az = len(zones) >= 2
         security_group = aws.ec2.SecurityGroup(
             f"{name}-sg",
             vpc_id=args.vpc_id,
@@ -94,10 +95,10 @@ class QuotaCache(pulumi.ComponentResource):
             engine_version="7.1",
             parameter_group_name="default.redis7",
             node_type=args.node_type,
-            num_cache_clusters=2,
+            num_cache_clusters=2 if multi_az else 1,
             preferred_cache_cluster_azs=zones[:2],
-            automatic_failover_enabled=True,
-            multi_az_enabled=True,
+            automatic_failover_enabled=multi_az,
+            multi_az_enabled=multi_az,
             at_rest_encryption_enabled=True,
             transit_encryption_enabled=True,
             auth_token=token,

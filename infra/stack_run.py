@@ -25,14 +25,15 @@ from infra.config import (
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, build_fleet
 
-__all__ = ["PLACEHOLDER_KEYS", "PLACEHOLDER_REDIS_TOKEN", "offline_run"]
+__all__ = ["PLACEHOLDER_KEYS", "PLACEHOLDER_REDIS_TOKEN", "offline_config", "offline_run"]
 
 PLACEHOLDER_KEYS = '["sk-offline-placeholder"]'
 PLACEHOLDER_REDIS_TOKEN = "offline-placeholder-redis-token"
 
 
-def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
-    """Run the Pulumi program for ``document`` (a parsed stack file) under mocks; every resource recorded."""
+def offline_config(document: Mapping[str, Any], stack: str) -> tuple[dict[str, str], list[str]]:
+    """The config a ``pulumi up`` of ``document`` would see, with placeholders for the secrets and capacity
+    reservations it does not hold; and the keys that are secrets."""
     spec = parse_spec(document, name=stack, registries=all_registries()).spec
     config = stack_config(document)
     secrets = tenant_secret_keys(spec)
@@ -45,6 +46,13 @@ def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
         if group.capacity_type == "capacity-block":
             for zone in spec.zones_of(group):
                 config.setdefault(f"capacityBlocks:{group.name}-{zone}", "cr-00000000000000000")
+    return config, secrets
+
+
+def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
+    """Run the Pulumi program for ``document`` (a parsed stack file) under mocks; every resource recorded."""
+    region = parse_spec(document, name=stack, registries=all_registries()).spec.region
+    config, secrets = offline_config(document, stack)
 
     def program() -> Mapping[str, Any]:
         loaded = spec_from_config(stack)
@@ -52,4 +60,4 @@ def offline_run(document: Mapping[str, Any], stack: str) -> OfflineRun:
             FleetInputs(loaded, tenant_key_hashes(loaded), capacity_reservations(loaded), redis_auth_token(loaded))
         )
 
-    return run_offline(program, config, stack=stack, secret_keys=secrets, region=spec.region)
+    return run_offline(program, config, stack=stack, secret_keys=secrets, region=region)

@@ -15,12 +15,12 @@ from fleet import contract
 from fleet.errors import SpecError
 from fleet.loader import parse_spec
 from fleet.validate import hash_api_key
-from infra.config import spec_from_config, stack_config, tenant_secret_keys
+from infra.config import spec_from_config, stack_config
 from infra.k8s_base import render_stack_file
 from infra.network import subnet_cidrs
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, LocalTarget, build_fleet
-from infra.stack_run import PLACEHOLDER_KEYS, offline_run
+from infra.stack_run import PLACEHOLDER_KEYS, offline_config, offline_run
 from tests.support.stacks import stack_document
 
 MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
@@ -40,7 +40,11 @@ def test_rendered_stack_file_reparses_to_the_deployed_spec(prod: OfflineRun) -> 
 
 
 def test_tenant_secret_holds_hashes_never_keys(prod: OfflineRun) -> None:
-    (secret,) = prod.of_type("kubernetes:core/v1:Secret")
+    (secret,) = [
+        s
+        for s in prod.of_type("kubernetes:core/v1:Secret")
+        if s.props["metadata"]["name"] == contract.TENANT_KEYS_SECRET
+    ]
     table = json.loads(secret.props["stringData"]["tenant-keys.json"])
     placeholder = json.loads(PLACEHOLDER_KEYS)[0]
     assert table == {"acme": [hash_api_key(placeholder)], "research": [hash_api_key(placeholder)]}
@@ -79,11 +83,7 @@ def test_local_target_is_refused_with_a_pointer_to_llmfleet_up() -> None:
 
 
 def test_main_wires_config_to_components_and_exports(prod: OfflineRun) -> None:
-    document = stack_document("prod")
-    config = stack_config(document)
-    spec = parse_spec(document, name="prod").spec
-    secrets = tenant_secret_keys(spec)
-    config.update({key: PLACEHOLDER_KEYS for key in secrets})
+    config, secrets = offline_config(stack_document("prod"), "prod")
 
     def program() -> None:
         runpy.run_path(str(MAIN))
@@ -124,12 +124,8 @@ def test_capacity_block_groups_target_their_reservation_in_one_zone() -> None:
 
 
 def test_capacity_block_without_reservation_config_says_what_to_set() -> None:
-    document = _capacity_block_document()
-    config = stack_config(document)
+    config, secrets = offline_config(_capacity_block_document(), "prod")
     del config["capacityBlocks:a100-us-east-1a"]
-    spec = parse_spec(document, name="prod").spec
-    secrets = tenant_secret_keys(spec)
-    config.update({key: PLACEHOLDER_KEYS for key in secrets})
 
     def program() -> None:
         runpy.run_path(str(MAIN))
