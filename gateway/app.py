@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
+from fleet import contract
 from fleet.clock import Clock, SystemClock
 from fleet.openai_error import error_body
 from gateway.errors import GatewayError
@@ -114,9 +115,11 @@ def _quota_backend(settings: GatewaySettings, clock: Callable[[], float]) -> Quo
 
         from gateway.quota.redis import RedisQuota
 
-        url = settings.spec.gateway.redis_url
+        url = settings.quota_redis_url
         if not url:
-            raise ValueError("gateway.quotaBackend is 'redis' but gateway.redisUrl is not set")
+            raise ValueError(
+                f"gateway.quotaBackend is 'redis' but neither gateway.redisUrl nor {contract.REDIS_URL_ENV} is set"
+            )
         return RedisQuota(Redis.from_url(url), lease_s=lease)
     return MemoryQuota(clock, lease_s=lease)
 

@@ -7,6 +7,7 @@ Keys come from three places:
 * for a tenant naming an ``apiKeysSecret``, plain keys in the env var ``LLMFLEET_SECRET_<SECRET>`` (e.g.
   ``tenantKeys:acme`` -> ``LLMFLEET_SECRET_TENANTKEYS_ACME``) or the file ``<--secrets-dir>/<secret, ':' as '_'>``
   (a JSON list, or one key per line), hashed at startup.
+The quota Redis (``quotaBackend: redis``) is ``$LLMFLEET_REDIS_URL`` when set, else the stack's ``redisUrl``.
 The local stack's demo tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
 
 On start it prints one line, ``llmfleet gateway listening on http://HOST:PORT``, to stdout; SIGTERM or SIGINT
@@ -30,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from fleet import contract
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 from gateway.app import create_app
@@ -106,6 +108,7 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         extra_keys=extra,
         access_log=not args.no_access_log,
         routing_seed=args.seed,
+        redis_url=os.environ.get(contract.REDIS_URL_ENV) or None,
     )
 
 

@@ -19,6 +19,12 @@ class GatewaySettings:
     extra_hashes: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> sha256 digests
     access_log: bool = True
     routing_seed: int | None = None  # fixes the pickers' random draws (tests, benchmarks)
+    redis_url: str | None = None  # the quota Redis; overrides gateway.redisUrl (from a Secret, so never in the stack)
+
+    @property
+    def quota_redis_url(self) -> str | None:
+        """Where shared quotas live: `redis_url`, else the stack's ``gateway.redisUrl``."""
+        return self.redis_url or self.spec.gateway.redis_url
 
     def replicas_of(self, pool: str) -> list[str]:
         """Engine URLs of ``pool``: the stack's staticReplicas plus any given on the command line."""

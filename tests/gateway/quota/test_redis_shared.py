@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from fleet import contract
 from gateway.body import parse_body
 from gateway.errors import QuotaExceeded
 from gateway.quota import QuotaLimits
@@ -46,14 +47,21 @@ async def test_lua_acquire_is_all_or_nothing_and_release_refunds(redis_url: str)
 
 
 async def test_quota_is_exact_across_two_gateways(
-    redis_url: str, sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
+    redis_url: str,
+    sims: SimFactory,
+    gateway_procs: Callable[..., Proc],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cost = parse_body(json.dumps(BODY).encode(), "chat").reserve_tokens
     allowed = 12  # the bucket refills one request's worth every 5 s: far longer than the burst takes
+    # As in a cluster, the URL (with its password) comes from the environment, which overrides the stack's:
+    # the stack's names a port where nothing listens.
+    monkeypatch.setenv(contract.REDIS_URL_ENV, redis_url)
     overrides = {
         "tenants.0.tokensPerMinute": allowed * cost,
         "gateway.quotaBackend": "redis",
-        "gateway.redisUrl": redis_url,
+        "gateway.redisUrl": "redis://127.0.0.1:9/0",
         "gateway.queue.maxWaiting": 500,
         "gateway.queue.timeoutS": 30,
     }
