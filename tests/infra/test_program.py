@@ -152,3 +152,19 @@ def test_no_program_module_shadows_an_importable_module() -> None:
     # A spec without an origin is a namespace package (a bare folder such as images/): nothing imports it.
     shadowed = [stem for stem, spec in found.items() if spec is not None and spec.origin is not None]
     assert stems and shadowed == []
+
+
+def test_main_on_pulumis_sys_path_refuses_an_unknown_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pulumi runs infra/__main__.py with infra/ first on sys.path; plugin names must still be checked there.
+    monkeypatch.syspath_prepend(str(MAIN.parent))
+    config, secrets = offline_config(stack_document("prod"), "prod")
+    broken = stack_document("prod", **{"gateway.routing.picker": {"name": "no-such-picker"}})
+    config.update(stack_config(broken))
+
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    with pytest.raises(SpecError) as error:
+        run_offline(program, config, stack="prod", secret_keys=secrets)
+    (problem,) = [p for p in error.value.problems if p.path.startswith("llmfleet:gateway.routing.picker")]
+    assert "no-such-picker" in problem.render() and "p2c" in problem.render()
