@@ -29,10 +29,12 @@ RUN /opt/llmfleet/bin/pip install --no-deps --no-build-isolation . \
  && /opt/llmfleet/bin/pip uninstall --yes setuptools wheel pip
 
 FROM ${BASE}
-# A fixed numeric uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER.
+# A fixed numeric uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER. The pip and setuptools wheels
+# Debian's python3-venv ships go too, so `python3 -m venv` or ensurepip cannot bring an installer back.
 RUN groupadd --gid 10001 llmfleet \
  && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin llmfleet
+      --shell /usr/sbin/nologin llmfleet \
+ && rm -rf /usr/share/python-wheels
 COPY --from=build /opt/llmfleet /opt/llmfleet
 ENV PATH=/opt/llmfleet/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 LABEL org.opencontainers.image.title="llmfleet" \
