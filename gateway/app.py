@@ -57,6 +57,8 @@ async def _request_id(request: web.Request, handler: Handler) -> web.StreamRespo
         response = web.Response(
             status=exc.status, body=error_body(exc.reason, kind, exc.status), content_type="application/json"
         )
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            response.headers["Allow"] = exc.headers["Allow"]
     if not response.prepared:
         response.headers["x-request-id"] = rid
     return response

@@ -32,7 +32,7 @@ from fleet.spec import PoolSpec
 from fleet.wire import ReplicaList
 from gateway.routing.base import EndpointView
 
-__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher", "load_lines"]
+__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher", "load_lines", "static_replica_id"]
 
 log = logging.getLogger("llmfleet.gateway.endpoints")
 
@@ -210,7 +210,8 @@ class Refresher:
             if self._cp is not None:
                 await self._discover(pool)
             elif self.rounds == 0:
-                self.endpoints.set_members(pool, [(_rid(u), u, None) for u in self._static.get(pool, [])])
+                urls = self._static.get(pool, [])
+                self.endpoints.set_members(pool, [(static_replica_id(pool, i), u, None) for i, u in enumerate(urls)])
         probes = [self._probe(ep) for pool in self.endpoints.pools for ep in self.endpoints.members(pool)]
         await asyncio.gather(*probes)
         self.rounds += 1
@@ -269,5 +270,6 @@ def load_lines(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(_LOAD_SERIES))
 
 
-def _rid(url: str) -> str:
-    return url.rstrip("/").split("://", 1)[-1]
+def static_replica_id(pool: str, index: int) -> str:
+    """The name of a pool's ``index``-th static engine URL: names, not addresses, reach clients and logs."""
+    return f"{pool}-static-{index}"

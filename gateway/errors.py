@@ -6,6 +6,7 @@
       ModelNotAllowed               403 the tenant may not use this model
       ModelNotFound                 404 no pool serves this model
       BodyTooLarge                  413 request body over gateway.maxBodyBytes
+      UnsupportedMediaType          415 a body that is not declared application/json
       TooManyRequests               429 (Retry-After)
         QuotaExceeded               tenant over requests/s, tokens/min or concurrency
         QueueFull                   admission queue full, or evicted by a higher-priority request
@@ -33,6 +34,7 @@ from fleet.openai_error import error_body
 __all__ = [
     "BadRequest",
     "BodyTooLarge",
+    "UnsupportedMediaType",
     "GatewayError",
     "GatewayTimeout",
     "ModelNotAllowed",
@@ -102,6 +104,11 @@ class ModelNotFound(GatewayError):
 
 class BodyTooLarge(GatewayError):
     status = 413
+    type = "invalid_request_error"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
     type = "invalid_request_error"
 
 

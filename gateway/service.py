@@ -24,6 +24,7 @@ from gateway.auth import FORWARDED_HEADERS, KeyRing
 from gateway.body import Kind, ParsedRequest, parse_body
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import (
+    BadRequest,
     BodyTooLarge,
     GatewayError,
     GatewayTimeout,
@@ -31,6 +32,7 @@ from gateway.errors import (
     ModelNotFound,
     NoReadyReplica,
     ServiceUnavailable,
+    UnsupportedMediaType,
     UpstreamBroken,
     UpstreamConnectError,
     UpstreamError,
@@ -190,15 +192,21 @@ class Gateway:
             self._record(out, wall)
 
     async def _complete(self, request: web.Request, kind: Kind, out: Outcome) -> web.StreamResponse:
-        tenant = self.keys.authenticate(request.headers.get("Authorization"))
+        tenant = self.keys.authenticate(_authorization(request))
         out.tenant = tenant.name
+        if request.content_type != "application/json":
+            raise UnsupportedMediaType(
+                f"Content-Type must be application/json, got {request.content_type!r}", param="Content-Type"
+            )
         parsed = parse_body(await self.read_body(request), kind)
         out.stream = parsed.stream
         pool = self.resolve(parsed.model, tenant)
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
         limits = QuotaLimits.of(tenant)
         check_fits(limits, parsed.reserve_tokens)
-        reservation = await self.quota.acquire(tenant.name, limits, out.request_id, parsed.reserve_tokens)
+        # The concurrency slot is keyed by an id the gateway makes: the client's x-request-id is only echoed and
+        # logged, so requests sharing one cannot share a slot.
+        reservation = await self.quota.acquire(tenant.name, limits, new_request_id(), parsed.reserve_tokens)
         try:
             if not self.dynamic and self.endpoints.routable(pool.name) == 0:
                 raise _no_ready_replica(pool)
@@ -282,6 +290,7 @@ class Gateway:
                         self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
                         log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
                         continue
+                    log.warning("%s failed on %s: %s", out.request_id, ep.id, exc)
                     raise _client_error(exc) from exc
                 finally:
                     out.upstream_s += self.clock() - started
@@ -390,6 +399,17 @@ def may_use(tenant: TenantSpec, pool: PoolSpec) -> bool:
     return "*" in allowed or pool.served_name in allowed or pool.model in allowed
 
 
+def _authorization(request: web.Request) -> str | None:
+    """The one Authorization header; BadRequest, before any work, when it is repeated or not ASCII (a client
+    cannot mean two keys, and a key is never anything but ASCII)."""
+    values = request.headers.getall("Authorization", [])
+    if len(values) > 1:
+        raise BadRequest("more than one Authorization header", param="Authorization")
+    if values and not values[0].isascii():
+        raise BadRequest("malformed Authorization header: not ASCII", param="Authorization")
+    return values[0] if values else None
+
+
 def _no_ready_replica(pool: PoolSpec) -> NoReadyReplica:
     return NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
 
@@ -403,11 +423,12 @@ def _used(parsed: ParsedRequest, prompt: int | None, completion: int | None) -> 
 
 
 def _client_error(exc: UpstreamError) -> GatewayError:
+    """The client's error for an engine failure: what happened, never where (the log has the replica and cause)."""
     if isinstance(exc, UpstreamTimeout):
-        return GatewayTimeout(f"the engine timed out: {exc}")
+        return GatewayTimeout("the engine timed out")
     if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
-        return ServiceUnavailable(f"no replica could take the request: {exc}", retry_after=1.0)
-    return UpstreamFailed(f"the engine failed before answering: {exc}")
+        return ServiceUnavailable("no replica could take the request", retry_after=1.0)
+    return UpstreamFailed("the engine failed before answering")
 
 
 def new_request_id() -> str:

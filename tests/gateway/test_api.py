@@ -24,7 +24,8 @@ GOLD = {"Authorization": f"Bearer {KEYS['gold']}"}
 async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, CIMultiDict[str], Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with aiohttp.ClientSession() as session:
-        async with session.post(url + "/v1/chat/completions", data=data, headers=headers or {}) as resp:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        async with session.post(url + "/v1/chat/completions", data=data, headers=sent) as resp:
             text = await resp.read()
             return resp.status, CIMultiDict(resp.headers), json.loads(text) if text else None
 
@@ -40,6 +41,7 @@ async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> t
         ("model-not-allowed", {**CHAT, "model": "small-model"}, {"Authorization": f"Bearer {KEYS['bronze']}"}, 403),
         ("unknown-model", {**CHAT, "model": "gpt-17"}, GOLD, 404),
         ("too-large", {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}, GOLD, 413),
+        ("not-json-content-type", CHAT, {**GOLD, "Content-Type": "application/x-www-form-urlencoded"}, 415),
         ("pool-at-zero", {**CHAT, "model": "small-model"}, GOLD, 503),
     ],
 )

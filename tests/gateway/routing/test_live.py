@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from fleet.loader import load_spec
+from gateway.endpoints import static_replica_id
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
 
@@ -47,7 +48,7 @@ async def _spread(url: str, requests: int, concurrency: int) -> collections.Coun
 async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims: SimFactory) -> None:
     # One replica is 40x slower: under the same concurrent load its requests pile up.
     slow, fast1, fast2 = sims(["--fault-slowdown", "40"], [], [], time_scale=20.0)
-    busy_id = slow.url.split("://")[1]
+    busy_id = static_replica_id("qwen-7b", 0)  # the first static URL; the header names it, never its address
     shares: dict[str, float] = {}
     for picker in ("p2c", "random"):
         routing: dict[str, Any] = {
@@ -87,7 +88,7 @@ async def test_session_sticks_to_one_replica_until_it_leaves_rotation(
         before = {name: {await _send(session, url, h) for _ in range(5)} for name, h in sessions.items()}
         assert all(len(replicas) == 1 for replicas in before.values()), before
         alice = next(iter(before["alice"]))
-        victim = next(p for p in procs if p.url.endswith(alice))
+        victim = procs[[static_replica_id("qwen-7b", i) for i in range(len(procs))].index(alice)]
         victim.kill()  # alice's replica leaves: her next request is retried elsewhere and she sticks there
         after = {name: {await _send(session, url, h) for _ in range(5)} for name, h in sessions.items()}
     assert len(after["alice"]) == 1 and after["alice"] != before["alice"]

@@ -1,0 +1,109 @@
+"""Hostile input: a client's ids cannot share a slot, errors name no internal address, bad headers are 4xx."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from multidict import CIMultiDict
+
+from gateway.settings import GatewaySettings
+from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.stacks import KEYS, MODEL
+from tests.support.wait import async_wait_for
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 120}
+GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
+MAX_CONCURRENCY = 2
+
+
+async def _statuses(url: str, ids: list[str]) -> list[int]:
+    """Send one long request per id, all at once; their statuses."""
+
+    async def one(session: aiohttp.ClientSession, rid: str) -> int:
+        headers = {**GOLD, "x-request-id": rid}
+        async with session.post(url + "/v1/chat/completions", data=json.dumps(CHAT), headers=headers) as resp:
+            await resp.read()
+            return resp.status
+
+    async with aiohttp.ClientSession() as session:
+        return list(await asyncio.gather(*(one(session, rid) for rid in ids)))
+
+
+async def _routable(url: str) -> bool:
+    async with aiohttp.ClientSession() as session, session.get(url + "/readyz") as resp:
+        return bool((await resp.json())["routable_replicas"]["qwen-7b"] >= 1)
+
+
+@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def test_requests_sharing_one_request_id_are_limited_like_distinct_ones(
+    sims: SimFactory, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Decoding 120 tokens at time scale 1 keeps the first requests open while the rest arrive.
+    (sim,) = sims([], time_scale=1.0)
+    overrides: dict[str, Any] = {"tenants.0.maxConcurrency": MAX_CONCURRENCY}
+    if backend == "redis":
+        overrides |= {"gateway.quotaBackend": "redis", "gateway.redisUrl": request.getfixturevalue("redis_url")}
+    settings: GatewaySettings = settings_for([sim.url], **overrides)
+    results: dict[str, list[int]] = {}
+    for case, ids in {"distinct": [f"req-{i}" for i in range(8)], "shared": ["req-same"] * 8}.items():
+        async with serve(settings) as (url, _):
+            await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+            results[case] = sorted(await _statuses(url, ids))
+    assert results["shared"] == results["distinct"] == [200] * MAX_CONCURRENCY + [429] * (8 - MAX_CONCURRENCY)
+
+
+async def test_no_response_names_an_internal_address(sims: SimFactory) -> None:
+    (sim,) = sims([])
+    address = sim.url.split("://", 1)[1]
+    async with serve(settings_for([sim.url])) as (url, _), aiohttp.ClientSession() as session:
+        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as ok:
+            answered = (ok.status, dict(ok.headers), await ok.text())
+        sim.kill()  # the gateway still believes it ready: the next request fails to connect to it
+        async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as bad:
+            failed = (bad.status, dict(bad.headers), await bad.text())
+    assert answered[0] == 200 and failed[0] == 503, failed
+    for status, headers, body in (answered, failed):
+        assert address not in body and "127.0.0.1" not in body, (status, body)
+        assert not any(address in value or "127.0.0.1" in value for value in headers.values()), (status, headers)
+
+
+async def test_two_authorization_headers_are_a_400(shared_sim: Any) -> None:
+    headers = CIMultiDict(
+        [("Authorization", f"Bearer {KEYS['gold']}"), ("Authorization", "Bearer sk-other"), ("x-request-id", "r1")]
+    )
+    async with serve(settings_for([shared_sim.url])) as (url, _), aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=CHAT, headers=headers) as resp:
+            status, body = resp.status, await resp.json()
+    assert status == 400 and body["error"]["param"] == "Authorization"
+
+
+async def test_a_non_ascii_authorization_header_is_a_400_not_a_500(shared_sim: Any) -> None:
+    payload = json.dumps(CHAT).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer sk-\xff\xfe\r\n"
+        b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: " + str(len(payload)).encode()
+    )
+    async with serve(settings_for([shared_sim.url])) as (url, _):
+        host, port = url.split("://", 1)[1].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(head + b"\r\n\r\n" + payload)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"400", answer
+    assert b'"type":"invalid_request_error"' in rest.replace(b" ", b"")
+
+
+async def test_a_wrong_method_is_a_405_that_says_what_is_allowed(shared_sim: Any) -> None:
+    async with serve(settings_for([shared_sim.url])) as (url, _), aiohttp.ClientSession() as session:
+        async with session.get(url + "/v1/chat/completions", headers=GOLD) as resp:
+            status, allow, body = resp.status, resp.headers.get("Allow", ""), await resp.json()
+    assert status == 405 and "POST" in allow
+    assert body["error"]["type"] == "invalid_request_error"
