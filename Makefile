@@ -1,12 +1,15 @@
 # llmfleet: two commands a newcomer needs.
-#   make test   lint, type-check and run every test (what CI runs)
+#   make test   lint, type-check and run every test but the image tests (what CI runs first)
 #   make up     run the whole fleet on this machine (simulated engines, real processes)
+# and, with root, buildah, podman and debootstrap:
+#   make images        build the runtime image (IMAGES=engine|all for the others) and print its digest
+#   make test-images   build the runtime image and test it (what CI runs after `make test`)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test up lint typecheck pytest venv clean bench
+.PHONY: test up lint typecheck pytest venv clean bench images test-images
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +30,14 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
+
+IMAGES ?= runtime
+
+images:
+	images/build.sh $(IMAGES)
+
+test-images: $(STAMP)
+	$(BIN)/pytest -q -m image tests/images
 
 up: $(STAMP)
 	$(BIN)/llmfleet up --stack local
