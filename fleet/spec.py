@@ -28,6 +28,7 @@ __all__ = [
     "GpuNodeGroupSpec",
     "ImagesSpec",
     "ModelFactsSpec",
+    "ModelStoreSpec",
     "ObservabilitySpec",
     "PluginRef",
     "PoolSpec",
@@ -48,6 +49,8 @@ _NAME = r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_NAME, description="lowercase DNS label: letters, digits, '-'")]
 KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
+_REVISION = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_KEY_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
 # A registry host (and port) with an optional path, e.g. ghcr.io/acme/llmfleet: no tag, no digest.
 _REGISTRY = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$"
 
@@ -255,6 +258,9 @@ class PoolSpec(Spec):
     """Model id as the engine loads it (e.g. Qwen/Qwen2.5-7B-Instruct)."""
     served_model_name: str | None = None
     """The name clients send as `model` (default: model)."""
+    model_revision: str = Field(default="main", pattern=_REVISION)
+    """Revision the agent fetches from the model store (`llmfleet model push --revision`); use the Hub's name for
+    it (commit, branch or tag) so that a Hub fallback loads the same weights."""
     model_facts: ModelFactsSpec | None = None
     """Model shape for the memory math when the model is not in the catalogue."""
     node_group: str | None = None
@@ -452,6 +458,18 @@ class ObservabilitySpec(Spec):
     """Install the Prometheus Operator CRDs the SLO rules need; false when the cluster already runs the operator."""
 
 
+class ModelStoreSpec(Spec):
+    """Where engines get their weights: the stack's model bucket (stack output ``modelBucket``, given to engine
+    pods as ``LLMFLEET_MODEL_BUCKET``), filled by ``llmfleet model push``. A stack without a bucket (local)
+    loads models as the engine always did."""
+
+    prefix: str = Field(default="models", pattern=_KEY_PREFIX)
+    """Key prefix in the bucket: a model lives under `<prefix>/<model id>/<revision>/`."""
+    hub_fallback: bool = False
+    """Load a pool's model from the Hugging Face Hub when the store cannot provide it (not pushed, unreachable,
+    failed checksums); false: the agent fails with the reason instead."""
+
+
 class CostSpec(Spec):
     gpu_hour_usd: float | None = Field(default=None, ge=0.0, le=1000.0)
     """Default: the GPU's catalogue price."""
@@ -480,6 +498,7 @@ class FleetSpec(Spec):
     control_plane: ControlPlaneSpec = Field(default_factory=ControlPlaneSpec)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
+    model_store: ModelStoreSpec = Field(default_factory=ModelStoreSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
 
     def pool(self, name: str) -> PoolSpec:
