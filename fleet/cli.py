@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("fleet.commands.validate", "validate stack files (all stacks when none is given)"),
     "plan": ("fleet.commands.plan", "print a stack's capacity plan: replicas, GPUs, nodes, KV, cost"),
     "hash-key": ("fleet.commands.hash_key", "print the sha256 form of an API key for a stack file"),
+    "model": ("fleet.commands.model", "push a model directory to the stack's model store (`model push`)"),
     "sim": ("engine_sim.cli", "the vLLM-compatible engine simulator (`sim serve MODEL`)"),
     "agent": ("agent.cli", "the on-node agent supervising one engine replica"),
     "gateway": ("gateway.cli", "the OpenAI-compatible gateway"),
