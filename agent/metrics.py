@@ -10,9 +10,10 @@ __all__ = ["AgentMetrics"]
 
 
 class AgentMetrics:
-    """``llmfleet_agent_*``: state, every transition, restarts by reason, crash-loop alert, reports, leases."""
+    """``llmfleet_agent_*``: state, every transition, restarts by reason, crash-loop alert, reports, leases, and
+    the model fetch (``llmfleet_agent_model_*``: bytes downloaded, files verified, checksum failures, seconds)."""
 
-    def __init__(self, replica: str, pool: str) -> None:
+    def __init__(self, replica: str, pool: str, initial: State = State.STARTING) -> None:
         self.registry = CollectorRegistry()
         labels = {"replica": replica, "pool": pool}
         r = self.registry
@@ -26,10 +27,28 @@ class AgentMetrics:
         self.reports = Counter("llmfleet_agent_reports", "Load reports pushed", ["result"], registry=r)
         self.scrapes = Counter("llmfleet_agent_engine_scrapes", "Engine /metrics scrapes", ["result"], registry=r)
         self.leases = Counter("llmfleet_agent_restart_leases", "Restart lease requests", ["result"], registry=r)
+        self.model_fetched_bytes = Counter(
+            "llmfleet_agent_model_fetched_bytes", "Bytes downloaded from the model store", registry=r
+        )
+        self.model_files_verified = Counter(
+            "llmfleet_agent_model_files_verified", "Downloaded model files whose sha256 matched the manifest",
+            registry=r,
+        )  # fmt: skip
+        self.model_checksum_failures = Counter(
+            "llmfleet_agent_model_checksum_failures", "Downloaded model files whose sha256 did not match", registry=r
+        )
+        self.model_fetch_seconds = Gauge(
+            "llmfleet_agent_model_fetch_seconds", "Duration of the last model fetch, waiting for the lock included",
+            registry=r,
+        )  # fmt: skip
+        self.model_fetches = Counter(
+            "llmfleet_agent_model_fetches", "Model fetches by result (downloaded, cached, hub, failed)", ["result"],
+            registry=r,
+        )  # fmt: skip
         self.info = Gauge("llmfleet_agent_info", "Replica identity", list(labels), registry=r)
         self.info.labels(**labels).set(1)
         for state in State:
-            self.state.labels(state.value).set(1 if state is State.STARTING else 0)
+            self.state.labels(state.value).set(1 if state is initial else 0)
 
     def on_transition(self, transition: Transition) -> None:
         self.state.labels(transition.source.value).set(0)
