@@ -3,7 +3,7 @@
     GET  /healthz   200 Health while the agent process is alive
     GET  /readyz    200 Readiness only in state ``ready``; 503 otherwise (falls at once when a drain starts)
     GET  /status    AgentStatus: replica, pool, model, engine + version, state, uptime, restarts, engine_url,
-                    engine_pid, last load, GPU inventory, recent transitions
+                    engine_pid, last load, GPU inventory, last error, model store fetch, recent transitions
     POST /drain     202 CommandAccepted: readiness off, drain the engine, stop, exit 0
     GET  /prestop   200 CommandAccepted: the same drain, for Kubernetes' preStop ``httpGet`` hook (which can only GET):
                     readiness falls the moment the pod starts terminating, and the kubelet's SIGTERM that follows
@@ -78,6 +78,16 @@ class ControlPlaneLink(_Body):
     consecutive_report_failures: int
 
 
+class ModelStoreInfo(_Body):
+    """The model fetch (`agent.model_store`): where from and to, how far it got, and where the weights came from."""
+
+    manifest: str
+    model_dir: str
+    phase: str = Field(description="idle, manifest, waiting_for_lock, downloading, done or failed")
+    bytes_fetched: int
+    source: str | None = Field(description="downloaded, cached or hub; None until a fetch succeeded")
+
+
 class TransitionInfo(_Body):
     source: AgentState = Field(alias="from")
     event: str
@@ -106,6 +116,8 @@ class AgentStatus(_Body):
     load: LoadInfo
     control_plane: ControlPlaneLink
     gpus: list[dict[str, str]]
+    last_error: str | None = Field(default=None, description="why the engine or the model fetch last failed")
+    model_store: ModelStoreInfo | None = Field(default=None, description="None without a model store")
     transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")
 
 

@@ -2,7 +2,9 @@
 
 The stack (a name under stacks/ or a path to a stack file) is loaded and validated once; the pool's spec
 decides the engine command line, probes, drain timings and restart window. SIGTERM and SIGINT start a drain;
-the process exits 0 once the engine has stopped.
+the process exits 0 once the engine has stopped. With a model bucket (``--model-bucket``, by default
+``$LLMFLEET_MODEL_BUCKET``, which engine pods get from the stack) the agent first fetches the pool's model into
+``--model-cache`` (`agent.model_store`); without one the engine loads the model itself, as before.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
@@ -19,11 +22,13 @@ from pathlib import Path
 import httpx
 
 from agent.launchers import REGISTRY as LAUNCHERS, LaunchConfig, make_launcher
+from agent.model_store import StoreOptions
 from agent.node import Agent, AgentOptions
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
 from fleet.errors import SpecError
 from fleet.loader import load_spec
+from fleet.model_manifest import ModelKeys
 from fleet.ports import free_port
 from fleet.spec import FleetSpec
 
@@ -47,6 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="ARG",
         help="extra engine argument, repeatable (e.g. --engine-arg=--fault-hang)",
+    )
+    store = parser.add_argument_group("model store")
+    store.add_argument(
+        "--model-bucket",
+        default=os.environ.get("LLMFLEET_MODEL_BUCKET"),
+        metavar="BUCKET",
+        help="fetch the model from this bucket first (default: $LLMFLEET_MODEL_BUCKET; unset or 'none': do not)",
+    )
+    store.add_argument(
+        "--model-cache",
+        type=Path,
+        default=Path(os.environ.get("LLMFLEET_MODEL_CACHE") or Path(tempfile.gettempdir()) / "llmfleet" / "models"),
+        metavar="DIR",
+        help="node cache folder for fetched models (default: $LLMFLEET_MODEL_CACHE, else a temp folder)",
     )
     tuning = parser.add_argument_group("probes and restarts")
     defaults, policy = SupervisorSettings(), RestartPolicy()
@@ -100,6 +119,20 @@ def build_options(args: argparse.Namespace, spec: FleetSpec) -> AgentOptions:
         settings=settings,
         report_interval_s=spec.control_plane.report_interval_s,
         report_backoff_max_s=args.report_backoff_max,
+        model_store=store_options(args, spec),
+    )
+
+
+def store_options(args: argparse.Namespace, spec: FleetSpec) -> StoreOptions | None:
+    """The model store from --model-bucket and the stack's ``modelStore``; None without a bucket."""
+    if not args.model_bucket or args.model_bucket.lower() == "none":
+        return None
+    return StoreOptions(
+        bucket=args.model_bucket,
+        prefix=spec.model_store.prefix,
+        cache_dir=args.model_cache,
+        hub_fallback=spec.model_store.hub_fallback,
+        region=spec.region if spec.target == "aws" else None,
     )
 
 
@@ -124,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = LaunchConfig(options.engine_host, options.engine_port, extra_args=options.engine_args)
         make_launcher(pool, config).argv()
+        if options.model_store is not None:
+            ModelKeys(options.model_store.prefix, pool.model, pool.model_revision)
     except ValueError as exc:  # an engine command line that could never start: fail before spawning anything
         print(f"llmfleet agent: {exc}", file=sys.stderr)
         return 2

@@ -2,13 +2,16 @@
 
 `Agent` owns the wiring only: it builds the engine launcher from the pool spec, hands the supervisor its
 injected edges, exposes the replica's status and load report, and runs the API server, the reporter and
-the supervisor together until the supervisor stops. Exit code 0 after a drain.
+the supervisor together until the supervisor stops. Exit code 0 after a drain. With a model store
+(``AgentOptions.model_store``) the supervisor first fetches the weights (`agent.model_store`, in a worker thread)
+and the launcher then loads the local copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import Sequence
@@ -24,10 +27,12 @@ from agent.engine_client import HttpEngineClient
 from agent.gpus import query_gpus
 from agent.launchers import EngineProcess, LaunchConfig, make_launcher
 from agent.metrics import AgentMetrics
+from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
-from agent.states import Transition
+from agent.states import State, Transition
 from agent.supervisor import Supervisor, SupervisorSettings
 from fleet.control_api import ApiServer, bind
+from fleet.model_manifest import ModelKeys
 from fleet.spec import PoolSpec
 from fleet.wire import LoadReport
 
@@ -50,6 +55,7 @@ class AgentOptions:
     settings: SupervisorSettings = field(default_factory=SupervisorSettings)
     report_interval_s: float = 1.0
     report_backoff_max_s: float = 10.0
+    model_store: StoreOptions | None = None  # None: the engine loads the model itself (local stacks)
 
 
 def _reachable(host: str, advertise: str | None) -> str:
@@ -65,20 +71,33 @@ class Agent:
         options: AgentOptions,
         http: httpx.AsyncClient,
         clock: Clock | None = None,
+        s3: Any = None,
     ) -> None:
+        """``s3``: the model store's boto3 S3 client (default: one from boto3's own settings, when there is a
+        store)."""
         self.pool = pool
         self.options = options
         self.clock = clock or SystemClock()
-        self.metrics = AgentMetrics(options.replica, pool.name)
-        self.launcher = make_launcher(
-            pool,
-            LaunchConfig(
-                host=options.engine_host,
-                port=options.engine_port,
-                log_path=options.log_path,
-                extra_args=tuple(options.engine_args),
-            ),
+        store = options.model_store
+        self.metrics = AgentMetrics(options.replica, pool.name, State.STARTING if store is None else State.FETCHING)
+        self.launch_config = LaunchConfig(
+            host=options.engine_host,
+            port=options.engine_port,
+            log_path=options.log_path,
+            extra_args=tuple(options.engine_args),
         )
+        self.launcher = make_launcher(pool, self.launch_config)
+        self.fetcher: ModelFetcher | None = None
+        self.fetched: FetchResult | None = None
+        if store is not None:
+            self.fetcher = ModelFetcher(
+                s3 if s3 is not None else _s3_client(store.region),
+                store.bucket,
+                ModelKeys(store.prefix, pool.model, pool.model_revision),
+                store.cache_dir,
+                self.metrics,
+                hub_fallback=store.hub_fallback,
+            )
         local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
         self.engine_client = HttpEngineClient(
             http, f"http://{local_host}:{options.engine_port}", pool.served_name, probe_timeout_s=5.0
@@ -88,7 +107,7 @@ class Agent:
         self.control = ControlClient(http, options.control_plane)
         self.supervisor = Supervisor(
             pool, options.replica, self._spawn, self.engine_client, self.control, self.clock, self.metrics,
-            options.settings,
+            options.settings, fetch=self._fetch if self.fetcher is not None else None,
         )  # fmt: skip
         self.reporter = Reporter(
             lambda: self.engine_client if self.supervisor.engine is not None else None,
@@ -105,6 +124,19 @@ class Agent:
 
     async def _spawn(self) -> EngineProcess:
         return await self.launcher.start()
+
+    async def _fetch(self) -> None:
+        """Fetch the model in a worker thread (boto3 and hashing block); the launcher then loads the local copy."""
+        fetcher = self.fetcher
+        assert fetcher is not None
+        try:
+            self.fetched = await asyncio.to_thread(fetcher.fetch)
+        except asyncio.CancelledError:
+            fetcher.cancel()  # a drain: the thread stops at its next chunk instead of finishing the download
+            raise
+        if self.fetched.model_dir is not None:
+            config = dataclasses.replace(self.launch_config, model_dir=str(self.fetched.model_dir))
+            self.launcher = make_launcher(self.pool, config)
 
     def _on_transition(self, transition: Transition) -> None:
         del transition  # Unused: any state change is worth telling the control plane about now.
@@ -170,6 +202,8 @@ class Agent:
                 "consecutive_report_failures": self.reporter.consecutive_push_failures,
             },
             "gpus": self.gpus,
+            "last_error": sup.last_error,
+            "model_store": self._store_status(),
             "transitions": [
                 {
                     "from": t.source.value,
@@ -179,6 +213,18 @@ class Agent:
                 }
                 for t in sup.machine.history[-20:]
             ],
+        }
+
+    def _store_status(self) -> dict[str, Any] | None:
+        fetcher = self.fetcher
+        if fetcher is None:
+            return None
+        return {
+            "manifest": fetcher.url(fetcher.keys.manifest),
+            "model_dir": str(fetcher.model_dir),
+            "phase": fetcher.phase,
+            "bytes_fetched": fetcher.bytes_fetched,
+            "source": self.fetched.source if self.fetched is not None else None,
         }
 
     async def serve(self) -> int:
@@ -201,3 +247,9 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
             await server.stop()
+
+
+def _s3_client(region: str | None) -> Any:
+    import boto3  # only agents with a model store pay for the import
+
+    return boto3.client("s3", region_name=region)

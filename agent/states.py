@@ -1,5 +1,8 @@
 """States: the agent's lifecycle as an explicit state machine with one transition table.
 
+    fetching --FETCHED--> starting      (model store: weights into the node cache first; else the agent
+        |                                 begins in starting)
+        +---FETCH_FAILED--> restarting --REFETCH--> fetching   (until a fetch has succeeded)
     starting --HEALTHY--> warming --WARMED--> ready --DRAIN--> draining --DRAINED--> stopped
         |                    |                  |                  |
         |                    |                  +-PLANNED_RESTART--+  (restart window, lease held)
@@ -10,7 +13,8 @@
 
 Every state except ``stopped`` accepts DRAIN: a drain always wins, and ``stopped`` is terminal. Readiness is
 true in exactly one state, ``ready``. A (state, event) pair missing from the table is a bug in the caller:
-`StateMachine.fire` raises `InvalidTransition` instead of guessing.
+`StateMachine.fire` raises `InvalidTransition` instead of guessing. A failed fetch counts as a crash, so fetches
+back off and end in ``failed`` exactly as engine crashes do.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = ["TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine",
 
 
 class State(enum.Enum):
+    FETCHING = "fetching"  # model weights from the store into the node cache; no engine yet
     STARTING = "starting"  # engine spawned; connection refused is expected until the cold-start deadline
     WARMING = "warming"  # /health answers; a warm-up completion must succeed before routing
     READY = "ready"  # serving; the only state in which /readyz is 200
@@ -33,6 +38,9 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
+    FETCHED = "fetched"
+    FETCH_FAILED = "fetch_failed"
+    REFETCH = "refetch"
     HEALTHY = "healthy"
     WARMED = "warmed"
     ENGINE_EXITED = "engine_exited"
@@ -50,6 +58,9 @@ class Event(enum.Enum):
 
 S, E = State, Event
 TRANSITIONS: Mapping[tuple[State, Event], State] = {
+    (S.FETCHING, E.FETCHED): S.STARTING,
+    (S.FETCHING, E.FETCH_FAILED): S.RESTARTING,
+    (S.FETCHING, E.DRAIN): S.DRAINING,
     (S.STARTING, E.HEALTHY): S.WARMING,
     (S.STARTING, E.ENGINE_EXITED): S.RESTARTING,
     (S.STARTING, E.STARTUP_TIMEOUT): S.RESTARTING,
@@ -65,6 +76,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (S.DRAINING, E.DRAINED): S.STOPPED,
     (S.DRAINING, E.RESTART_DRAINED): S.RESTARTING,
     (S.RESTARTING, E.RESPAWN): S.STARTING,
+    (S.RESTARTING, E.REFETCH): S.FETCHING,
     (S.RESTARTING, E.CRASH_LOOP): S.FAILED,
     (S.RESTARTING, E.DRAIN): S.DRAINING,
     (S.FAILED, E.RESET): S.RESTARTING,

@@ -2,6 +2,10 @@
 
 One handler per state runs until it fires an event; the loop then runs the next state's handler.
 
+* fetching   -- (only with a model store) the injected ``fetch`` brings the weights into the node cache
+  (`agent.model_store`). A `FetchError` counts as a crash: back off in ``restarting`` and fetch again, until
+  the crash window declares a loop (``failed``); ``last_error`` carries the reason. Once a fetch succeeded,
+  restarts respawn the engine from the local copy.
 * starting   -- spawn the engine; probe ``/health`` every ``probe_interval_s``: connection refused (vLLM binds
   but does not listen while loading) means "still starting" until ``pool.coldStartSeconds`` after the spawn.
 * warming    -- a short completion must succeed before the replica is ready, within the same deadline.
@@ -36,6 +40,7 @@ from agent.control import ControlClient
 from agent.engine_client import EngineClient, Health
 from agent.launchers import EngineHandle
 from agent.metrics import AgentMetrics
+from agent.model_store import FetchError
 from agent.restarts import CrashHistory, RestartPolicy
 from agent.rollover import Rollover
 from agent.states import Event, State, StateMachine, Transition
@@ -72,6 +77,7 @@ class Supervisor:
         metrics: AgentMetrics,
         settings: SupervisorSettings | None = None,
         rand: Callable[[], float] = random.random,
+        fetch: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -81,7 +87,9 @@ class Supervisor:
         self._clock = clock
         self._metrics = metrics
         self._rand = rand
-        self.machine = StateMachine(clock.monotonic)
+        self._fetch = fetch
+        self._fetched = fetch is None  # weights are local (or the engine loads them itself)
+        self.machine = StateMachine(clock.monotonic, State.STARTING if fetch is None else State.FETCHING)
         self.machine.subscribe(metrics.on_transition)
         self.machine.subscribe(self._on_transition)
         self.crashes = CrashHistory(self.settings.restart)
@@ -91,6 +99,7 @@ class Supervisor:
         self.engine_version: str | None = None
         self.restarts = 0
         self.last_exit_code: int | None = None
+        self.last_error: str | None = None  # why the engine or the fetch last failed, for /status
         self._final_drain = False
         self._drain_source: State | None = None
         self._restart_reason = "crash"
@@ -135,6 +144,7 @@ class Supervisor:
     async def run(self) -> int:
         """Supervise until stopped; returns the process exit code (0 after a drain)."""
         handlers: dict[State, Callable[[], Coroutine[Any, Any, None]]] = {
+            State.FETCHING: self._fetching,
             State.STARTING: self._starting,
             State.WARMING: self._warming,
             State.READY: self._ready,
@@ -204,10 +214,33 @@ class Supervisor:
             self.engine.kill()
         self.crashes.record(self._clock.monotonic())
         self._restart_reason = reason
-        log.warning("engine %s (exit code %s)", reason.replace("_", " "), self.last_exit_code)
+        self.last_error = f"engine {reason.replace('_', ' ')} (exit code {self.last_exit_code})"
+        log.warning("%s", self.last_error)
         self.machine.fire(event)
 
     # ---- state handlers ---------------------------------------------------------------------------------
+
+    async def _fetching(self) -> None:
+        fetch = self._fetch
+        assert fetch is not None
+
+        async def fetched() -> bool:
+            await fetch()
+            return True
+
+        try:
+            done = await self._unless_drained(fetched())
+        except FetchError as exc:
+            if self.state is State.FETCHING:
+                self.crashes.record(self._clock.monotonic())
+                self._restart_reason = "fetch_failed"
+                self.last_error = f"model fetch failed: {exc}"
+                log.error("%s", self.last_error)
+                self.machine.fire(Event.FETCH_FAILED)
+            return
+        if done is not _INTERRUPTED:
+            self._fetched = True
+            self._fire(State.FETCHING, Event.FETCHED)
 
     async def _starting(self) -> None:
         if self.engine is None:
@@ -350,7 +383,9 @@ class Supervisor:
             until = now + delay
             while self.state is State.RESTARTING and self._clock.monotonic() < until:
                 await self._pause(until - self._clock.monotonic())
-        if self._fire(State.RESTARTING, Event.RESPAWN):
+        if not self._fetched:
+            self._fire(State.RESTARTING, Event.REFETCH)
+        elif self._fire(State.RESTARTING, Event.RESPAWN):
             self.restarts += 1
             self._metrics.restarts.labels(self._restart_reason).inc()
 

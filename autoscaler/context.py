@@ -3,10 +3,10 @@
 Built once per loop tick by `build_context`; nothing in it performs I/O and ``now`` is passed in, so the same
 policy code runs live, in tests with explicit times, and in simulation.
 
-Replica states seen here: an agent state (``starting``, ``warming``, ``ready``, ``draining``, ``stopped``,
-``restarting``, ``failed``) or ``launching`` (the actuator started it and no report has arrived yet). A replica
-whose last report is older than the stale limit is ``stale``: its load is *unknown*, which is never the same
-as zero; it counts neither as idle capacity nor as load.
+Replica states seen here: an agent state (``fetching``, ``starting``, ``warming``, ``ready``, ``draining``,
+``stopped``, ``restarting``, ``failed``) or ``launching`` (the actuator started it and no report has arrived
+yet). A replica whose last report is older than the stale limit is ``stale``: its load is *unknown*, which is
+never the same as zero; it counts neither as idle capacity nor as load.
 
 Gateways report what no engine sees: requests waiting in their admission queues and the rate requests arrive
 (`fleet.wire.GatewayReport`). ``gateway_waiting`` and ``request_rate`` sum the *fresh* gateway reports; both are
@@ -27,7 +27,7 @@ from fleet.spec import AutoscalingSpec, PoolSpec
 __all__ = ["ARRIVING_STATES", "ReplicaLoad", "ScalingContext", "build_context"]
 
 # States of replicas that will take traffic soon: capacity already on its way (cold-start awareness).
-ARRIVING_STATES = frozenset({"launching", "starting", "warming", "restarting"})
+ARRIVING_STATES = frozenset({"launching", "fetching", "starting", "warming", "restarting"})
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
         now = cp.clock()
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
-            for state in ("starting", "warming", "ready", "draining", "restarting", "failed"):
+            for state in ("fetching", "starting", "warming", "ready", "draining", "restarting", "failed"):
                 replicas_g.labels(pool.name, state).set(sum(1 for s in seen if s.report.state == state))
             stale_g.labels(pool.name).set(sum(1 for s in seen if s.stale))
             leases_g.labels(pool.name).set(len(cp.leases.holders(pool.name, now)))

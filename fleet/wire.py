@@ -33,7 +33,7 @@ __all__ = [
     "ReplicaList",
 ]
 
-AgentState = Literal["starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
+AgentState = Literal["fetching", "starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
 
 
 class Wire(BaseModel):

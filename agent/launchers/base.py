@@ -56,6 +56,7 @@ class LaunchConfig:
     port: int
     log_path: Path | None = None  # engine stdout+stderr; None: inherit the agent's
     extra_args: Sequence[str] = ()  # appended after the spec's engine.extraArgs (e.g. simulator fault flags)
+    model_dir: str | None = None  # weights fetched from the model store; None: the pool's model id (the Hub)
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -102,6 +103,12 @@ class Launcher(abc.ABC):
     @abc.abstractmethod
     def argv(self) -> list[str]:
         """The exact command line (pure)."""
+
+    @property
+    def model(self) -> str:
+        """What the engine loads: the local model directory when there is one, else the pool's model id. The
+        served name stays the pool's either way (``--served-model-name``), so clients see no difference."""
+        return self.config.model_dir or self.pool.model
 
     def common_flags(self) -> list[str]:
         """The ``vllm serve`` flags every kind shares, from the pool spec (0.33 names)."""

@@ -9,6 +9,9 @@ Example pool (``engine.kind: vllm``)::
 
     engine: {kind: vllm, version: "0.33.0", maxNumSeqs: 256, maxNumBatchedTokens: 2048}
     drain: {graceSeconds: 120, propagationSeconds: 10}     # -> --shutdown-timeout 105
+
+MODEL is the local directory the agent fetched from the model store, else the pool's model id; loading from the
+Hub, a ``modelRevision`` other than ``main`` is passed as ``--revision``.
 """
 
 from __future__ import annotations
@@ -23,4 +26,6 @@ __all__ = ["VllmLauncher"]
 class VllmLauncher(Launcher, name="vllm"):
     def argv(self) -> list[str]:
         executable = shutil.which("vllm") or "vllm"
-        return [executable, "serve", self.pool.model, *self.common_flags(), *self.extra_flags()]
+        revision = self.pool.model_revision
+        pinned = ["--revision", revision] if self.config.model_dir is None and revision != "main" else []
+        return [executable, "serve", self.model, *self.common_flags(), *pinned, *self.extra_flags()]
