@@ -9,7 +9,10 @@ simulator) from the pool's spec. The pod is built so that draining is loss-free:
   ``--shutdown-timeout`` = grace - propagation - 5 s; the kubelet's SIGTERM finds the drain already running;
 * ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` = propagation + shutdown timeout + 5 s margin;
 * GPUs requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
-* the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk;
+* the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk: the agent
+  fetches the pool's model from the stack's bucket (``LLMFLEET_MODEL_BUCKET``) into ``/models/store``
+  (``LLMFLEET_MODEL_CACHE``), Hub downloads go to ``/models/hf`` (``HF_HOME``); replicas on one node share it,
+  and an init container hands the two folders to the images' user, since the kubelet creates a hostPath as root;
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
 * ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it).
 """
@@ -29,7 +32,19 @@ from fleet.spec import FleetSpec, PoolSpec
 from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 
-__all__ = ["EnginePool", "EnginePoolArgs", "engine_deployment_spec", "engine_labels"]
+__all__ = [
+    "MODEL_CACHE_MOUNT",
+    "MODEL_STORE_DIR",
+    "EnginePool",
+    "EnginePoolArgs",
+    "engine_deployment_spec",
+    "engine_labels",
+]
+
+MODEL_CACHE_MOUNT = "/models"  # the node cache volume inside the engine container
+MODEL_STORE_DIR = f"{MODEL_CACHE_MOUNT}/store"  # models fetched from the model store (agent.model_store)
+HF_HOME_DIR = f"{MODEL_CACHE_MOUNT}/hf"  # the Hugging Face cache, for pools that load from the Hub
+IMAGE_UID = 10001  # the USER of images/runtime.Dockerfile and images/engine.Dockerfile
 
 
 def engine_labels(spec: FleetSpec, pool: PoolSpec) -> dict[str, str]:
@@ -70,13 +85,15 @@ def engine_deployment_spec(
         {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gib}Gi"}},
         {"name": "model-cache", **_model_cache(spec)},
     ]
-    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, {"name": "model-cache", "mount_path": "/models"}]
+    cache_mount = {"name": "model-cache", "mount_path": MODEL_CACHE_MOUNT}
+    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
         {"name": "POD_IP", "value_from": {"field_ref": {"field_path": "status.podIP"}}},
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
-        {"name": "HF_HOME", "value": "/models/hf"},
+        {"name": "HF_HOME", "value": HF_HOME_DIR},
+        {"name": "LLMFLEET_MODEL_CACHE", "value": MODEL_STORE_DIR},
     ]
     if model_bucket is not None:
         env.append({"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket})
@@ -137,6 +154,22 @@ def engine_deployment_spec(
             }
         ],
     }
+    if spec.target == "aws":  # a hostPath: created by the kubelet as root, unwritable for the images' user
+        owner = f"{IMAGE_UID}:{IMAGE_UID}"
+        pod["init_containers"] = [
+            {
+                "name": "model-cache",
+                "image": image,
+                "image_pull_policy": spec.images.pull_policy,
+                "command": [
+                    "sh",
+                    "-c",
+                    f"mkdir -p {MODEL_STORE_DIR} {HF_HOME_DIR} && chown {owner} {MODEL_STORE_DIR} {HF_HOME_DIR}",
+                ],
+                "volume_mounts": [cache_mount],
+                "security_context": {"run_as_user": 0, "run_as_non_root": False, "allow_privilege_escalation": False},
+            }
+        ]
     if gpu_pool:
         pod["node_selector"] = {f"pool.llmfleet.io/{pool.name}": "true"}
         pod["tolerations"] = [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
