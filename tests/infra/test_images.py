@@ -22,13 +22,13 @@ DEVICE_PLUGIN_DIGEST = contract.DEVICE_PLUGIN_SOURCE.partition("@")[2]
 
 
 def images_by_workload(run: OfflineRun) -> dict[str, list[str]]:
-    """Workload (``<component>/<name>``) -> the images of its containers."""
+    """Workload (``<component>/<name>``) -> the distinct images of its containers and init containers."""
     found: dict[str, list[str]] = {}
     for resource in run.resources:
         images = list(workload_images(resource.type, resource.props))
         if images:
             meta = resource.props["metadata"]
-            found[f"{meta['labels'].get(contract.LABEL_COMPONENT, '?')}/{meta['name']}"] = images
+            found[f"{meta['labels'].get(contract.LABEL_COMPONENT, '?')}/{meta['name']}"] = list(dict.fromkeys(images))
     return found
 
 
