@@ -15,6 +15,7 @@
 # reads the pushed manifest back and checks its digest. Log in first (ECR: aws ecr get-login-password | skopeo
 # login --username AWS --password-stdin <account>.dkr.ecr.<region>.amazonaws.com).
 # Environment: BUILD_DIR (default .build/images). Needs skopeo (Debian: apt-get install -y skopeo).
+# Checked against a local registry (Docker's distribution, plain HTTP via registries.conf); not yet run against ECR.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
