@@ -21,6 +21,7 @@ from policies.gpu import (
 )
 from policies.images import images_from_stack_registries, images_pinned_by_digest
 from policies.network import only_gateway_public
+from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
 
 __all__ = ["PACK_NAME", "POLICIES"]
@@ -46,4 +47,5 @@ POLICIES: list[Policy] = [
     monthly_cost_ceiling,
     images_pinned_by_digest,
     images_from_stack_registries,
+    cluster_prerequisites_installed,
 ]

@@ -215,3 +215,63 @@ def scalable_gpu_group(zone: str, min_size: int = 0) -> Res:
         arn=f"arn:aws:eks:us-east-1:123456789012:nodegroup/llmfleet-prod/gpu-{zone}/1",
         scalingConfig={"minSize": float(min_size), "maxSize": 2.0, "desiredSize": float(min_size)},
     )
+
+
+def helm_release(chart: str) -> Res:
+    return Res(
+        type="kubernetes:helm.sh/v3:Release",
+        props={"chart": chart, "name": chart, "namespace": "kube-system"},
+        name=f"{chart}-release",
+    )
+
+
+def prometheus_rule(kind: str = "PrometheusRule", operator: str = "installed") -> Res:
+    """A PrometheusRule or PodMonitor, annotated with where the operator's CRDs come from."""
+    metadata = {"name": f"llmfleet-{kind.lower()}", "annotations": {contract.ANN_PROMETHEUS_OPERATOR: operator}}
+    return Res(
+        type=f"kubernetes:monitoring.coreos.com/v1:{kind}",
+        props={"metadata": metadata, "spec": {}},
+        name=f"slo-{kind.lower()}",
+    )
+
+
+def gateway_hpa() -> Res:
+    metric = {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization"}}}
+    return Res(
+        type="kubernetes:autoscaling/v2:HorizontalPodAutoscaler",
+        props={"metadata": {"name": contract.GATEWAY_NAME}, "spec": {"metrics": [metric]}},
+        name="gateway-hpa",
+    )
+
+
+def nlb_service() -> Res:
+    """The gateway's Service, handed to the AWS Load Balancer Controller."""
+    return service("LoadBalancer", "gateway", {"service.beta.kubernetes.io/aws-load-balancer-type": "external"})
+
+
+def quota_gateway(url_from: str = "secret") -> Res:
+    """The gateway Deployment counting quotas in Redis, its URL from the stack (``stack``) or a Secret."""
+    annotations = {contract.ANN_QUOTA_BACKEND: "redis", contract.ANN_REDIS_URL_FROM: url_from}
+    props = {
+        "metadata": {
+            "name": contract.GATEWAY_NAME,
+            "namespace": "llmfleet",
+            "labels": {contract.LABEL_COMPONENT: contract.COMPONENT_GATEWAY},
+            "annotations": annotations,
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "gateway", "image": DIGEST_IMAGE}]}}},
+    }
+    return Res(type="kubernetes:apps/v1:Deployment", props=props, name="gateway-deployment")
+
+
+def quota_redis_secret() -> Res:
+    return Res(
+        type="kubernetes:core/v1:Secret",
+        props={"metadata": {"name": contract.QUOTA_REDIS_NAME, "namespace": "llmfleet"}},
+        name="quota-redis-secret",
+    )
+
+
+def elasticache_redis() -> Res:
+    props = {"engine": "redis", "transitEncryptionEnabled": True, "primaryEndpointAddress": "master.r.cache.aws"}
+    return Res(type="aws:elasticache/replicationGroup:ReplicationGroup", props=props, name="quota-cache-redis")
