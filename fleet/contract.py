@@ -19,6 +19,8 @@ __all__ = [
     "ANN_QUOTA_BACKEND",
     "ANN_REDIS_URL_FROM",
     "ANN_REQUEST_TIMEOUT",
+    "ANN_TLS",
+    "TLS_DIR",
     "ANN_SHUTDOWN_TIMEOUT",
     "ANN_TENSOR_PARALLEL",
     "COMPONENT_CONTROL_PLANE",
@@ -89,6 +91,10 @@ ANN_CAPACITY_BUFFER = "llmfleet.io/capacity-buffer"
 # Annotations on the gateway: its request timeout (Service) and where its quotas live (Deployment: "memory" or
 # "redis"; a Redis URL from "stack", the stack's redisUrl, or from "secret", the Redis the program provisions).
 ANN_REQUEST_TIMEOUT = "llmfleet.io/request-timeout-seconds"
+# Where the gateway Service's TLS ends: "load-balancer" (the NLB, an ACM certificate), "gateway" (the process,
+# from a TLS Secret) or "none" (plain HTTP).
+ANN_TLS = "llmfleet.io/tls"
+TLS_DIR = "/etc/llmfleet/tls"  # the gateway's TLS Secret (tls.crt, tls.key)
 ANN_QUOTA_BACKEND = "llmfleet.io/quota-backend"
 ANN_REDIS_URL_FROM = "llmfleet.io/redis-url-from"
 # On PrometheusRule and PodMonitor objects: "installed" (the stack installs the operator's CRDs) or "existing".

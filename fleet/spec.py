@@ -25,6 +25,7 @@ __all__ = [
     "EngineSpec",
     "FleetSpec",
     "GatewaySpec",
+    "GatewayTlsSpec",
     "GpuNodeGroupSpec",
     "ImagesSpec",
     "ModelFactsSpec",
@@ -49,6 +50,7 @@ _NAME = r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_NAME, description="lowercase DNS label: letters, digits, '-'")]
 KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
+_ACM_ARN = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"
 _REVISION = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _KEY_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
 # A registry host (and port) with an optional path, e.g. ghcr.io/acme/llmfleet: no tag, no digest.
@@ -310,6 +312,11 @@ class TimeoutSpec(Spec):
     """Time to the first byte from the engine before 504."""
     total_s: float = Field(default=600.0, gt=0, le=7200)
     """Whole request."""
+    header_read_s: float = Field(default=10.0, gt=0, le=300)
+    """A client's request line and headers must arrive within this (slow-header clients are closed); also how
+    long an idle keep-alive connection stays open."""
+    body_read_s: float = Field(default=30.0, gt=0, le=600)
+    """A client's request body must arrive within this, else 408."""
 
 
 class RetrySpec(Spec):
@@ -343,6 +350,20 @@ class QuotaRedisSpec(Spec):
     """Pulumi secret config key holding the Redis password (16 to 128 characters; no /, @ or double quote)."""
 
 
+class GatewayTlsSpec(Spec):
+    """TLS on the gateway's public listener: on aws the NLB terminates it with an ACM certificate; on kubernetes the
+    gateway process does, from a ``kubernetes.io/tls`` Secret."""
+
+    certificate_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"
+    )
+    """ACM certificate of the NLB's TLS listener (port 443); target aws."""
+    secret_name: str | None = Field(default=None, pattern=_NAME)
+    """Target kubernetes: a TLS Secret (tls.crt, tls.key) in the namespace; the gateway serves HTTPS with it."""
+    source_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
+    """Who may reach the public listener (the Service's loadBalancerSourceRanges)."""
+
+
 class GatewaySpec(Spec):
     replicas: int = Field(default=2, ge=1, le=100)
     """Gateway Deployment replicas."""
@@ -363,6 +384,7 @@ class GatewaySpec(Spec):
     redis: QuotaRedisSpec = Field(default_factory=QuotaRedisSpec)
     public: bool = True
     """Expose the gateway through a public load balancer."""
+    tls: GatewayTlsSpec = Field(default_factory=GatewayTlsSpec)
     drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
     """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
     in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""

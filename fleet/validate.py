@@ -323,6 +323,7 @@ def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
             f"below {contract.NLB_MAX_IDLE_TIMEOUT_S} on aws: the load balancer closes connections idle that long",
             gateway.timeouts.total_s,
         )
+    yield from _check_gateway_tls(spec)
     if not gateway.routing.filters and not gateway.routing.scorers:
         yield _warn("gateway.routing", "no filters and no scorers: routing ignores load and health")
     for i, scorer in enumerate(gateway.routing.scorers):
@@ -330,6 +331,31 @@ def _check_gateway(spec: FleetSpec) -> Iterator[Problem]:
             yield _warn(f"gateway.routing.scorers[{i}].weight", "a weight of 0 disables this scorer")
     if spec.target != "local" and gateway.replicas < 2:
         yield _warn("gateway.replicas", "one gateway replica is a single point of failure")
+
+
+def _check_gateway_tls(spec: FleetSpec) -> Iterator[Problem]:
+    """A public gateway speaks TLS: bearer keys and prompts never cross a network in clear text."""
+    tls = spec.gateway.tls
+    if spec.target == "aws" and tls.secret_name is not None:
+        yield _err("gateway.tls.secretName", "target kubernetes only; on aws set gateway.tls.certificateArn (ACM)")
+    if spec.target != "aws" and tls.certificate_arn is not None:
+        yield _err("gateway.tls.certificateArn", "target aws only; on kubernetes set gateway.tls.secretName")
+    if spec.target == "local" or not spec.gateway.public:
+        return
+    if spec.target == "aws" and tls.certificate_arn is None:
+        yield _err(
+            "gateway.tls.certificateArn",
+            "required for a public gateway on aws: an ACM certificate for the NLB's TLS listener "
+            "(plain HTTP would carry API keys in clear text)",
+        )
+    elif spec.target == "aws" and tls.certificate_arn is not None and ":000000000000:" in tls.certificate_arn:
+        yield _warn("gateway.tls.certificateArn", "a placeholder: set your ACM certificate's ARN before `pulumi up`")
+    if spec.target == "kubernetes" and tls.secret_name is None:
+        yield _err(
+            "gateway.tls.secretName",
+            "required for a public gateway on kubernetes: a kubernetes.io/tls Secret in the namespace "
+            "(plain HTTP would carry API keys in clear text)",
+        )
 
 
 def _check_images(spec: FleetSpec) -> Iterator[Problem]:

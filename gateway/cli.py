@@ -1,4 +1,5 @@
-"""CLI: ``llmfleet gateway --stack NAME --port PORT [--host H] [--replica [POOL=]URL ...] [--control-plane URL]``.
+"""CLI: ``llmfleet gateway --stack NAME --port PORT [--host H] [--replica [POOL=]URL ...] [--control-plane URL]
+[--tls-cert PEM --tls-key PEM]``.
 
 Keys come from three places:
 * tenants' ``apiKeyHashes`` in the stack file;
@@ -23,6 +24,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections import defaultdict
 from collections.abc import Coroutine
@@ -70,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-access-log", action="store_true", help="do not write JSON access log lines")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0)
+    parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: PEM certificate chain")
+    parser.add_argument("--tls-key", type=Path, default=None, help="serve HTTPS: PEM private key of --tls-cert")
     parser.add_argument(
         "--loop",
         choices=["auto", "asyncio", "uvloop"],
@@ -112,16 +116,42 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
     )
 
 
-async def _serve(settings: GatewaySettings, host: str, port: int, shutdown_timeout: float) -> None:
+def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """A server context (TLS 1.2 or later) for --tls-cert/--tls-key; None without them; ValueError for one alone."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load --tls-cert {cert} / --tls-key {key}: {exc}") from exc
+    return context
+
+
+async def _serve(
+    settings: GatewaySettings, host: str, port: int, shutdown_timeout: float, tls: ssl.SSLContext | None
+) -> None:
     app = create_app(settings)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout)
+    # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
+    # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=settings.spec.gateway.timeouts.header_read_s,
+    )
     await runner.setup()
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))  # bound here so that port 0 can be reported
-    site = web.SockSite(runner, sock, backlog=1024)
+    site = web.SockSite(runner, sock, backlog=1024, ssl_context=tls)
     await site.start()
-    print(f"llmfleet gateway listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    scheme = "https" if tls is not None else "http"
+    print(f"llmfleet gateway listening on {scheme}://{host}:{sock.getsockname()[1]}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,12 +169,13 @@ def run(args: argparse.Namespace) -> int:
     access.propagate = False
     try:
         settings = _settings(args)
+        tls = _tls_context(args.tls_cert, args.tls_key)
     except (SpecError, KeyError, ValueError) as exc:
         print(f"llmfleet gateway: {exc}", file=sys.stderr)
         return 2
     port = settings.spec.gateway.port if args.port is None else args.port
     host = args.host or ("127.0.0.1" if settings.spec.target == "local" else "0.0.0.0")
-    _run_loop(args.loop, _serve(settings, host, port, args.shutdown_timeout))
+    _run_loop(args.loop, _serve(settings, host, port, args.shutdown_timeout, tls))
     return 0
 
 

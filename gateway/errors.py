@@ -5,6 +5,7 @@
       Unauthorized                  401 missing or unknown API key
       ModelNotAllowed               403 the tenant may not use this model
       ModelNotFound                 404 no pool serves this model
+      RequestTimeout                408 the body did not arrive within timeouts.bodyReadS
       BodyTooLarge                  413 request body over gateway.maxBodyBytes
       UnsupportedMediaType          415 a body that is not declared application/json
       TooManyRequests               429 (Retry-After)
@@ -40,6 +41,7 @@ __all__ = [
     "ModelNotAllowed",
     "ModelNotFound",
     "NoReadyReplica",
+    "RequestTimeout",
     "QueueFull",
     "QueueTimeout",
     "QuotaExceeded",
@@ -100,6 +102,11 @@ class ModelNotAllowed(GatewayError):
 class ModelNotFound(GatewayError):
     status = 404
     type = "not_found_error"
+
+
+class RequestTimeout(GatewayError):
+    status = 408
+    type = "invalid_request_error"
 
 
 class BodyTooLarge(GatewayError):

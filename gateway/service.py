@@ -31,6 +31,7 @@ from gateway.errors import (
     ModelNotAllowed,
     ModelNotFound,
     NoReadyReplica,
+    RequestTimeout,
     ServiceUnavailable,
     UnsupportedMediaType,
     UpstreamBroken,
@@ -171,9 +172,14 @@ class Gateway:
         if request.content_length is not None and request.content_length > limit:
             raise BodyTooLarge(f"request body of {request.content_length} bytes exceeds {limit}")
         try:
-            return await request.read()
+            async with asyncio.timeout(self.config.timeouts.body_read_s):
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise BodyTooLarge(f"request body exceeds {limit} bytes") from None
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {self.config.timeouts.body_read_s:g}s"
+            ) from None
 
     async def complete(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         out = Outcome(request_id=request[REQUEST_ID], received=self.clock())

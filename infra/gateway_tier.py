@@ -5,6 +5,10 @@ A Deployment of ``llmfleet gateway --stack <file> --port <port>`` spread over zo
 internal when ``gateway.public`` is false, with listeners idling out only after the request timeout), an HPA
 on CPU (gateways are stateless) and a PodDisruptionBudget keeping all but one replica up during node drains.
 With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret.
+
+TLS (`tls_termination`): on aws the NLB's listener on 443 terminates it with the stack's ACM certificate (TLS 1.2
+and 1.3 only); on kubernetes the gateway process does, from the stack's TLS Secret, probed over HTTPS. Either way
+only ``gateway.tls.sourceCidrs`` may reach the load balancer.
 """
 
 from __future__ import annotations
@@ -23,12 +27,34 @@ from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 from infra.quota_redis import provisions_redis
 
-__all__ = ["GATEWAY_LISTENERS", "Gateway", "GatewayArgs", "gateway_service_annotations", "nlb_idle_timeout_s"]
+__all__ = [
+    "TLS_POLICY",
+    "Gateway",
+    "GatewayArgs",
+    "gateway_listener",
+    "gateway_service_annotations",
+    "nlb_idle_timeout_s",
+    "tls_termination",
+]
 
 _LB = "service.beta.kubernetes.io/aws-load-balancer"
-# The Service's listeners (protocol, port). A TLS listener will add ("TLS", 443) here, with the certificate ARN
-# in the ``-ssl-cert`` and ``-ssl-ports`` annotations of `gateway_service_annotations`.
-GATEWAY_LISTENERS: tuple[tuple[str, int], ...] = (("TCP", 80),)
+TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"  # TLS 1.3 and 1.2 only, on the NLB's listener
+
+
+def tls_termination(spec: FleetSpec) -> str:
+    """Where the public listener's TLS ends (`fleet.contract.ANN_TLS`): the NLB with an ACM certificate on aws, the
+    gateway process with a TLS Secret on kubernetes, else nowhere."""
+    tls = spec.gateway.tls
+    if spec.target == "aws" and tls.certificate_arn is not None:
+        return "load-balancer"
+    if spec.target == "kubernetes" and tls.secret_name is not None:
+        return "gateway"
+    return "none"
+
+
+def gateway_listener(spec: FleetSpec) -> tuple[str, int]:
+    """The Service's one listener (protocol, port): TLS on 443 when TLS ends anywhere, else plain TCP on 80."""
+    return {"load-balancer": ("TLS", 443), "gateway": ("TCP", 443)}.get(tls_termination(spec), ("TCP", 80))
 
 
 def nlb_idle_timeout_s(spec: FleetSpec) -> int:
@@ -44,7 +70,10 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
     skip the NodePort hop; the scheme follows ``gateway.public``; each listener's idle timeout exceeds the
     request timeout, so a long generation is never cut by the NLB's 350 s default.
     """
-    annotations = {contract.ANN_REQUEST_TIMEOUT: str(math.ceil(spec.gateway.timeouts.total_s))}
+    annotations = {
+        contract.ANN_REQUEST_TIMEOUT: str(math.ceil(spec.gateway.timeouts.total_s)),
+        contract.ANN_TLS: tls_termination(spec),
+    }
     if spec.target != "aws":
         return annotations
     annotations |= {
@@ -53,10 +82,14 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
         f"{_LB}-scheme": "internet-facing" if spec.gateway.public else "internal",
         f"{_LB}-attributes": "load_balancing.cross_zone.enabled=true",
     }
-    for protocol, port in GATEWAY_LISTENERS:
-        annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = (
-            f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
-        )
+    protocol, port = gateway_listener(spec)
+    annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
+    if spec.gateway.tls.certificate_arn is not None:
+        annotations |= {
+            f"{_LB}-ssl-cert": spec.gateway.tls.certificate_arn,
+            f"{_LB}-ssl-ports": str(port),
+            f"{_LB}-ssl-negotiation-policy": TLS_POLICY,
+        }
     return annotations
 
 
@@ -96,6 +129,13 @@ class Gateway(pulumi.ComponentResource):
         labels = _labels(spec)
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
         volumes, mounts = spec_volumes(spec)
+        tls_args: list[str] = []
+        scheme = "HTTP"
+        if tls_termination(spec) == "gateway":
+            volumes = [*volumes, {"name": "tls", "secret": {"secret_name": gw.tls.secret_name}}]
+            mounts = [*mounts, {"name": "tls", "mount_path": contract.TLS_DIR, "read_only": True}]
+            tls_args = ["--tls-cert", f"{contract.TLS_DIR}/tls.crt", "--tls-key", f"{contract.TLS_DIR}/tls.key"]
+            scheme = "HTTPS"
         pod: dict[str, Any] = {
             "termination_grace_period_seconds": gw.drain.grace_seconds,  # = preStop + shutdown timeout + margin
             "containers": [
@@ -112,12 +152,13 @@ class Gateway(pulumi.ComponentResource):
                         str(gw.port),
                         "--shutdown-timeout",
                         str(gw.drain.shutdown_timeout),
+                        *tls_args,
                     ],
                     "ports": [{"name": "http", "container_port": gw.port}],
                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-                    "startup_probe": http_probe("/healthz", gw.port, 2, 30),
-                    "readiness_probe": http_probe("/readyz", gw.port, 5, 2),
-                    "liveness_probe": http_probe("/healthz", gw.port, 10, 3),
+                    "startup_probe": http_probe("/healthz", gw.port, 2, 30, scheme),
+                    "readiness_probe": http_probe("/readyz", gw.port, 5, 2, scheme),
+                    "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
                     # The pod left the Service's endpoints when it started terminating: the load balancer
                     # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
                     "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
@@ -152,14 +193,18 @@ class Gateway(pulumi.ComponentResource):
         )
         # On aws even a private gateway gets a load balancer (an internal NLB): clients in the VPC reach it.
         load_balanced = gw.public or spec.target == "aws"
+        _, listener_port = gateway_listener(spec)
+        service_spec: dict[str, Any] = {
+            "type": "LoadBalancer" if load_balanced else "ClusterIP",
+            "selector": labels,
+            "ports": [{"name": "http", "port": listener_port, "target_port": "http"}],
+        }
+        if load_balanced:
+            service_spec["load_balancer_source_ranges"] = list(gw.tls.source_cidrs)
         service = k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
             metadata={**meta, "annotations": gateway_service_annotations(spec)},
-            spec={
-                "type": "LoadBalancer" if load_balanced else "ClusterIP",
-                "selector": labels,
-                "ports": [{"name": "http", "port": port, "target_port": "http"} for _, port in GATEWAY_LISTENERS],
-            },
+            spec=service_spec,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
@@ -184,11 +229,12 @@ class Gateway(pulumi.ComponentResource):
             spec={"max_unavailable": 1, "selector": {"match_labels": labels}},
             opts=pulumi.ResourceOptions(parent=self),
         )
+        web = "https" if tls_termination(spec) != "none" else "http"
         if load_balanced:
-            self.url = service.status.apply(_lb_url)
+            self.url = service.status.apply(lambda status: _lb_url(status, web))
         else:
             self.url = pulumi.Output.from_input(
-                f"http://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
+                f"{web}://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
             )
         self.register_outputs({"url": self.url})
 
@@ -201,9 +247,9 @@ def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:
     return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
 
 
-def _lb_url(status: Any) -> str:
+def _lb_url(status: Any, web: str) -> str:
     ingress = getattr(getattr(status, "load_balancer", None), "ingress", None) or []
     if not ingress:
         return ""
     host = ingress[0].hostname or ingress[0].ip or ""
-    return f"http://{host}" if host else ""
+    return f"{web}://{host}" if host else ""

@@ -40,9 +40,9 @@ def render_stack_file(spec: FleetSpec) -> str:
     return header + yaml.safe_dump(document, sort_keys=False)
 
 
-def http_probe(path: str, port: int, period: int, failures: int) -> dict[str, Any]:
+def http_probe(path: str, port: int, period: int, failures: int, scheme: str = "HTTP") -> dict[str, Any]:
     return {
-        "http_get": {"path": path, "port": port},
+        "http_get": {"path": path, "port": port, "scheme": scheme},
         "period_seconds": period,
         "failure_threshold": failures,
         "timeout_seconds": 2,

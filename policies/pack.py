@@ -23,6 +23,7 @@ from policies.images import images_from_stack_registries, images_pinned_by_diges
 from policies.network import only_gateway_public
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
+from policies.tls import public_listener_tls
 
 __all__ = ["PACK_NAME", "POLICIES"]
 
@@ -40,6 +41,7 @@ POLICIES: list[Policy] = [
     prod_min_replicas,
     prod_capacity_buffer,
     only_gateway_public,
+    public_listener_tls,
     buckets_encrypted,
     volumes_encrypted,
     cluster_secrets_encrypted,

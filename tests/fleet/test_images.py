@@ -63,7 +63,11 @@ def test_only_pools_running_vllm_need_an_engine_digest() -> None:
 
 
 def test_a_kubernetes_stack_with_a_registry_and_a_runtime_digest_is_valid() -> None:
-    overrides = {"target": "kubernetes", "images.registry": "registry.local:5000/llmfleet"}
+    overrides = {
+        "target": "kubernetes",
+        "images.registry": "registry.local:5000/llmfleet",
+        "gateway.tls": {"secretName": "gateway-tls"},
+    }
     assert _problems(overrides) == []
 
 

@@ -140,6 +140,30 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "not in region 'us-east-1'",
     ),
     (
+        "a public aws gateway without a certificate",
+        {"gateway.tls": DELETE},
+        "llmfleet:gateway.tls.certificateArn",
+        "plain HTTP would carry API keys in clear text",
+    ),
+    (
+        "a public kubernetes gateway without a TLS secret",
+        {"target": "kubernetes", "gateway.tls": DELETE, "images.registry": "registry.local/llmfleet"},
+        "llmfleet:gateway.tls.secretName",
+        "kubernetes.io/tls Secret",
+    ),
+    (
+        "a TLS secret on aws",
+        {"gateway.tls.secretName": "gateway-tls"},
+        "llmfleet:gateway.tls.secretName",
+        "certificateArn (ACM)",
+    ),
+    (
+        "a certificate that is not an ACM ARN",
+        {"gateway.tls.certificateArn": "arn:aws:iam::123456789012:server-certificate/x"},
+        "llmfleet:gateway.tls.certificateArn",
+        "should match pattern",
+    ),
+    (
         "redis quotas without a url on target local",
         {"llmfleet:target": "local", "llmfleet:gateway": {"quotaBackend": "redis"}},
         "llmfleet:gateway.redisUrl",
@@ -331,7 +355,7 @@ def test_unknown_stack_name_lists_the_stacks() -> None:
 
 
 def test_a_gateway_drain_shorter_than_the_longest_request_is_a_warning() -> None:
-    document = stack_document("aws", **{"llmfleet:gateway": {"drain": {"graceSeconds": 120}}})
+    document = stack_document("aws", **{"gateway.drain": {"graceSeconds": 120}})
     warnings = parse_spec(document, file="x.yaml").warnings
     (warning,) = [w for w in warnings if w.path == "llmfleet:gateway.drain.graceSeconds"]
     assert "in-flight requests get 105 s" in warning.message and "600 s" in warning.message

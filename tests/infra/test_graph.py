@@ -212,7 +212,7 @@ def test_only_the_gateway_service_is_a_load_balancer(stack: str) -> None:
     assert {s.props["metadata"]["name"] for s in headless} == {
         r.props["metadata"]["name"] for r in engine_deployments(run)
     }
-    assert run.outputs["gatewayUrl"].startswith("http://")
+    assert run.outputs["gatewayUrl"].startswith("https://")  # every shipped cloud stack serves TLS
 
 
 def test_prod_gateway_is_an_nlb_with_hpa_pdb_and_zone_spread(prod: OfflineRun, prod_spec: FleetSpec) -> None:

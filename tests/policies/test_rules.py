@@ -34,6 +34,11 @@ from tests.policies.builders import (
 
 Case = Callable[[], list[Res]]
 
+ELB_ARN = {
+    "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:us-east-1:123456789012:certificate/abc"
+}
+TLS_ON_NLB = {"service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "80"}
+
 # policy name -> (passing resources, failing resources)
 CASES: dict[str, tuple[Case, Case]] = {
     "gpu-capacity-spans-zones": (
@@ -91,6 +96,15 @@ CASES: dict[str, tuple[Case, Case]] = {
             service("LoadBalancer", "control-plane", {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}),
         ],
         lambda: [service("LoadBalancer", "engine")],
+    ),
+    "public-listener-tls": (
+        lambda: [
+            service("LoadBalancer", "gateway", {**TLS_ON_NLB, **ELB_ARN}),
+            service("LoadBalancer", "gateway", {"llmfleet.io/tls": "gateway"}),
+            service("LoadBalancer", "gateway", {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}),
+        ],
+        # The gateway on a public NLB with plain TCP on port 80: bearer keys in clear text.
+        lambda: [service("LoadBalancer", "gateway")],
     ),
     "buckets-encrypted": (
         lambda: [bucket(), sse()],

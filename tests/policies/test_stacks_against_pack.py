@@ -50,12 +50,13 @@ def _break(run: OfflineRun) -> list[RecordedResource]:
     return broken
 
 
-def test_broken_prod_fails_with_three_named_violations() -> None:
+def test_broken_prod_fails_with_exactly_the_named_violations() -> None:
     violations = evaluate(_break(_one_zone_prod()), POLICIES)
     assert sorted((v.policy, v.resource) for v in violations) == [
         ("engine-has-pdb", "pool-qwen-7b-deployment"),
         ("gpu-capacity-spans-zones", "nodes-a100-us-east-1a"),
         ("only-gateway-public", "pool-qwen-7b-service"),
+        ("public-listener-tls", "pool-qwen-7b-service"),  # and in clear text at that
     ]
     assert all(v.mandatory for v in violations)
 

@@ -25,7 +25,7 @@ from tests.support.wait import wait_for
 
 __all__ = ["Proc", "Procs"]
 
-_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+_URL = re.compile(r"https?://127\.0\.0\.1:\d+")
 _LOG_LINES = 60  # how much of a log a failure message shows
 
 

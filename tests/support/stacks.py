@@ -32,6 +32,7 @@ MODEL = "qwen2.5-7b-instruct"  # every preset's first pool serves Qwen2.5-7B-Ins
 KEYS = {"gold": "sk-test-gold", "bronze": "sk-test-bronze", "other": "sk-test-other"}  # "other" is no tenant's
 
 DELETE: Any = object()
+ACM_ARN = "arn:aws:acm:us-east-1:123456789012:certificate/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 
 
 def _qwen_pool(name: str = "qwen-7b", served: str = MODEL, **keys: Any) -> dict[str, Any]:
@@ -68,6 +69,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "research", "apiKeyHashes": [hash_api_key("example-research-key")], "priority": 2},
         ],
         "llmfleet:images": {"runtimeDigest": "sha256:" + "1" * 64, "engineDigest": "sha256:" + "2" * 64},
+        "llmfleet:gateway": {"tls": {"certificateArn": ACM_ARN}},
     },
     "local-sim": _local_stack(
         "agenttest",
