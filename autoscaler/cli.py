@@ -5,6 +5,10 @@ with the stack's actuator. On start it prints one line, ``llmfleet control-plane
 with the port actually bound (``--port 0`` picks a free one), to stdout; agents it launches are told that port
 too unless ``--url`` or ``controlPlane.url`` says otherwise. SIGINT or SIGTERM stops the loop, then closes the
 actuator (the local actuator drains and stops every agent it started), then the HTTP server.
+
+``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.control_auth`); the default
+is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
+warning: then anyone who reaches the port can register an engine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from autoscaler.plugins import REGISTRIES
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
 from fleet.control_api import ApiServer, bind
+from fleet.control_auth import AUTH_MODES, ControlAuth, default_mode, make_verifier
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 
@@ -40,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="log scaling decisions without acting on them")
     parser.add_argument("--actuator", default=None, help="override autoscaling.actuator")
     parser.add_argument("--log-dir", type=Path, default=None, help="where local agents write their logs")
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default=None,
+        help="how writes are authenticated (default: shared-secret with $LLMFLEET_CONTROL_TOKEN, kubernetes in a "
+        "cluster, else none)",
+    )
     parser.add_argument(
         "--nodegroup",
         action="append",
@@ -67,6 +79,10 @@ def _stack_ref(stack: str) -> str:
 async def serve(args: argparse.Namespace) -> int:
     loaded = load_spec(args.stack, registries=REGISTRIES)
     spec = loaded.spec
+    mode = args.auth or default_mode()
+    auth = ControlAuth(make_verifier(mode))
+    if auth.verifier is None:
+        log.warning("control auth is OFF (--auth none): anyone reaching this port can register engines and leases")
     port = args.port if args.port is not None else spec.control_plane.port
     sock = bind(args.host, port)  # bound before anything else so that port 0 is known to agents and printed
     port = sock.getsockname()[1]
@@ -79,14 +95,15 @@ async def serve(args: argparse.Namespace) -> int:
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     loop = ControlLoop(spec, registry, actuator, clock=time.time)
     cp = ControlPlane.build(spec, time.time, loop)
-    server = ApiServer(create_app(cp), sock)
+    server = ApiServer(create_app(cp, auth), sock)
     await server.start()
     log.info(
-        "control plane for stack %s on %s (actuator %s%s)",
+        "control plane for stack %s on %s (actuator %s%s, auth %s)",
         loaded.name,
         url,
         spec.autoscaling.actuator,
         ", dry-run" if args.dry_run or spec.autoscaling.dry_run else "",
+        mode,
     )
     print(f"llmfleet control-plane listening on http://{args.host}:{port}", flush=True)
 
@@ -110,4 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(serve(args))
     except SpecError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    except ValueError as exc:  # an --auth mode without its credential
+        print(f"llmfleet control-plane: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,12 @@ Bodies are the `fleet.wire` models. Every error, an invalid body or query includ
 JSON error shape (`fleet.control_api`); an unknown pool is 404 with ``param: "pool"``. The app holds no global
 state: `create_app` builds it from a `ControlPlane`, whose clock is injected. Handlers are ``async`` and do no
 I/O, so they run on the event loop, never in a thread pool.
+
+Writes need a control credential (`fleet.control_auth`, given as ``create_app(cp, auth)``): reports from an agent,
+gateway reports from a gateway, leases from an agent; 401 without a valid one, 403 for another kind. A report whose
+``engine_url`` host is not the caller's own address (`fleet.control_auth.same_host`) is refused with 403 and never
+reaches the registry, so no pod can point gateways at another host. Reads stay open. ``ControlAuth(None)`` (the
+default) accepts every caller, as ``--auth none`` does.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -33,6 +39,7 @@ from autoscaler.leases import LeaseRefused, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
 from fleet.control_api import create_control_app, error_response, errors
+from fleet.control_auth import Caller, ControlAuth, Kind, same_host
 from fleet.spec import FleetSpec
 from fleet.wire import (
     Accepted,
@@ -78,8 +85,11 @@ class ControlPlane:
         return cls(spec, registry, leases, clock, loop)
 
 
-def create_app(cp: ControlPlane) -> FastAPI:
-    """The FastAPI application serving `cp`."""
+def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
+    """The FastAPI application serving `cp`; ``auth`` guards the writes (None: open, as ``--auth none``)."""
+    auth = auth or ControlAuth(None)
+    agent_only = Depends(auth.require(Kind.AGENT))
+    gateway_only = Depends(auth.require(Kind.GATEWAY))
     pools = {p.name: p for p in cp.spec.pools}
     reports = Counter("llmfleet_control_plane_reports_total", "Load reports received", ["pool"], registry=cp.metrics)
     replicas_g = Gauge(
@@ -108,17 +118,26 @@ def create_app(cp: ControlPlane) -> FastAPI:
         "llmfleet control plane",
         "Load reports from agents and gateways, discovery, restart leases and the scaling decision log.",
     )
+    auth.install(app)
 
-    @app.post("/v1/reports", response_model=Accepted, responses=errors(400, 404))
-    async def post_report(report: LoadReport) -> Accepted | JSONResponse:
-        """An agent's load report (about once a second)."""
+    @app.post("/v1/reports", response_model=Accepted, responses=errors(400, 401, 403, 404))
+    async def post_report(report: LoadReport, caller: Caller | None = agent_only) -> Accepted | JSONResponse:
+        """An agent's load report (about once a second); 403 when its ``engine_url`` is not the caller's host."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
+        if caller is not None and not same_host(report.engine_url, caller.ip):
+            message = f"engine_url {report.engine_url} is not on the reporting host {caller.ip}"
+            return error_response(403, message, "engine_url", type_="permission_error")
         cp.registry.record(report, cp.clock())
         reports.labels(report.pool).inc()
         return Accepted(accepted=True, stale_after_s=cp.registry.stale_after_s)
 
-    @app.post("/v1/gateway-reports", response_model=Accepted, responses=errors(400, 404))
+    @app.post(
+        "/v1/gateway-reports",
+        response_model=Accepted,
+        responses=errors(400, 401, 403, 404),
+        dependencies=[gateway_only],
+    )
     async def post_gateway_report(report: GatewayReport) -> Accepted | JSONResponse:
         """A gateway's admission queue and request rates for one pool."""
         if report.pool not in pools:
@@ -157,7 +176,12 @@ def create_app(cp: ControlPlane) -> FastAPI:
             return unknown_pool(pool)
         return cp.registry.replica_list(pool, pools[pool].served_name, cp.clock())
 
-    @app.post("/v1/leases/restart", response_model=LeaseGrant, responses=errors(400, 404, 409))
+    @app.post(
+        "/v1/leases/restart",
+        response_model=LeaseGrant,
+        responses=errors(400, 401, 403, 404, 409),
+        dependencies=[agent_only],
+    )
     async def post_lease(req: LeaseRequest) -> LeaseGrant | JSONResponse:
         """A planned-restart lease; 409 while the pool's ``maxUnavailable`` leases are held by others."""
         if req.pool not in pools:
@@ -173,7 +197,12 @@ def create_app(cp: ControlPlane) -> FastAPI:
             )
         return result
 
-    @app.delete("/v1/leases/restart/{pool}/{replica}", response_model=Released, responses=errors(404))
+    @app.delete(
+        "/v1/leases/restart/{pool}/{replica}",
+        response_model=Released,
+        responses=errors(401, 403, 404),
+        dependencies=[agent_only],
+    )
     async def delete_lease(pool: str, replica: str) -> Released | JSONResponse:
         """Give a restart lease back (``released`` is False when it was not held)."""
         if pool not in pools:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -76,9 +77,10 @@ def wait_http(url: str, deadline: float, ok: tuple[int, ...] = (200,), alive: Ch
 
 
 class Child:
-    """One component process: ``python -m fleet.cli <argv>`` in its own session, output to ``log``."""
+    """One component process: ``python -m fleet.cli <argv>`` in its own session, output to ``log``; ``env`` is
+    added to this process's environment (secrets go there, never on the command line)."""
 
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +91,7 @@ class Child:
             stdout=self._out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
 
     def stop(self, timeout_s: float) -> int | None:
