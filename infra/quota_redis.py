@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -41,7 +42,8 @@ def redis_config(password: str) -> str:
     return "\n".join(
         [
             f"port {REDIS_PORT}",
-            f"requirepass {password}",
+            # Double-quoted so any character the token check allows survives redis.conf's parser.
+            'requirepass "{}"'.format(password.replace("\\", "\\\\")),
             'save ""',
             "appendonly no",
             "dir /data",
@@ -55,7 +57,7 @@ def redis_config(password: str) -> str:
 
 def in_cluster_url(namespace: str, password: str) -> str:
     host = f"{contract.QUOTA_REDIS_NAME}.{namespace}.svc.cluster.local"
-    return f"redis://:{password}@{host}:{REDIS_PORT}/0"
+    return f"redis://:{quote(password, safe='')}@{host}:{REDIS_PORT}/0"
 
 
 @dataclass(frozen=True)
