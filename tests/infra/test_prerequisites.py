@@ -398,7 +398,7 @@ def test_kubernetes_quota_redis_runs_in_the_fleet_namespace(stack: str) -> None:
     secret = _object(run, SECRET, contract.QUOTA_REDIS_NAME)
     assert {r.props["metadata"]["namespace"] for r in (server, service, secret)} == {namespace}
     assert service.props["spec"]["type"] == "ClusterIP"
-    assert f"requirepass {REDIS_TOKEN}" in secret.props["stringData"]["redis.conf"]
+    assert f'requirepass "{REDIS_TOKEN}"' in secret.props["stringData"]["redis.conf"]
     host = f"{contract.QUOTA_REDIS_NAME}.{namespace}.svc.cluster.local:{REDIS_PORT}"
     assert secret.props["stringData"][contract.REDIS_URL_KEY] == f"redis://:{REDIS_TOKEN}@{host}/0"
     assert run.depends_on(server, secret)  # its config (the password) is in the Secret
