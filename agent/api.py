@@ -12,21 +12,31 @@
     GET  /metrics   Prometheus text (``llmfleet_agent_*``)
     GET  /openapi.json, /docs   the OpenAPI document and its browsable page
 
-Errors (409, unknown route 404, wrong method 405) use OpenAI's JSON error shape (`fleet.control_api`). Handlers
-only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
+Authentication (`fleet.control_auth`): ``POST /drain`` and ``POST /reset`` need the control plane's credential
+(401 without a valid one, 403 for another kind). ``GET /prestop`` takes the control plane's credential too, or no
+credential from loopback, from the pod's own address (the connection's local address) or from an address in
+``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls the pod IP from the
+node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is ``create_app``'s
+``auth`` argument, else the agent's ``control_auth`` attribute (set by the CLI), else none.
+
+Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape (`fleet.control_api`).
+Handlers only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
 agent's event loop.
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.control_api import create_control_app, error_response, errors
+from fleet.control_auth import Caller, ControlAuth, ControlAuthError, Kind
 from fleet.wire import AgentState
 
 if TYPE_CHECKING:
@@ -121,13 +131,40 @@ class AgentStatus(_Body):
     transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")
 
 
-def create_app(agent: Agent) -> FastAPI:
-    """The FastAPI application serving ``agent``."""
+def _local_caller(request: Request, prestop_from: Collection[str]) -> bool:
+    """The caller is this pod (loopback, or the connection's own local address) or one of ``prestop_from``."""
+    peer = request.client.host if request.client else ""
+    own = request.scope.get("server") or ("", 0)
+    try:
+        if ipaddress.ip_address(peer).is_loopback:
+            return True
+    except ValueError:
+        return False
+    return peer == own[0] or peer in prestop_from
+
+
+def create_app(agent: Agent, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
+    """The FastAPI application serving ``agent`` (``auth`` None: the agent's ``control_auth``, else open)."""
     supervisor = agent.supervisor
+    auth = auth or getattr(agent, "control_auth", None) or ControlAuth(None)
+    prestop_from = prestop_from or getattr(agent, "prestop_from", ())
+    control_plane_only = Depends(auth.require(Kind.CONTROL_PLANE))
+    checked = auth.require(Kind.CONTROL_PLANE)
+
+    async def prestop_caller(request: Request) -> Caller | None:
+        if auth.verifier is None or (
+            request.headers.get("authorization") is None and _local_caller(request, prestop_from)
+        ):
+            return None
+        if request.headers.get("authorization") is None:
+            raise ControlAuthError(403, "/prestop takes no credential only from this pod or its node")
+        return await checked(request)
+
     app = create_control_app(
         f"llmfleet agent {agent.options.replica}",
         "One replica's agent: health, readiness, status, drain, reset and metrics.",
     )
+    auth.install(app)
 
     @app.get("/healthz", response_model=Health, responses=errors())
     async def healthz() -> Health:
@@ -147,20 +184,36 @@ def create_app(agent: Agent) -> FastAPI:
         """The replica's identity, engine, state, load, GPUs and recent transitions."""
         return AgentStatus.model_validate(agent.status())
 
-    @app.post("/drain", status_code=202, response_model=CommandAccepted, responses=errors())
+    @app.post(
+        "/drain",
+        status_code=202,
+        response_model=CommandAccepted,
+        responses=errors(401, 403),
+        dependencies=[control_plane_only],
+    )
     async def drain() -> CommandAccepted:
         """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
         stopping."""
         accepted = supervisor.request_drain()
         return CommandAccepted(accepted=accepted, state=supervisor.state.value)
 
-    @app.get("/prestop", response_model=CommandAccepted, responses=errors())
+    @app.get(
+        "/prestop",
+        response_model=CommandAccepted,
+        responses=errors(401, 403),
+        dependencies=[Depends(prestop_caller)],
+    )
     async def prestop() -> CommandAccepted:
         """Kubernetes preStop hook: start the drain now (as ``POST /drain``) and answer at once."""
         accepted = supervisor.request_drain()
         return CommandAccepted(accepted=accepted, state=supervisor.state.value)
 
-    @app.post("/reset", response_model=CommandAccepted, responses=errors(409))
+    @app.post(
+        "/reset",
+        response_model=CommandAccepted,
+        responses=errors(401, 403, 409),
+        dependencies=[control_plane_only],
+    )
     async def reset() -> CommandAccepted | JSONResponse:
         """Operator reset of a crash-looping replica: restarts resume. 409 unless the replica is failed."""
         if not supervisor.request_reset():

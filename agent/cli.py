@@ -5,6 +5,12 @@ decides the engine command line, probes, drain timings and restart window. SIGTE
 the process exits 0 once the engine has stopped. With a model bucket (``--model-bucket``, by default
 ``$LLMFLEET_MODEL_BUCKET``, which engine pods get from the stack) the agent first fetches the pool's model into
 ``--model-cache`` (`agent.model_store`); without one the engine loads the model itself, as before.
+
+Credentials come from the environment, never the command line: the control credential
+(``$LLMFLEET_CONTROL_TOKEN`` or the projected token at ``$LLMFLEET_CONTROL_TOKEN_FILE``) goes on the agent's
+reports and lease calls, and only to the control plane's origin; the engine key (``$LLMFLEET_ENGINE_API_KEY``) goes
+to the engine (as ``$VLLM_API_KEY``) and on the agent's own calls to it. ``--auth`` (as the control plane's) decides
+who may drain or reset this agent; ``--prestop-from`` adds addresses allowed to call ``/prestop`` without one.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
@@ -26,6 +33,16 @@ from agent.model_store import StoreOptions
 from agent.node import Agent, AgentOptions
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
+from fleet.control_auth import (
+    AUTH_MODES,
+    ENGINE_API_KEY_ENV,
+    ClientCredential,
+    ControlAuth,
+    Kind,
+    OriginAuth,
+    default_mode,
+    make_verifier,
+)
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 from fleet.model_manifest import ModelKeys
@@ -78,6 +95,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tuning.add_argument("--lease-retry", type=float, default=defaults.lease_retry_s, metavar="S")
     tuning.add_argument("--report-backoff-max", type=float, default=10.0, metavar="S")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default=None,
+        help="who may drain or reset this agent (default as the control plane)",
+    )
+    parser.add_argument(
+        "--prestop-from",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="an address allowed to call /prestop without a credential (the node's, for the kubelet; repeatable)",
+    )
+
+
+class CliAgent(Agent):
+    """The agent as the CLI runs it: with the auth its API enforces (`agent.api.create_app` reads these)."""
+
+    control_auth: ControlAuth
+    prestop_from: tuple[str, ...] = ()
+
+
+def http_auth(options: AgentOptions, env: Mapping[str, str]) -> OriginAuth:
+    """The control credential for the control plane's origin, the engine key for the engine's; nothing elsewhere."""
+    tokens: dict[str, Callable[[], str]] = {}
+    credential = ClientCredential.from_env(Kind.AGENT, env)
+    if options.control_plane and credential is not None:
+        tokens[options.control_plane] = credential.token
+    engine_key = env.get(ENGINE_API_KEY_ENV)
+    if engine_key:
+        local = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
+        tokens[f"http://{local}:{options.engine_port}"] = lambda: engine_key
+    return OriginAuth(tokens)
 
 
 def control_plane_url(spec: FleetSpec, flag: str | None) -> str | None:
@@ -155,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = build_options(args, stack.spec)
     try:
+        auth = ControlAuth(make_verifier(args.auth or default_mode()))
         config = LaunchConfig(options.engine_host, options.engine_port, extra_args=options.engine_args)
         make_launcher(pool, config).argv()
         if options.model_store is not None:
@@ -168,8 +219,14 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
 
+    if auth.verifier is None:
+        logging.getLogger("llmfleet.agent").warning("control auth is OFF: anyone reaching the agent can drain it")
+
     async def main() -> int:
-        async with httpx.AsyncClient(trust_env=False) as http:
-            return await _serve(Agent(pool, options, http))
+        async with httpx.AsyncClient(trust_env=False, auth=http_auth(options, os.environ)) as http:
+            agent = CliAgent(pool, options, http)
+            agent.control_auth = auth
+            agent.prestop_from = tuple(args.prestop_from)
+            return await _serve(agent)
 
     return asyncio.run(main())

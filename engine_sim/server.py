@@ -14,6 +14,7 @@ templated bytes and no per-chunk pydantic work.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -218,13 +219,13 @@ def _middlewares(settings: ServerSettings, faults: FaultSpec) -> list[Callable[.
 
         out.append(hang)
     if settings.api_key is not None:
-        expected = f"Bearer {settings.api_key}"
+        expected = f"Bearer {settings.api_key}".encode()
 
         @web.middleware
         async def auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
             if (
                 request.path.startswith(("/v1", "/v2", "/inference"))
-                and request.headers.get("Authorization") != expected
+                and not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected)
             ):
                 return _json({"error": "Unauthorized"}, status=401)
             return await handler(request)

@@ -55,12 +55,14 @@ __all__ = [
     "ControlAuth",
     "ControlAuthError",
     "Kind",
+    "OriginAuth",
     "SharedSecret",
     "TokenReview",
     "Verifier",
     "bearer_token",
     "default_mode",
     "make_verifier",
+    "origin",
     "same_host",
 ]
 
@@ -313,3 +315,24 @@ def make_verifier(mode: str, env: Mapping[str, str] = os.environ) -> Verifier | 
             raise ValueError("--auth kubernetes needs $KUBERNETES_SERVICE_HOST (run in a cluster)")
         return TokenReview.in_cluster()
     raise ValueError(f"unknown auth mode {mode!r}; modes: {', '.join(AUTH_MODES)}")
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (the port spelt out), the key `OriginAuth` matches requests on."""
+    parts = httpx.URL(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{parts.host}:{port}"
+
+
+class OriginAuth(httpx.Auth):
+    """Bearer tokens chosen by the request's origin: one client talks to the control plane with the control
+    credential and to its engine with the engine key, and never sends either anywhere else."""
+
+    def __init__(self, tokens: Mapping[str, Callable[[], str]]) -> None:
+        self.tokens = {origin(url): token for url, token in tokens.items()}
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.tokens.get(origin(str(request.url)))
+        if token is not None:
+            request.headers["Authorization"] = f"Bearer {token()}"
+        yield request

@@ -5,6 +5,10 @@ It has one verb, `argv` (pure: pool spec -> argument list), and a shared `start`
 own process group with its output appended to a log file. The agent SIGTERMs only the engine's main process
 (vLLM's API server coordinates the drain of its engine-core children) and SIGKILLs the whole group when the
 grace runs out, so no orphaned GPU worker survives its supervisor.
+
+The engine's environment is the agent's minus the control credentials (an engine never calls the control plane),
+with the engine key ``$LLMFLEET_ENGINE_API_KEY`` handed over as ``$VLLM_API_KEY``, which vLLM and the simulator
+read like ``--api-key``; the key never appears on a command line or in the log.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from fleet.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
 from fleet.plugins import ENGINE_KIND, Registry
 from fleet.spec import PoolSpec
 
 __all__ = ["REGISTRY", "REMOVED_FLAGS", "EngineHandle", "EngineProcess", "LaunchConfig", "Launcher", "make_launcher"]
 
 REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
+
+ENGINE_KEY_FOR_ENGINE = "VLLM_API_KEY"  # vLLM's own variable for --api-key
 
 # Flags the pinned vLLM release rejects ("unrecognized arguments"): never pass them, reject them in extraArgs.
 REMOVED_FLAGS = frozenset({"--disable-log-requests", "--swap-space"})
@@ -139,7 +146,11 @@ class Launcher(abc.ABC):
         return extra
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **self.config.env}
+        env = {k: v for k, v in os.environ.items() if k not in (CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV)}
+        key = env.pop(ENGINE_API_KEY_ENV, None)
+        if key:
+            env[ENGINE_KEY_FOR_ENGINE] = key
+        return {**env, **self.config.env}
 
     async def start(self) -> EngineProcess:
         """Start the engine in a new session (its own process group), logs appended to ``log_path``."""
