@@ -113,6 +113,8 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         access_log=not args.no_access_log,
         routing_seed=args.seed,
         redis_url=os.environ.get(contract.REDIS_URL_ENV) or None,
+        control_credential=GatewaySettings.control_credential_from(os.environ),
+        engine_api_key=GatewaySettings.engine_api_key_from(os.environ),
     )
 
 

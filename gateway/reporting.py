@@ -12,6 +12,10 @@ once per outage and retried with the shared exponential backoff (`fleet.push.Bac
 n failed rounds, at most ``max_backoff_s``); the gateway keeps serving. The control plane marks a gateway stale
 after ``controlPlane.staleAfterS`` without a report. Rates are over a sliding window (``window_s``, default
 10 s) so one second's Poisson noise does not reach the scaler.
+
+Each push carries the gateway's control credential (`fleet.control_auth.ClientCredential` of kind ``gateway``):
+the ``credential`` given, else the one the process environment holds (``$LLMFLEET_CONTROL_TOKEN`` or
+``$LLMFLEET_CONTROL_TOKEN_FILE``), else none (a control plane running ``--auth none``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from fleet.clock import Clock
+from fleet.control_auth import ClientCredential, Kind
 from fleet.push import Backoff, push_loop
 from fleet.wire import GatewayReport
 from gateway.admission import Admission
@@ -75,7 +80,9 @@ class GatewayReporter:
         gateway_id: str | None = None,
         window_s: float = 10.0,
         max_backoff_s: float = 30.0,
+        credential: ClientCredential | None = None,
     ) -> None:
+        self.credential = credential or ClientCredential.from_env(Kind.GATEWAY)
         self.url = control_plane.rstrip("/") + "/v1/gateway-reports"
         self.session = session
         self.admission = admission
@@ -119,7 +126,7 @@ class GatewayReporter:
                 async with self.session.post(
                     self.url,
                     data=report.model_dump_json(),
-                    headers={"Content-Type": "application/json"},
+                    headers={"Content-Type": "application/json", **self._auth()},
                     timeout=timeout,
                 ) as resp:
                     await resp.read()
@@ -133,6 +140,9 @@ class GatewayReporter:
         if self.backoff.record(ok) and ok:
             log.info("gateway reports to %s accepted again", self.url)
         return ok
+
+    def _auth(self) -> dict[str, str]:
+        return self.credential.headers() if self.credential is not None else {}
 
     async def run(self) -> None:
         await push_loop(self.push_once, self.backoff, self.clock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleet.control_auth import ENGINE_API_KEY_ENV, ClientCredential, Kind
 from fleet.spec import FleetSpec
 
 __all__ = ["GatewaySettings"]
@@ -20,6 +21,18 @@ class GatewaySettings:
     access_log: bool = True
     routing_seed: int | None = None  # fixes the pickers' random draws (tests, benchmarks)
     redis_url: str | None = None  # the quota Redis; overrides gateway.redisUrl (from a Secret, so never in the stack)
+    control_credential: ClientCredential | None = None  # on gateway reports ($LLMFLEET_CONTROL_TOKEN[_FILE])
+    engine_api_key: str | None = field(default=None, repr=False)  # sent upstream ($LLMFLEET_ENGINE_API_KEY)
+
+    @staticmethod
+    def control_credential_from(env: Mapping[str, str]) -> ClientCredential | None:
+        """The gateway's control credential from ``$LLMFLEET_CONTROL_TOKEN`` or ``$LLMFLEET_CONTROL_TOKEN_FILE``."""
+        return ClientCredential.from_env(Kind.GATEWAY, env)
+
+    @staticmethod
+    def engine_api_key_from(env: Mapping[str, str]) -> str | None:
+        """The engines' API key from ``$LLMFLEET_ENGINE_API_KEY`` (None when unset or empty)."""
+        return env.get(ENGINE_API_KEY_ENV) or None
 
     @property
     def quota_redis_url(self) -> str | None:

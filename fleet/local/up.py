@@ -6,11 +6,16 @@
 Then it prints the gateway URL, the demo API key and ready-to-paste ``curl`` and ``openai`` examples. SIGINT or
 SIGTERM stops the gateway (in-flight requests finish), then the control plane (which drains and stops its
 agents), then sweeps any process left in the tree. Exit status: 0 after a clean stop, 1 when a part failed.
+
+Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
+to the agents it starts) and to the gateway through ``$LLMFLEET_CONTROL_TOKEN``, never on a command line, so the
+control plane runs ``--auth shared-secret`` and refuses reports and leases from anything else on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import signal
 import sys
 import tempfile
@@ -21,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from fleet.commands.registries import all_registries
+from fleet.control_auth import CONTROL_TOKEN_ENV
 from fleet.errors import SpecError
 from fleet.loader import LoadedStack, load_spec
 from fleet.local.procs import Child, descendants, kill_tree, wait_http
@@ -100,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-"))
     control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
 
+    fleet_env = {CONTROL_TOKEN_ENV: secrets.token_urlsafe(32)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             "control-plane",
             ["control-plane", "--stack", stack, "--port", str(cp_port), "--log-dir", str(log_dir)],
             log_dir / "control-plane.log",
+            env=fleet_env,
         )
         children.append(cp)
         deadline = time.monotonic() + args.ready_timeout
@@ -127,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             "gateway",
             ["gateway", "--stack", stack, "--port", str(gw_port), "--control-plane", control_plane],
             log_dir / "gateway.log",
+            env=fleet_env,
         )
         children.append(gw)
         if not wait_http(f"{gateway}/readyz", deadline, alive=gw):
