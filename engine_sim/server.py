@@ -223,9 +223,8 @@ def _middlewares(settings: ServerSettings, faults: FaultSpec) -> list[Callable[.
 
         @web.middleware
         async def auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
-            if (
-                request.path.startswith(("/v1", "/v2", "/inference"))
-                and not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected)
+            if request.path.startswith(("/v1", "/v2", "/inference")) and not hmac.compare_digest(
+                request.headers.get("Authorization", "").encode(), expected
             ):
                 return _json({"error": "Unauthorized"}, status=401)
             return await handler(request)
