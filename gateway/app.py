@@ -90,6 +90,7 @@ def create_app(
                 gateway.traffic,
                 clock,
                 settings.spec.control_plane.report_interval_s,
+                credential=settings.control_credential,
             )
             tasks.append(asyncio.create_task(reporter.run()))
         yield

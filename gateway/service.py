@@ -235,6 +235,8 @@ class Gateway:
 
     def _upstream_headers(self, request: web.Request, request_id: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "x-request-id": request_id}
+        if self.settings.engine_api_key:  # engines refuse anyone else: the gateway is the only way in
+            headers["Authorization"] = f"Bearer {self.settings.engine_api_key}"
         for name in FORWARDED_HEADERS[1:]:
             value = request.headers.get(name)
             if value is not None:

@@ -28,6 +28,7 @@ import httpx
 
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.decisions import Decision, ScaleDown, ScaleUp
+from fleet.control_auth import BearerAuth, ClientCredential, Kind
 from fleet.ports import free_port
 from fleet.spec import FleetSpec, PoolSpec
 
@@ -55,7 +56,9 @@ class LocalActuator(Actuator, name="local"):
         self.command = command or [sys.executable, "-m", "fleet.cli"]
         self.agents: dict[str, _Agent] = {}
         self._ids = count(1)
-        self._http = httpx.AsyncClient(timeout=2.0)
+        # POST /drain needs the control plane's credential (the fleet secret `llmfleet up` passes it).
+        credential = ClientCredential.from_env(Kind.CONTROL_PLANE)
+        self._http = httpx.AsyncClient(timeout=2.0, auth=BearerAuth(credential) if credential else None)
 
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from fleet.commands.registries import all_registries
-from fleet.control_auth import CONTROL_TOKEN_ENV
+from fleet.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.errors import SpecError
 from fleet.loader import LoadedStack, load_spec
 from fleet.local.procs import Child, descendants, kill_tree, wait_http
@@ -106,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-"))
     control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
 
-    fleet_env = {CONTROL_TOKEN_ENV: secrets.token_urlsafe(32)}
+    # The fleet secret for control traffic, and the engines' API key: agents (started by the control plane, whose
+    # environment they inherit) hand it to their engine; the gateway sends it upstream.
+    fleet_env = {CONTROL_TOKEN_ENV: secrets.token_urlsafe(32), ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 from typing import Any
@@ -107,3 +108,15 @@ async def test_a_wrong_method_is_a_405_that_says_what_is_allowed(shared_sim: Any
             status, allow, body = resp.status, resp.headers.get("Allow", ""), await resp.json()
     assert status == 405 and "POST" in allow
     assert body["error"]["type"] == "invalid_request_error"
+
+
+async def test_the_gateway_holds_the_engines_key_and_clients_never_need_it(sims: SimFactory) -> None:
+    (engine,) = sims(["--api-key", "engine-key-1"])
+    with_key = dataclasses.replace(settings_for([engine.url]), engine_api_key="engine-key-1")
+    results = []
+    for settings in (with_key, settings_for([engine.url])):
+        async with serve(settings) as (url, _), aiohttp.ClientSession() as session:
+            await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+            async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as r:
+                results.append(r.status)
+    assert results == [200, 401]  # without the key the engine refuses even an authenticated tenant
