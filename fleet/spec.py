@@ -478,6 +478,9 @@ class ImagesSpec(Spec):
 class ObservabilitySpec(Spec):
     install_operator_crds: bool = True
     """Install the Prometheus Operator CRDs the SLO rules need; false when the cluster already runs the operator."""
+    prometheus_namespace: Name = "monitoring"
+    """Namespace of the Prometheus that scrapes the fleet: the network policies admit its pods to the engines'
+    metrics ports (selected by the namespace's `kubernetes.io/metadata.name` label)."""
 
 
 class ModelStoreSpec(Spec):

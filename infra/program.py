@@ -30,6 +30,7 @@ from infra.k8s_base import FleetBase, FleetBaseArgs
 from infra.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
 from infra.metrics_server import MetricsServer, MetricsServerArgs
 from infra.network import Network, NetworkArgs
+from infra.network_policies import NetworkPolicies
 from infra.nodegroups import NodeGroups, NodeGroupsArgs
 from infra.observability import SloRules, SloRulesArgs
 from infra.pools import EnginePool, EnginePoolArgs
@@ -198,6 +199,8 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         opts=on_k8s,
     )
     after_base = pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=[base])
+    in_cluster_redis = provisions_redis(spec) and spec.target == "kubernetes"
+    NetworkPolicies("network-policies", spec, in_cluster_redis, opts=after_base)
     if spec.target == "aws":
         DevicePlugin("nvidia", DevicePluginArgs(images.device_plugin), opts=on_k8s)
     if spec.cluster.install_metrics_server:

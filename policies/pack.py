@@ -20,7 +20,7 @@ from policies.gpu import (
     pools_spread_across_zones,
 )
 from policies.images import images_from_stack_registries, images_pinned_by_digest
-from policies.network import only_gateway_public
+from policies.network import network_default_deny, only_gateway_public
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
 from policies.tls import public_listener_tls
@@ -41,6 +41,7 @@ POLICIES: list[Policy] = [
     prod_min_replicas,
     prod_capacity_buffer,
     only_gateway_public,
+    network_default_deny,
     public_listener_tls,
     buckets_encrypted,
     volumes_encrypted,

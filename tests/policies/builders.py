@@ -275,3 +275,37 @@ def quota_redis_secret() -> Res:
 def elasticache_redis() -> Res:
     props = {"engine": "redis", "transitEncryptionEnabled": True, "primaryEndpointAddress": "master.r.cache.aws"}
     return Res(type="aws:elasticache/replicationGroup:ReplicationGroup", props=props, name="quota-cache-redis")
+
+
+def network_policy(
+    name: str, selector: dict[str, str] | None = None, ingress: list[dict[str, Any]] | None = None
+) -> Res:
+    """A NetworkPolicy in ``llmfleet`` selecting pods with ``selector`` (all pods when None) for ingress."""
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": selector} if selector else {}, "policyTypes": ["Ingress"]}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    return Res(
+        type="kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        props={"metadata": {"name": name, "namespace": "llmfleet"}, "spec": spec},
+        name=name,
+    )
+
+
+def _component(name: str) -> dict[str, Any]:
+    return {"podSelector": {"matchLabels": {contract.LABEL_COMPONENT: name}}}
+
+
+def engine_network_policies(extra_peer: dict[str, Any] | None = None) -> list[Res]:
+    """Default deny plus engine ingress from gateways, the control plane and the ``monitoring`` namespace."""
+    peers = [
+        _component(contract.COMPONENT_GATEWAY),
+        _component(contract.COMPONENT_CONTROL_PLANE),
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+    ]
+    if extra_peer is not None:
+        peers.append(extra_peer)
+    engines = {contract.LABEL_COMPONENT: contract.COMPONENT_ENGINE}
+    return [
+        network_policy("default-deny"),
+        network_policy("engine-ingress", engines, [{"from": peers, "ports": [{"port": 8000}]}]),
+    ]

@@ -17,10 +17,12 @@ from tests.policies.builders import (
     eks_cluster,
     elasticache_redis,
     engine,
+    engine_network_policies,
     gateway_hpa,
     gpu_group,
     helm_release,
     launch_template,
+    network_policy,
     nlb_service,
     pdb,
     prometheus_rule,
@@ -96,6 +98,11 @@ CASES: dict[str, tuple[Case, Case]] = {
             service("LoadBalancer", "control-plane", {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}),
         ],
         lambda: [service("LoadBalancer", "engine")],
+    ),
+    "network-default-deny": (
+        lambda: [engine(), *engine_network_policies()],
+        # Engines open to every pod of the cluster that runs in any namespace.
+        lambda: [engine(), *engine_network_policies({"namespaceSelector": {}})],
     ),
     "public-listener-tls": (
         lambda: [
@@ -245,3 +252,21 @@ def test_enforcement_level_override_is_reported() -> None:
 )
 def test_public_service_detection(kind: str, annotations: dict[str, str], public: bool) -> None:
     assert is_public_service(service(kind, "x", annotations).props) is public
+
+
+@pytest.mark.parametrize(
+    ("resources", "says"),
+    [
+        (lambda: [engine()], "no default-deny"),
+        (lambda: [engine(), *engine_network_policies()[1:]], "no default-deny"),
+        (lambda: [engine(), *engine_network_policies({"ipBlock": {"cidr": "0.0.0.0/0"}})], "ipBlock"),
+        (lambda: [engine(), *engine_network_policies({"podSelector": {}})], "component 'any'"),
+        (
+            lambda: [engine(), *engine_network_policies(), network_policy("open", None, [{"ports": [{"port": 8001}]}])],
+            "admits any source",
+        ),
+    ],
+)
+def test_network_default_deny_names_what_lets_traffic_in(resources: Case, says: str) -> None:
+    (violation,) = run("network-default-deny", resources())
+    assert says in violation.message

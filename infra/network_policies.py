@@ -1,0 +1,102 @@
+"""Network policies: ingress to the fleet's pods is denied unless a rule below lets it in.
+
+* ``default-deny``: every pod of the namespace, no ingress rule. A pod that no other policy selects takes no
+  connection at all.
+* engines (``component: engine``): the vLLM port (8001) from gateway pods and the Prometheus scraper; the agent
+  port (8000) from gateway pods, the control plane and the scraper.
+* the control plane: its port from agents (engine pods) and gateways.
+* the gateway: its port from anywhere; it is the public entry and authenticates every request itself.
+* the in-cluster quota Redis (``kubernetes`` target): its port from gateways only.
+
+The scraper is every pod of the namespace named by ``observability.prometheusNamespace`` (selected by the
+``kubernetes.io/metadata.name`` label the API server sets on every namespace). The policies restrict ingress
+only: egress (DNS, the model bucket, the Hub, the Kubernetes API) is not restricted. Kubelet probes come from the
+node, which NetworkPolicy implementations (including the VPC CNI's) always admit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleet import contract
+from fleet.spec import FleetSpec
+from infra.quota_cache import REDIS_PORT
+
+__all__ = ["DEFAULT_DENY", "NAMESPACE_NAME_LABEL", "NetworkPolicies", "network_policy_specs"]
+
+DEFAULT_DENY = "llmfleet-default-deny"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+
+
+def _pods(component: str) -> dict[str, Any]:
+    return {"pod_selector": {"match_labels": {contract.LABEL_COMPONENT: component}}}
+
+
+def _scraper(spec: FleetSpec) -> dict[str, Any]:
+    return {"namespace_selector": {"match_labels": {NAMESPACE_NAME_LABEL: spec.observability.prometheus_namespace}}}
+
+
+def _port(port: int) -> dict[str, Any]:
+    return {"protocol": "TCP", "port": port}
+
+
+def network_policy_specs(spec: FleetSpec, in_cluster_redis: bool) -> dict[str, dict[str, Any]]:
+    """NetworkPolicy name -> its ``spec`` (snake_case keys, as pulumi_kubernetes inputs)."""
+    gateways, control_plane, engines = (
+        _pods(contract.COMPONENT_GATEWAY),
+        _pods(contract.COMPONENT_CONTROL_PLANE),
+        _pods(contract.COMPONENT_ENGINE),
+    )
+    specs: dict[str, dict[str, Any]] = {
+        DEFAULT_DENY: {"pod_selector": {}, "policy_types": ["Ingress"]},
+        "llmfleet-engine-ingress": {
+            **engines,
+            "policy_types": ["Ingress"],
+            "ingress": [
+                {"from": [gateways, _scraper(spec)], "ports": [_port(contract.ENGINE_PORT)]},
+                {"from": [gateways, control_plane, _scraper(spec)], "ports": [_port(contract.AGENT_PORT)]},
+            ],
+        },
+        "llmfleet-control-plane-ingress": {
+            **control_plane,
+            "policy_types": ["Ingress"],
+            "ingress": [{"from": [engines, gateways], "ports": [_port(spec.control_plane.port)]}],
+        },
+        "llmfleet-gateway-ingress": {
+            **_pods(contract.COMPONENT_GATEWAY),
+            "policy_types": ["Ingress"],
+            "ingress": [{"ports": [_port(spec.gateway.port)]}],  # no ``from``: any source, the public entry
+        },
+    }
+    if in_cluster_redis:
+        specs["llmfleet-quota-redis-ingress"] = {
+            **_pods(contract.COMPONENT_QUOTA_REDIS),
+            "policy_types": ["Ingress"],
+            "ingress": [{"from": [gateways], "ports": [_port(REDIS_PORT)]}],
+        }
+    return specs
+
+
+class NetworkPolicies(pulumi.ComponentResource):
+    """The fleet namespace's NetworkPolicies (`network_policy_specs`)."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: FleetSpec,
+        in_cluster_redis: bool,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("llmfleet:k8s:NetworkPolicies", name, None, opts)
+        labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
+        for policy, body in network_policy_specs(spec, in_cluster_redis).items():
+            k8s.networking.v1.NetworkPolicy(  # type: ignore[call-overload]
+                f"{name}-{policy.removeprefix('llmfleet-')}",
+                metadata={"name": policy, "namespace": spec.cluster.namespace, "labels": labels},
+                spec=body,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({})

@@ -1,0 +1,104 @@
+"""The hardened cluster under mocks: network isolation, pod security, IMDS, the API endpoint, access and the CNI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fleet import contract
+from fleet.loader import list_stacks, load_spec
+from infra.network_policies import NAMESPACE_NAME_LABEL
+from infra.offline import OfflineRun, RecordedResource
+from infra.stack_run import offline_run
+from policies.network import network_default_deny
+from policies.runner import evaluate
+from tests.infra.conftest import stack_run
+from tests.support.stacks import stack_document
+
+NAMESPACE = "kubernetes:core/v1:Namespace"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+CLOUD_STACKS = [s for s in list_stacks() if load_spec(s).spec.target != "local"]
+AWS_STACKS = [s for s in CLOUD_STACKS if load_spec(s).spec.target == "aws"]
+
+
+def _policies(run: OfflineRun, namespace: str) -> list[RecordedResource]:
+    return [r for r in run.of_type(NETWORK_POLICY) if r.props["metadata"]["namespace"] == namespace]
+
+
+def _selecting(run: OfflineRun, namespace: str, component: str) -> list[dict[str, Any]]:
+    """The ingress rules of the policies that select ``component``'s pods."""
+    rules: list[dict[str, Any]] = []
+    for policy in _policies(run, namespace):
+        selector = policy.props["spec"]["podSelector"].get("matchLabels", {})
+        if selector.get(contract.LABEL_COMPONENT) == component:
+            rules += policy.props["spec"].get("ingress", [])
+    return rules
+
+
+def _peers(rules: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
+    return [peer for rule in rules if port in {p["port"] for p in rule["ports"]} for peer in rule.get("from", [])]
+
+
+def _component(component: str) -> dict[str, Any]:
+    return {"podSelector": {"matchLabels": {contract.LABEL_COMPONENT: component}}}
+
+
+# Network isolation.
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_every_namespace_has_a_default_deny_ingress_policy(stack: str) -> None:
+    run = stack_run(stack)
+    namespaces = [r.props["metadata"]["name"] for r in run.of_type(NAMESPACE)]
+    assert namespaces
+    for namespace in namespaces:
+        deny = [p for p in _policies(run, namespace) if p.props["spec"]["podSelector"] == {}]
+        assert [p.props["spec"] for p in deny] == [{"podSelector": {}, "policyTypes": ["Ingress"]}]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_engines_admit_only_gateways_the_control_plane_and_the_scraper(stack: str) -> None:
+    run = stack_run(stack)
+    spec = load_spec(stack).spec
+    rules = _selecting(run, spec.cluster.namespace, contract.COMPONENT_ENGINE)
+    scraper = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "monitoring"}}}
+    gateway, control_plane = _component(contract.COMPONENT_GATEWAY), _component(contract.COMPONENT_CONTROL_PLANE)
+    assert _peers(rules, contract.ENGINE_PORT) == [gateway, scraper]
+    assert _peers(rules, contract.AGENT_PORT) == [gateway, control_plane, scraper]
+    assert {p["port"] for rule in rules for p in rule["ports"]} == {contract.ENGINE_PORT, contract.AGENT_PORT}
+    assert evaluate([r for r in run.resources if r.custom], [network_default_deny]) == []
+
+
+def test_the_scraper_namespace_comes_from_the_stack() -> None:
+    run = offline_run(stack_document("dev", **{"observability.prometheusNamespace": "prom"}), "dev")
+    rules = _selecting(run, "llmfleet-dev", contract.COMPONENT_ENGINE)
+    selectors = [p["namespaceSelector"] for p in _peers(rules, contract.AGENT_PORT) if "namespaceSelector" in p]
+    assert selectors == [{"matchLabels": {NAMESPACE_NAME_LABEL: "prom"}}]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_control_plane_admits_agents_and_gateways_and_the_gateway_admits_anyone(stack: str) -> None:
+    run = stack_run(stack)
+    spec = load_spec(stack).spec
+    namespace = spec.cluster.namespace
+    control = _selecting(run, namespace, contract.COMPONENT_CONTROL_PLANE)
+    assert _peers(control, spec.control_plane.port) == [
+        _component(contract.COMPONENT_ENGINE),
+        _component(contract.COMPONENT_GATEWAY),
+    ]
+    gateway = _selecting(run, namespace, contract.COMPONENT_GATEWAY)
+    assert gateway == [{"ports": [{"protocol": "TCP", "port": spec.gateway.port}]}]  # no `from`: any source
+
+
+def test_in_cluster_quota_redis_admits_only_gateways() -> None:
+    run = offline_run(stack_document("dev", **{"gateway.quotaBackend": "redis"}), "dev")
+    rules = _selecting(run, "llmfleet-dev", contract.COMPONENT_QUOTA_REDIS)
+    assert _peers(rules, 6379) == [_component(contract.COMPONENT_GATEWAY)]
+    assert len(rules) == 1
+
+
+def test_a_stack_without_the_in_cluster_redis_has_no_redis_policy() -> None:
+    assert _selecting(stack_run("dev"), "llmfleet-dev", contract.COMPONENT_QUOTA_REDIS) == []
