@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 
 from fleet import contract
 from fleet.spec import FleetSpec
+from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 
@@ -134,17 +135,19 @@ class ControlPlane(pulumi.ComponentResource):
                         str(port),
                         "--host",
                         "0.0.0.0",
+                        *auth_args(),
                         *nodegroup_args(args.nodegroups),
                     ],
                     "ports": [{"name": "http", "container_port": port}],
                     "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
                     "readiness_probe": http_probe("/healthz", port, 5, 2),
                     "liveness_probe": http_probe("/healthz", port, 10, 3),
-                    "volume_mounts": mounts,
+                    "volume_mounts": [*mounts, token_mount()],
+                    "env": token_env(),
                     "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
                 }
             ],
-            "volumes": volumes,
+            "volumes": [*volumes, token_volume()],
         }
         if spec.target == "aws":
             pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}

@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from fleet import contract
 from fleet.spec import FleetSpec
+from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 from infra.quota_redis import provisions_redis
@@ -136,7 +137,16 @@ class Gateway(pulumi.ComponentResource):
             mounts = [*mounts, {"name": "tls", "mount_path": contract.TLS_DIR, "read_only": True}]
             tls_args = ["--tls-cert", f"{contract.TLS_DIR}/tls.crt", "--tls-key", f"{contract.TLS_DIR}/tls.key"]
             scheme = "HTTPS"
+        # Its own account: the control plane tells gateways from agents by the account that signed their token.
+        account = k8s.core.v1.ServiceAccount(  # type: ignore[call-overload]
+            f"{name}-account",
+            metadata={**meta, "name": contract.GATEWAY_NAME},
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        volumes, mounts = [*volumes, token_volume()], [*mounts, token_mount()]
         pod: dict[str, Any] = {
+            "service_account_name": contract.GATEWAY_NAME,
             "termination_grace_period_seconds": gw.drain.grace_seconds,  # = preStop + shutdown timeout + margin
             "containers": [
                 {
@@ -164,7 +174,7 @@ class Gateway(pulumi.ComponentResource):
                     "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
                     "volume_mounts": mounts,
                     "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
-                    "env": _redis_env(spec),
+                    "env": [*_redis_env(spec), *token_env()],
                 }
             ],
             "volumes": volumes,
@@ -188,7 +198,7 @@ class Gateway(pulumi.ComponentResource):
                 "template": {"metadata": {"labels": labels}, "spec": pod},
             },
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["spec.replicas"], depends_on=list(args.deployment_after)
+                parent=self, ignore_changes=["spec.replicas"], depends_on=[*args.deployment_after, account]
             ),
         )
         # On aws even a private gateway gets a load balancer (an internal NLB): clients in the VPC reach it.

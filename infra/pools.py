@@ -29,6 +29,7 @@ import pulumi_kubernetes as k8s
 from fleet import contract
 from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
+from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import http_probe, spec_volumes
 
@@ -86,11 +87,14 @@ def engine_deployment_spec(
         {"name": "model-cache", **_model_cache(spec)},
     ]
     cache_mount = {"name": "model-cache", "mount_path": MODEL_CACHE_MOUNT}
-    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount]
+    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount, token_mount()]
+    volumes.append(token_volume())
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
         {"name": "POD_IP", "value_from": {"field_ref": {"field_path": "status.podIP"}}},
+        {"name": "HOST_IP", "value_from": {"field_ref": {"field_path": "status.hostIP"}}},
+        *token_env(),
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
         {"name": "HF_HOME", "value": HF_HOME_DIR},
         {"name": "LLMFLEET_MODEL_CACHE", "value": MODEL_STORE_DIR},
@@ -125,6 +129,10 @@ def engine_deployment_spec(
             str(contract.ENGINE_PORT),
             "--advertise-host",
             "$(POD_IP)",
+            *auth_args(),
+            # The kubelet calls the preStop hook from the node's address, without a credential.
+            "--prestop-from",
+            "$(HOST_IP)",
         ],
         "ports": [
             {"name": "agent", "container_port": contract.AGENT_PORT},
@@ -141,6 +149,8 @@ def engine_deployment_spec(
     }
     pod: dict[str, Any] = {
         "service_account_name": contract.ENGINE_SERVICE_ACCOUNT,
+        # The agent checks drain callers with TokenReview, as its own account (the account mounts none by default).
+        "automount_service_account_token": True,
         "termination_grace_period_seconds": drain.grace_seconds,
         "containers": [container],
         "volumes": volumes,

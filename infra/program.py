@@ -21,6 +21,7 @@ from fleet import contract
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
+from infra.control_auth import TokenReviewAccess
 from infra.control_plane import ControlPlane, ControlPlaneArgs
 from infra.device_plugin import DevicePlugin, DevicePluginArgs
 from infra.gateway_tier import Gateway, GatewayArgs
@@ -219,6 +220,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         GatewayArgs(spec, images, deployment_after=before_gateway, service_after=[base, *before_service]),
         opts=after_base,
     )
+    TokenReviewAccess("control-auth", spec, opts=after_base)
     ControlPlane("control-plane", ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names), opts=after_base)
     SloRules("slo", SloRulesArgs(spec, after=before_rules), opts=after_base)
     outputs["gatewayUrl"] = gateway.url
