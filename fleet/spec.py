@@ -85,8 +85,17 @@ class ClusterSpec(Spec):
     """Namespace of every llmfleet workload."""
     kubeconfig: str | None = None
     """Target=kubernetes: path or context of an existing cluster."""
-    public_endpoint_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
-    """CIDRs allowed to reach the EKS API endpoint."""
+    public_endpoint_cidrs: list[str] = Field(default_factory=list)
+    """CIDRs allowed to reach the EKS API endpoint from the internet; empty (the default): no public endpoint, the API
+    is reachable only from inside the VPC (or a network peered with it)."""
+    admin_role_arns: list[str] = Field(default_factory=list)
+    """IAM roles (arn:aws:iam::<account>:role/<name>) given cluster admin through EKS access entries (people)."""
+    ci_role_arns: list[str] = Field(default_factory=list)
+    """IAM roles of the CI that runs `pulumi up`, given cluster admin the same way, so a `pulumi up` by an identity
+    other than the cluster's creator is not refused as Unauthorized."""
+    log_retention_days: int = 90
+    """Days the EKS control-plane log group keeps its logs (a CloudWatch retention: 1, 3, 5, 7, 14, 30, 60, 90,
+    120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653)."""
     install_metrics_server: bool = True
     """Install metrics-server (the gateway HPA's CPU metrics); false on a cluster that already runs one."""
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import ipaddress
 import math
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -71,6 +73,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += _check_tenants(spec)
     problems += _check_gateway(spec)
     problems += _check_images(spec)
+    problems += _check_cluster_access(spec)
     return problems
 
 
@@ -394,3 +397,51 @@ def _check_images(spec: FleetSpec) -> Iterator[Problem]:
                 f"a placeholder that names no image: pin the release's {image} digest "
                 f"(`images/build.sh {image}` prints it) before `pulumi up`",
             )
+
+
+PRODUCTION_ENVIRONMENTS = frozenset({"prod", "production"})  # held to the strictest cluster access rules
+# What CloudWatch Logs accepts as a retention, in days.
+LOG_RETENTION_DAYS = (
+    *(1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545),
+    *(731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
+)
+_DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]+$")
+
+
+def _check_cluster_access(spec: FleetSpec) -> Iterator[Problem]:
+    """The EKS API endpoint's public CIDRs, the access-entry roles and the control-plane log retention."""
+    cluster = spec.cluster
+    for i, cidr in enumerate(cluster.public_endpoint_cidrs):
+        path = f"cluster.publicEndpointCidrs[{i}]"
+        try:
+            network = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            yield _err(path, "not a CIDR block; use an address range such as 203.0.113.0/24", cidr)
+            continue
+        if any(network.subnet_of(doc) for doc in _DOCUMENTATION_NETS if doc.version == network.version):  # type: ignore[arg-type]
+            yield _warn(
+                path, f"{cidr} is a documentation range (RFC 5737) that no client uses: a placeholder to replace"
+            )
+        if network.prefixlen == 0:
+            what = (
+                "opens the Kubernetes API endpoint to the whole internet; list your office, VPN or CI egress "
+                "ranges instead (or none: the API is then reachable only from inside the VPC)"
+            )
+            if spec.environment in PRODUCTION_ENVIRONMENTS:
+                yield _err(path, f"not allowed on a production stack: {what}", cidr)
+            else:
+                yield _warn(path, what)
+    for key, arns in (("adminRoleArns", cluster.admin_role_arns), ("ciRoleArns", cluster.ci_role_arns)):
+        for i, arn in enumerate(arns):
+            if _ROLE_ARN.match(arn) and ":000000000000:" in arn:
+                yield _warn(f"cluster.{key}[{i}]", "a placeholder account: set your role's ARN before `pulumi up`")
+            elif not _ROLE_ARN.match(arn):
+                yield _err(
+                    f"cluster.{key}[{i}]", "not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)", arn
+                )
+    if cluster.log_retention_days not in LOG_RETENTION_DAYS:
+        allowed = ", ".join(str(d) for d in LOG_RETENTION_DAYS)
+        yield _err(
+            "cluster.logRetentionDays", f"not a CloudWatch Logs retention; one of {allowed}", cluster.log_retention_days
+        )

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from infra.iam import service_role
 
-__all__ = ["Cluster", "ClusterArgs", "kubeconfig"]
+__all__ = ["Cluster", "ClusterArgs", "endpoint_config", "kubeconfig"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,20 @@ class ClusterArgs:
     kubernetes_version: str
     subnet_ids: list[pulumi.Output[str]]
     region: str
-    public_access_cidrs: list[str] = field(default_factory=lambda: ["0.0.0.0/0"])
+    public_access_cidrs: list[str] = field(default_factory=list)  # empty: no public endpoint
     tags: dict[str, str] = field(default_factory=dict)
+
+
+def endpoint_config(subnet_ids: list[pulumi.Output[str]], public_access_cidrs: list[str]) -> dict[str, Any]:
+    """The cluster's ``vpc_config``: the private endpoint always; the public one only for the listed CIDRs."""
+    config: dict[str, Any] = {
+        "subnet_ids": subnet_ids,
+        "endpoint_private_access": True,
+        "endpoint_public_access": bool(public_access_cidrs),
+    }
+    if public_access_cidrs:
+        config["public_access_cidrs"] = list(public_access_cidrs)
+    return config
 
 
 def kubeconfig(name: str, endpoint: str, ca_data: str, region: str) -> str:
@@ -79,12 +92,7 @@ class Cluster(pulumi.ComponentResource):
             name=args.cluster_name,
             version=args.kubernetes_version,
             role_arn=role.arn,
-            vpc_config={
-                "subnet_ids": args.subnet_ids,
-                "endpoint_private_access": True,
-                "endpoint_public_access": True,
-                "public_access_cidrs": list(args.public_access_cidrs),
-            },
+            vpc_config=endpoint_config(args.subnet_ids, args.public_access_cidrs),
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=["api", "audit", "authenticator"],

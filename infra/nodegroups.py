@@ -4,7 +4,8 @@ GPU groups run the AL2023 NVIDIA AMI (driver, CUDA user-mode, container toolkit,
 taint ``nvidia.com/gpu=true:NoSchedule`` so only GPU pods land there, and label nodes with their group, GPU
 model and pools. Each node assembles its instance-store NVMe drives into RAID0 (nodeadm ``localStorage``) for
 the model cache. One group per zone lets the autoscaler add capacity where it is missing and is required for
-Capacity Blocks, which are zonal. Every launch template encrypts its root volume and enforces IMDSv2.
+Capacity Blocks, which are zonal. Every launch template encrypts its root volume and enforces IMDSv2 with a hop
+limit of 1, so pods cannot reach the node's instance metadata and credentials.
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ class NodeGroups(pulumi.ComponentResource):
                     },
                 }
             ],
-            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2, "http_endpoint": "enabled"},
+            # IMDSv2 only, one hop: the node itself reaches the instance metadata, a pod (one hop further, behind
+            # the pod network) does not, so no pod can borrow the node role's credentials. Pods that call AWS
+            # use IRSA (the engines, the control plane, the load balancer controller, the VPC CNI).
+            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 1, "http_endpoint": "enabled"},
             user_data=node_user_data(),
             tag_specifications=[{"resource_type": "volume", "tags": tags}],
             tags=tags,

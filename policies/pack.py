@@ -11,6 +11,7 @@ from policies.availability import (
     prod_capacity_buffer,
     prod_min_replicas,
 )
+from policies.cluster import cluster_endpoint_restricted, imds_hop_limit_one
 from policies.cost import allowed_instance_types, monthly_cost_ceiling
 from policies.encryption import buckets_encrypted, cluster_secrets_encrypted, volumes_encrypted
 from policies.gpu import (
@@ -46,6 +47,8 @@ POLICIES: list[Policy] = [
     buckets_encrypted,
     volumes_encrypted,
     cluster_secrets_encrypted,
+    imds_hop_limit_one,
+    cluster_endpoint_restricted,
     allowed_instance_types,
     monthly_cost_ceiling,
     images_pinned_by_digest,

@@ -102,3 +102,39 @@ def test_in_cluster_quota_redis_admits_only_gateways() -> None:
 
 def test_a_stack_without_the_in_cluster_redis_has_no_redis_policy() -> None:
     assert _selecting(stack_run("dev"), "llmfleet-dev", contract.COMPONENT_QUOTA_REDIS) == []
+
+
+# Nodes and the API endpoint.
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_every_launch_template_requires_imdsv2_with_hop_limit_one(stack: str) -> None:
+    templates = stack_run(stack).of_type(LAUNCH_TEMPLATE)
+    assert len(templates) > 1  # the CPU group's and one per GPU group and zone
+    for template in templates:
+        assert template.props["metadataOptions"] == {
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+            "httpEndpoint": "enabled",
+        }
+
+
+def test_prod_endpoint_is_private_plus_the_stack_cidrs_never_the_internet() -> None:
+    (cluster,) = stack_run("prod").of_type(EKS_CLUSTER)
+    vpc = cluster.props["vpcConfig"]
+    assert vpc["endpointPrivateAccess"] is True
+    assert vpc["endpointPublicAccess"] is True
+    assert vpc["publicAccessCidrs"] == load_spec("prod").spec.cluster.public_endpoint_cidrs
+    assert "0.0.0.0/0" not in vpc["publicAccessCidrs"]
+
+
+def test_without_public_cidrs_the_endpoint_is_private_only() -> None:
+    from tests.support.stacks import DELETE
+
+    run = offline_run(stack_document("prod", **{"cluster.publicEndpointCidrs": DELETE}), "prod")
+    (cluster,) = run.of_type(EKS_CLUSTER)
+    assert cluster.props["vpcConfig"]["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in cluster.props["vpcConfig"]

@@ -147,9 +147,10 @@ def gpu_group(zone: str, env: str = "prod", max_size: int = 2, instance: str = "
     return Res(type="aws:eks/nodeGroup:NodeGroup", props=props, name=f"nodes-a100-{zone}")
 
 
-def launch_template(encrypted: Any = "true", instance_type: str | None = None) -> Res:
+def launch_template(encrypted: Any = "true", instance_type: str | None = None, hop_limit: float = 1.0) -> Res:
     props: dict[str, Any] = {
-        "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 500, "encrypted": encrypted}}]
+        "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 500, "encrypted": encrypted}}],
+        "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": hop_limit, "httpEndpoint": "enabled"},
     }
     if instance_type is not None:
         props["instanceType"] = instance_type
@@ -168,8 +169,12 @@ def sse(bucket_name: str = "models-1") -> Res:
     )
 
 
-def eks_cluster(encrypted: bool = True) -> Res:
-    props: dict[str, Any] = {"version": "1.33"}
+def eks_cluster(encrypted: bool = True, public_cidrs: list[str] | None = None) -> Res:
+    """An EKS cluster; ``public_cidrs`` opens its public endpoint to them (None: private endpoint only)."""
+    vpc: dict[str, Any] = {"endpointPrivateAccess": True, "endpointPublicAccess": public_cidrs is not None}
+    if public_cidrs:
+        vpc["publicAccessCidrs"] = public_cidrs
+    props: dict[str, Any] = {"version": "1.33", "vpcConfig": vpc}
     if encrypted:
         props["encryptionConfig"] = {"provider": {"keyArn": "arn:aws:kms:k"}, "resources": ["secrets"]}
     return Res(type="aws:eks/cluster:Cluster", props=props, name="cluster-eks")

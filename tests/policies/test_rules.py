@@ -121,6 +121,15 @@ CASES: dict[str, tuple[Case, Case]] = {
         lambda: [launch_template(), gpu_group("us-east-1a")],
         lambda: [launch_template(encrypted="false")],
     ),
+    "imds-hop-limit-one": (
+        lambda: [launch_template()],
+        # Hop limit 2: a pod's request still reaches IMDS through the node's network namespace.
+        lambda: [launch_template(hop_limit=2.0)],
+    ),
+    "cluster-endpoint-restricted": (
+        lambda: [eks_cluster(), eks_cluster(public_cidrs=["203.0.113.0/24"])],
+        lambda: [eks_cluster(public_cidrs=["203.0.113.0/24", "0.0.0.0/0"])],
+    ),
     "cluster-secrets-encrypted": (
         lambda: [eks_cluster()],
         lambda: [eks_cluster(encrypted=False)],
@@ -270,3 +279,9 @@ def test_public_service_detection(kind: str, annotations: dict[str, str], public
 def test_network_default_deny_names_what_lets_traffic_in(resources: Case, says: str) -> None:
     (violation,) = run("network-default-deny", resources())
     assert says in violation.message
+
+
+def test_a_public_endpoint_without_cidrs_counts_as_open_to_everyone() -> None:
+    cluster = eks_cluster(public_cidrs=[])
+    (violation,) = run("cluster-endpoint-restricted", [cluster])
+    assert "no publicAccessCidrs" in violation.message
