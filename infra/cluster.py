@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -28,10 +27,12 @@ class ClusterArgs:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def endpoint_config(subnet_ids: list[pulumi.Output[str]], public_access_cidrs: list[str]) -> dict[str, Any]:
+def endpoint_config(
+    subnet_ids: list[pulumi.Output[str]], public_access_cidrs: list[str]
+) -> aws.eks.ClusterVpcConfigArgsDict:
     """The cluster's ``vpc_config``: the private endpoint always; the public one only for the listed CIDRs."""
-    config: dict[str, Any] = {
-        "subnet_ids": subnet_ids,
+    config: aws.eks.ClusterVpcConfigArgsDict = {
+        "subnet_ids": list(subnet_ids),
         "endpoint_private_access": True,
         "endpoint_public_access": bool(public_access_cidrs),
     }

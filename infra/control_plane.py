@@ -22,7 +22,7 @@ from fleet import contract
 from fleet.spec import FleetSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import http_probe, spec_volumes
+from infra.k8s_base import container_security_context, http_probe, pod_security_context, spec_volumes
 
 __all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules", "nodegroup_args"]
 
@@ -119,8 +119,12 @@ class ControlPlane(pulumi.ComponentResource):
                 opts=child,
             )
         volumes, mounts = spec_volumes(spec)
+        # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
+        volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
+        mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
         pod: dict[str, object] = {
             "service_account_name": contract.CONTROL_PLANE_NAME,
+            "security_context": pod_security_context(),
             "containers": [
                 {
                     "name": "control-plane",
@@ -144,7 +148,7 @@ class ControlPlane(pulumi.ComponentResource):
                     "liveness_probe": http_probe("/healthz", port, 10, 3),
                     "volume_mounts": [*mounts, token_mount()],
                     "env": token_env(),
-                    "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
+                    "security_context": container_security_context(read_only_root=True),
                 }
             ],
             "volumes": [*volumes, token_volume()],

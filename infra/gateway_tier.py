@@ -25,7 +25,7 @@ from fleet import contract
 from fleet.spec import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import http_probe, spec_volumes
+from infra.k8s_base import container_security_context, http_probe, pod_security_context, spec_volumes
 from infra.quota_redis import provisions_redis
 
 __all__ = [
@@ -130,6 +130,9 @@ class Gateway(pulumi.ComponentResource):
         labels = _labels(spec)
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
         volumes, mounts = spec_volumes(spec)
+        # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
+        volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
+        mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
         tls_args: list[str] = []
         scheme = "HTTP"
         if tls_termination(spec) == "gateway":
@@ -148,6 +151,7 @@ class Gateway(pulumi.ComponentResource):
         pod: dict[str, Any] = {
             "service_account_name": contract.GATEWAY_NAME,
             "termination_grace_period_seconds": gw.drain.grace_seconds,  # = preStop + shutdown timeout + margin
+            "security_context": pod_security_context(),
             "containers": [
                 {
                     "name": "gateway",
@@ -173,7 +177,7 @@ class Gateway(pulumi.ComponentResource):
                     # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
                     "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
                     "volume_mounts": mounts,
-                    "security_context": {"allow_privilege_escalation": False, "run_as_non_root": True},
+                    "security_context": container_security_context(read_only_root=True),
                     "env": [*_redis_env(spec), *token_env()],
                 }
             ],

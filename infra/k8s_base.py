@@ -18,7 +18,63 @@ from fleet import contract
 from fleet.loader import NAMESPACE
 from fleet.spec import FleetSpec
 
-__all__ = ["FleetBase", "FleetBaseArgs", "control_plane_url", "http_probe", "render_stack_file", "spec_volumes"]
+__all__ = [
+    "IMAGE_UID",
+    "FleetBase",
+    "FleetBaseArgs",
+    "container_security_context",
+    "control_plane_url",
+    "http_probe",
+    "pod_security_context",
+    "pod_security_labels",
+    "render_stack_file",
+    "spec_volumes",
+    "uses_host_path",
+]
+
+IMAGE_UID = 10001  # the USER (uid and gid) of images/runtime.Dockerfile and images/engine.Dockerfile
+
+
+def uses_host_path(spec: FleetSpec) -> bool:
+    """Whether a fleet pod mounts a hostPath: the engines' node model cache on aws."""
+    return spec.target == "aws"
+
+
+def pod_security_labels(spec: FleetSpec) -> dict[str, str]:
+    """Pod Security Admission labels of the fleet namespace.
+
+    ``restricted`` is enforced where every fleet pod meets it. On aws the engines mount the node's NVMe model
+    cache as a hostPath, which both ``restricted`` and ``baseline`` forbid, so there the namespace enforces
+    ``privileged`` (admits the hostPath) while ``warn`` and ``audit`` stay ``restricted``: every other deviation
+    shows in ``kubectl`` warnings and the audit log, and the policy pack's engines-run-as-non-root holds the
+    engines to non-root, no privilege escalation and no root init containers.
+    """
+    enforce = "privileged" if uses_host_path(spec) else "restricted"
+    labels = {"pod-security.kubernetes.io/enforce": enforce}
+    for mode in ("enforce", "warn", "audit"):
+        labels.setdefault(f"pod-security.kubernetes.io/{mode}", "restricted")
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    return labels
+
+
+def pod_security_context() -> dict[str, Any]:
+    """A pod running as the images' user (uid/gid 10001), its volumes group-owned by it, the runtime's seccomp."""
+    return {
+        "run_as_non_root": True,
+        "run_as_user": IMAGE_UID,
+        "run_as_group": IMAGE_UID,
+        "fs_group": IMAGE_UID,
+        "seccomp_profile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context(read_only_root: bool) -> dict[str, Any]:
+    """No privilege escalation, no capabilities; a read-only root file system where the process allows it."""
+    return {
+        "allow_privilege_escalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "read_only_root_filesystem": read_only_root,
+    }
 
 
 def control_plane_url(spec: FleetSpec) -> str:
@@ -80,7 +136,7 @@ class FleetBase(pulumi.ComponentResource):
         labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
         ns = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": spec.cluster.namespace, "labels": labels},
+            metadata={"name": spec.cluster.namespace, "labels": {**labels, **pod_security_labels(spec)}},
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])

@@ -20,6 +20,7 @@ from fleet import contract
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
 from infra.iam import ServiceRole, service_role
+from infra.k8s_base import IMAGE_UID
 
 __all__ = [
     "CAPACITY_TYPES",
@@ -43,13 +44,44 @@ spec:
 """
 
 
-def node_user_data() -> str:
-    """Base64 MIME user data: a nodeadm NodeConfig that RAIDs the instance-store NVMe drives (merged by EKS)."""
+# A oneshot unit ordered after nodeadm's RAID setup and before the kubelet: the engines' model cache on the RAID,
+# owned by the images' user, so that no pod needs root to make it writable (a hostPath ignores fsGroup).
+_MODEL_CACHE_UNIT = f"""[Unit]
+Description=llmfleet model cache owned by the images' user
+After=setup-local-disks.service
+Before=kubelet.service
+RequiresMountsFor={contract.MODEL_CACHE_HOST_PATH.rsplit("/", 1)[0]}
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}
+ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}/store
+ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}/hf
+
+[Install]
+WantedBy=kubelet.service
+"""
+
+_MODEL_CACHE_SCRIPT = f"""#!/bin/bash
+set -euo pipefail
+cat > /etc/systemd/system/llmfleet-model-cache.service <<'UNIT'
+{_MODEL_CACHE_UNIT}UNIT
+systemctl daemon-reload
+systemctl enable llmfleet-model-cache.service
+systemctl start --no-block llmfleet-model-cache.service
+"""
+
+
+def node_user_data(model_cache: bool = False) -> str:
+    """Base64 MIME user data: a nodeadm NodeConfig that RAIDs the instance-store NVMe drives (merged by EKS), and
+    with ``model_cache`` (GPU nodes) a script installing the unit that creates the engines' model cache."""
     boundary = "LLMFLEET"
-    body = (
-        f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{boundary}"\n\n'
-        f"--{boundary}\nContent-Type: application/node.eks.aws\n\n{_NODE_CONFIG}\n--{boundary}--\n"
-    )
+    parts = [f"Content-Type: application/node.eks.aws\n\n{_NODE_CONFIG}"]
+    if model_cache:
+        parts.append(f'Content-Type: text/x-shellscript; charset="us-ascii"\n\n{_MODEL_CACHE_SCRIPT}')
+    body = f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{boundary}"\n\n'
+    body += "".join(f"--{boundary}\n{part}\n" for part in parts) + f"--{boundary}--\n"
     return base64.b64encode(body.encode()).decode()
 
 
@@ -140,6 +172,7 @@ class NodeGroups(pulumi.ComponentResource):
         root_gib: int,
         tags: dict[str, str],
         reservation: str | None = None,
+        model_cache: bool = False,
     ) -> aws.ec2.LaunchTemplate:
         extra: dict[str, object] = {}
         if reservation is not None:
@@ -165,7 +198,7 @@ class NodeGroups(pulumi.ComponentResource):
             # the pod network) does not, so no pod can borrow the node role's credentials. Pods that call AWS
             # use IRSA (the engines, the control plane, the load balancer controller, the VPC CNI).
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 1, "http_endpoint": "enabled"},
-            user_data=node_user_data(),
+            user_data=node_user_data(model_cache),
             tag_specifications=[{"resource_type": "volume", "tags": tags}],
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self),
@@ -191,8 +224,10 @@ class NodeGroups(pulumi.ComponentResource):
                     f"`pulumi config set capacityBlocks:{key} cr-...`"
                 )
             reservation = args.capacity_reservations[key]
-        template = self._launch_template(f"{name}-{key}", group.instance_type, group.root_volume_gib, tags, reservation)
         group_tags = {**tags, contract.TAG_GPU_GROUP: group.name, contract.TAG_ZONE: zone}
+        template = self._launch_template(
+            f"{name}-{key}", group.instance_type, group.root_volume_gib, group_tags, reservation, model_cache=True
+        )
         return aws.eks.NodeGroup(
             f"{name}-{key}",
             cluster_name=args.cluster_name,

@@ -11,8 +11,14 @@ simulator) from the pool's spec. The pod is built so that draining is loss-free:
 * GPUs requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
 * the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk: the agent
   fetches the pool's model from the stack's bucket (``LLMFLEET_MODEL_BUCKET``) into ``/models/store``
-  (``LLMFLEET_MODEL_CACHE``), Hub downloads go to ``/models/hf`` (``HF_HOME``); replicas on one node share it,
-  and an init container hands the two folders to the images' user, since the kubelet creates a hostPath as root;
+  (``LLMFLEET_MODEL_CACHE``), Hub downloads go to ``/models/hf`` (``HF_HOME``); replicas on one node share it.
+  The node's bootstrap creates the folder owned by the images' user (`infra.nodegroups.node_user_data`), so no
+  container runs as root; the hostPath is of type ``Directory``: a node without it fails the pod visibly instead
+  of the kubelet creating a root-owned folder the agent cannot write;
+* pod security: the images' user (uid/gid 10001), non-root, no privilege escalation, every capability dropped,
+  the runtime's seccomp profile. The agent and vLLM share one container and the agent writes the weights it
+  fetches, so the cache stays writable to that container, and so does the root file system (vLLM, Triton and
+  torch write caches under the home folder); ``/tmp`` is an emptyDir;
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
 * ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it).
 """
@@ -31,9 +37,10 @@ from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import http_probe, spec_volumes
+from infra.k8s_base import IMAGE_UID, container_security_context, http_probe, pod_security_context, spec_volumes
 
 __all__ = [
+    "IMAGE_UID",
     "MODEL_CACHE_MOUNT",
     "MODEL_STORE_DIR",
     "EnginePool",
@@ -45,7 +52,6 @@ __all__ = [
 MODEL_CACHE_MOUNT = "/models"  # the node cache volume inside the engine container
 MODEL_STORE_DIR = f"{MODEL_CACHE_MOUNT}/store"  # models fetched from the model store (agent.model_store)
 HF_HOME_DIR = f"{MODEL_CACHE_MOUNT}/hf"  # the Hugging Face cache, for pools that load from the Hub
-IMAGE_UID = 10001  # the USER of images/runtime.Dockerfile and images/engine.Dockerfile
 
 
 def engine_labels(spec: FleetSpec, pool: PoolSpec) -> dict[str, str]:
@@ -85,9 +91,11 @@ def engine_deployment_spec(
         *volumes,
         {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gib}Gi"}},
         {"name": "model-cache", **_model_cache(spec)},
+        {"name": "tmp", "empty_dir": {"size_limit": "8Gi"}},
     ]
     cache_mount = {"name": "model-cache", "mount_path": MODEL_CACHE_MOUNT}
     mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount, token_mount()]
+    mounts.append({"name": "tmp", "mount_path": "/tmp"})
     volumes.append(token_volume())
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
@@ -145,10 +153,11 @@ def engine_deployment_spec(
         "liveness_probe": liveness,
         "lifecycle": {"pre_stop": {"http_get": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}},
         "volume_mounts": mounts,
-        "security_context": {"allow_privilege_escalation": False},
+        "security_context": container_security_context(read_only_root=False),
     }
     pod: dict[str, Any] = {
         "service_account_name": contract.ENGINE_SERVICE_ACCOUNT,
+        "security_context": pod_security_context(),
         # The agent checks drain callers with TokenReview, as its own account (the account mounts none by default).
         "automount_service_account_token": True,
         "termination_grace_period_seconds": drain.grace_seconds,
@@ -164,22 +173,6 @@ def engine_deployment_spec(
             }
         ],
     }
-    if spec.target == "aws":  # a hostPath: created by the kubelet as root, unwritable for the images' user
-        owner = f"{IMAGE_UID}:{IMAGE_UID}"
-        pod["init_containers"] = [
-            {
-                "name": "model-cache",
-                "image": image,
-                "image_pull_policy": spec.images.pull_policy,
-                "command": [
-                    "sh",
-                    "-c",
-                    f"mkdir -p {MODEL_STORE_DIR} {HF_HOME_DIR} && chown {owner} {MODEL_STORE_DIR} {HF_HOME_DIR}",
-                ],
-                "volume_mounts": [cache_mount],
-                "security_context": {"run_as_user": 0, "run_as_non_root": False, "allow_privilege_escalation": False},
-            }
-        ]
     if gpu_pool:
         pod["node_selector"] = {f"pool.llmfleet.io/{pool.name}": "true"}
         pod["tolerations"] = [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
@@ -199,7 +192,8 @@ def engine_deployment_spec(
 
 def _model_cache(spec: FleetSpec) -> dict[str, Any]:
     if spec.target == "aws":
-        return {"host_path": {"path": contract.MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}}
+        # Created by the node's bootstrap, owned by the images' user (see `infra.nodegroups.node_user_data`).
+        return {"host_path": {"path": contract.MODEL_CACHE_HOST_PATH, "type": "Directory"}}
     return {"empty_dir": {"size_limit": "64Gi"}}
 
 

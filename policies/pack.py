@@ -22,6 +22,7 @@ from policies.gpu import (
 )
 from policies.images import images_from_stack_registries, images_pinned_by_digest
 from policies.network import network_default_deny, only_gateway_public
+from policies.pod_security import engines_run_as_non_root
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
 from policies.tls import public_listener_tls
@@ -39,6 +40,7 @@ POLICIES: list[Policy] = [
     engine_has_pdb,
     engine_has_probes,
     engine_grace_covers_drain,
+    engines_run_as_non_root,
     prod_min_replicas,
     prod_capacity_buffer,
     only_gateway_public,

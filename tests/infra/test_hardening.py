@@ -138,3 +138,62 @@ def test_without_public_cidrs_the_endpoint_is_private_only() -> None:
     (cluster,) = run.of_type(EKS_CLUSTER)
     assert cluster.props["vpcConfig"]["endpointPublicAccess"] is False
     assert "publicAccessCidrs" not in cluster.props["vpcConfig"]
+
+
+# Pod security.
+
+
+def _workload(run: OfflineRun, component: str) -> list[RecordedResource]:
+    return [
+        r for r in run.of_type(DEPLOYMENT) if r.props["metadata"]["labels"].get(contract.LABEL_COMPONENT) == component
+    ]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_engine_pods_run_as_the_images_non_root_user_without_privileges(stack: str) -> None:
+    engines = _workload(stack_run(stack), contract.COMPONENT_ENGINE)
+    assert engines
+    for deployment in engines:
+        pod = deployment.props["spec"]["template"]["spec"]
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert "initContainers" not in pod
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+            assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+@pytest.mark.parametrize("component", [contract.COMPONENT_GATEWAY, contract.COMPONENT_CONTROL_PLANE])
+def test_gateway_and_control_plane_run_non_root_on_a_read_only_root(stack: str, component: str) -> None:
+    (deployment,) = _workload(stack_run(stack), component)
+    pod = deployment.props["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "enforce"),
+    [("dev", "restricted"), ("prod", "privileged"), ("staging", "privileged")],
+)
+def test_namespace_enforces_restricted_unless_engines_mount_the_node_cache(stack: str, enforce: str) -> None:
+    (namespace,) = stack_run(stack).of_type(NAMESPACE)
+    labels = namespace.props["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == enforce
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    volumes = [v for d in _workload(stack_run(stack), contract.COMPONENT_ENGINE) for v in _volumes(d)]
+    assert any("hostPath" in v for v in volumes) is (enforce == "privileged")  # the only reason not to enforce
+
+
+def _volumes(deployment: RecordedResource) -> list[dict[str, Any]]:
+    return list(deployment.props["spec"]["template"]["spec"]["volumes"])

@@ -3,10 +3,12 @@ and can write the node cache the agent fetches into."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from fleet import contract
+from infra.nodegroups import node_user_data
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import MODEL_CACHE_MOUNT, MODEL_STORE_DIR
 from tests.infra.conftest import stack_run
@@ -44,22 +46,35 @@ def test_engine_pods_are_told_the_stacks_bucket_and_the_cache_folder() -> None:
     assert {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT} in agent["volumeMounts"]
 
 
-def test_replicas_on_one_node_share_its_nvme_cache() -> None:
+def test_replicas_on_one_node_share_its_nvme_cache_made_by_the_node_not_the_kubelet() -> None:
     volumes = {v["name"]: v for v in engine_pod(stack_run("prod"))["volumes"]}
-    assert volumes["model-cache"]["hostPath"] == {"path": contract.MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}
+    # "Directory": the node's bootstrap made it; the kubelet would make a root-owned one the agent cannot write.
+    assert volumes["model-cache"]["hostPath"] == {"path": contract.MODEL_CACHE_HOST_PATH, "type": "Directory"}
 
 
-def test_an_init_container_hands_the_root_owned_host_path_to_the_images_user() -> None:
+def test_no_container_runs_as_root_to_hand_the_cache_to_the_images_user() -> None:
     pod = engine_pod(stack_run("prod"))
-    (init,) = pod["initContainers"]
+    assert "initContainers" not in pod
     (agent,) = pod["containers"]
-    assert init["image"] == agent["image"]  # the pinned engine image: nothing else to pull or trust
-    assert {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT} in init["volumeMounts"]
-    assert init["securityContext"]["runAsUser"] == 0 and not init["securityContext"]["allowPrivilegeEscalation"]
-    script = init["command"][-1]
-    assert f"chown {IMAGE_UID}:{IMAGE_UID} {MODEL_STORE_DIR} {MODEL_CACHE_MOUNT}/hf" in script
-    assert "-R" not in script  # a full cache would make every pod start walk terabytes
-    assert "runAsUser" not in agent.get("securityContext", {})  # the agent itself stays the image's user
+    assert pod["securityContext"]["runAsUser"] == IMAGE_UID
+    assert {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT} in agent["volumeMounts"]  # writable: it fetches
+
+
+def test_gpu_nodes_create_the_cache_owned_by_the_images_user_before_the_kubelet_starts() -> None:
+    text = base64.b64decode(node_user_data(model_cache=True)).decode()
+    assert "text/x-shellscript" in text and "Before=kubelet.service" in text and "After=setup-local-disks" in text
+    for folder in ("", "/store", "/hf"):
+        path = f"{contract.MODEL_CACHE_HOST_PATH}{folder}"
+        assert f"install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {path}\n" in text
+    assert MODEL_STORE_DIR == f"{MODEL_CACHE_MOUNT}/store"  # the same folders, seen from the container
+    assert "text/x-shellscript" not in base64.b64decode(node_user_data()).decode()  # CPU nodes: no cache
+
+
+def test_every_gpu_launch_template_carries_the_cache_unit() -> None:
+    run = stack_run("prod")
+    for template in run.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        gpu = contract.TAG_GPU_GROUP in template.props["tags"]
+        assert (template.props["userData"] == node_user_data(model_cache=True)) is gpu
 
 
 def test_the_engine_service_account_reads_exactly_the_bucket_the_pods_are_told() -> None:

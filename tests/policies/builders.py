@@ -57,6 +57,7 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001.0, "runAsGroup": 10001.0},
                     "terminationGracePeriodSeconds": 120.0,
                     "topologySpreadConstraints": [
                         {
@@ -80,6 +81,7 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
                             "lifecycle": {
                                 "preStop": {"httpGet": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}
                             },
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                         }
                     ],
                 },

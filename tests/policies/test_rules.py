@@ -83,6 +83,19 @@ CASES: dict[str, tuple[Case, Case]] = {
         # A preStop that sleeps the propagation delay before the agent waits it again: 10 + 10 + 105 + 5 > 120.
         lambda: [engine(**{"container.lifecycle": {"preStop": {"sleep": {"seconds": 10.0}}}})],
     ),
+    "engines-run-as-non-root": (
+        lambda: [engine()],
+        # The init container that chowned a root-owned hostPath: uid 0 in an engine pod.
+        lambda: [
+            engine(
+                **{
+                    "pod.initContainers": [
+                        {"name": "model-cache", "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False}}
+                    ]
+                }
+            )
+        ],
+    ),
     "prod-min-replicas": (
         lambda: [engine(), engine(env="dev", ann={"llmfleet.io/replicas-min": "1"})],
         lambda: [engine(ann={"llmfleet.io/replicas-min": "1"})],
@@ -285,3 +298,17 @@ def test_a_public_endpoint_without_cidrs_counts_as_open_to_everyone() -> None:
     cluster = eks_cluster(public_cidrs=[])
     (violation,) = run("cluster-endpoint-restricted", [cluster])
     assert "no publicAccessCidrs" in violation.message
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"pod.securityContext": None}, "does not set runAsNonRoot"),
+        ({"container.securityContext.runAsUser": 0}, "runs as uid 0"),
+        ({"container.securityContext.allowPrivilegeEscalation": None}, "may escalate privileges"),
+        ({"container.securityContext.privileged": True}, "is privileged"),
+    ],
+)
+def test_engines_run_as_non_root_names_each_way_to_root(changes: dict[str, object], says: str) -> None:
+    (violation,) = run("engines-run-as-non-root", [engine(**changes)])
+    assert says in violation.message
