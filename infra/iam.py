@@ -18,6 +18,7 @@ __all__ = [
     "ServiceRole",
     "autoscaler_policy",
     "irsa_trust_policy",
+    "irsa_managed_role",
     "irsa_role",
     "model_read_policy",
     "service_role",
@@ -102,6 +103,32 @@ def irsa_role(
     role = aws.iam.Role(name, assume_role_policy=trust, tags=tags, opts=pulumi.ResourceOptions(parent=parent))
     aws.iam.RolePolicy(name, role=role.id, policy=policy, opts=pulumi.ResourceOptions(parent=role))
     return role
+
+
+def irsa_managed_role(
+    name: str,
+    oidc: aws.iam.OpenIdConnectProvider,
+    namespace: str,
+    service_account: str,
+    managed_policies: Sequence[str],
+    parent: pulumi.Resource,
+    tags: dict[str, str],
+) -> ServiceRole:
+    """A role only ``namespace/service_account`` can assume, with AWS-managed policies attached by name."""
+    trust = pulumi.Output.all(oidc.arn, oidc.url).apply(
+        lambda v: irsa_trust_policy(str(v[0]), str(v[1]).removeprefix("https://"), namespace, service_account)
+    )
+    role = aws.iam.Role(name, assume_role_policy=trust, tags=tags, opts=pulumi.ResourceOptions(parent=parent))
+    attachments = [
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{policy.lower()}",
+            role=role.name,
+            policy_arn=_AWS_MANAGED + policy,
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        for policy in managed_policies
+    ]
+    return ServiceRole(role, attachments)
 
 
 def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:

@@ -126,7 +126,8 @@ class NodeGroups(pulumi.ComponentResource):
         role = service_role(
             f"{name}-node",
             "ec2.amazonaws.com",
-            ["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"],
+            # No AmazonEKS_CNI_Policy: the VPC CNI has its own IRSA role (`infra.cluster.Cluster.cni_role`).
+            ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"],
             self,
             tags,
         )

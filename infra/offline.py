@@ -138,10 +138,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": "000000000000", "arn": "arn:aws:iam::000000000000:user/mock", "userId": "m"}, None
+            return {"accountId": "000000000000", "arn": "arn:aws:iam::000000000000:user/mock", "userId": "m"}, []
         if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, None
-        return {}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com"}, []
+        return {}, []
 
 
 class _RecordingMonitor(pulumi_mocks.MockMonitor):

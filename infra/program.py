@@ -111,6 +111,9 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
                 subnet_ids=list(network.private_subnet_ids.values()),
                 region=spec.region,
                 public_access_cidrs=list(spec.cluster.public_endpoint_cidrs),
+                admin_role_arns=list(spec.cluster.admin_role_arns),
+                ci_role_arns=list(spec.cluster.ci_role_arns),
+                log_retention_days=spec.cluster.log_retention_days,
                 tags=tags,
             ),
         )
@@ -123,6 +126,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
                 capacity_reservations=inputs.capacity_reservations,
                 tags=tags,
             ),
+            opts=pulumi.ResourceOptions(depends_on=[cluster.cni_addon]),
         )
         store = ModelStore(
             "store",

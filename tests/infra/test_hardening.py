@@ -197,3 +197,57 @@ def test_namespace_enforces_restricted_unless_engines_mount_the_node_cache(stack
 
 def _volumes(deployment: RecordedResource) -> list[dict[str, Any]]:
     return list(deployment.props["spec"]["template"]["spec"]["volumes"])
+
+
+# Cluster access, control-plane logs and the VPC CNI.
+
+ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
+ACCESS_POLICY = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_every_admin_and_ci_role_of_the_stack_is_a_cluster_admin(stack: str) -> None:
+    run = stack_run(stack)
+    cluster_spec = load_spec(stack).spec.cluster
+    wanted = {*cluster_spec.admin_role_arns, *cluster_spec.ci_role_arns}
+    assert wanted  # the shipped aws stacks list both kinds
+    assert {e.props["principalArn"] for e in run.of_type(ACCESS_ENTRY)} == wanted
+    associations = run.of_type(ACCESS_POLICY)
+    assert {a.props["principalArn"] for a in associations} == wanted
+    for association in associations:
+        assert association.props["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+        assert association.props["accessScope"] == {"type": "cluster"}
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_control_plane_logs_go_to_an_encrypted_expiring_group_made_before_the_cluster(stack: str) -> None:
+    run = stack_run(stack)
+    (cluster,) = run.of_type(EKS_CLUSTER)
+    (group,) = run.of_type("aws:cloudwatch/logGroup:LogGroup")
+    assert group.props["name"] == f"/aws/eks/{contract.cluster_name(load_spec(stack).spec.environment)}/cluster"
+    assert group.props["retentionInDays"] == load_spec(stack).spec.cluster.log_retention_days
+    keys = {k.props["arn"]: k for k in run.of_type("aws:kms/key:Key")}
+    key_policy = keys[group.props["kmsKeyId"]].props["policy"]
+    assert "logs.us-east-1.amazonaws.com" in key_policy and group.props["name"] in key_policy
+    assert run.depends_on(cluster, group)
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_the_vpc_cni_runs_on_its_own_role_and_enforces_network_policies(stack: str) -> None:
+    import json
+
+    run = stack_run(stack)
+    (addon,) = [a for a in run.of_type("aws:eks/addon:Addon") if a.props["addonName"] == "vpc-cni"]
+    assert json.loads(addon.props["configurationValues"]) == {"enableNetworkPolicy": "true"}
+    (role,) = [r for r in run.of_type("aws:iam/role:Role") if r.props["arn"] == addon.props["serviceAccountRoleArn"]]
+    trust = json.loads(role.props["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
+    assert "system:serviceaccount:kube-system:aws-node" in trust.values()
+    attached = {
+        a.props["policyArn"].rsplit("/", 1)[-1]: a.parent
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    }
+    assert attached["AmazonEKS_CNI_Policy"] == role.urn  # on the CNI's role, on no node role
+    for group in run.of_type("aws:eks/nodeGroup:NodeGroup"):
+        assert run.depends_on(group, addon) or any(
+            run.depends_on(p, addon) for p in run.resources if p.urn == group.parent
+        )

@@ -485,7 +485,8 @@ def test_shipped_stacks_provision_a_redis_exactly_when_they_ask_for_one(stack: s
 
 # What the AWS provider docs ask each role to have attached before EKS uses it.
 CLUSTER_POLICIES = {"AmazonEKSClusterPolicy"}
-NODE_POLICIES = {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"}
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own IRSA role (tests/infra/test_hardening.py).
+NODE_POLICIES = {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"}
 
 
 def _attachment_problems(run: OfflineRun) -> list[str]:
