@@ -1,0 +1,180 @@
+"""Every policy of the pack trips on a real program run: a shipped stack with a stack-file change, or, where the
+program hard-codes what the policy checks, the recorded graph edited the way that program change would."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fleet import contract
+from infra.offline import RecordedResource
+from infra.stack_run import offline_run
+from policies.pack import POLICIES
+from policies.runner import evaluate
+from tests.policies.conftest import stack_run
+from tests.support.stacks import stack_document
+
+Graph = list[RecordedResource]
+
+
+def _edit(type_token: str, change: Callable[[dict[str, Any]], Any], when: Callable[[dict[str, Any]], bool]) -> Any:
+    """A graph edit: ``change`` the props of each resource of ``type_token`` that ``when`` selects."""
+
+    def apply(graph: Graph) -> Graph:
+        out = []
+        for resource in graph:
+            if resource.type == type_token and when(resource.props):
+                props = copy.deepcopy(resource.props)
+                change(props)
+                resource = dataclasses.replace(resource, props=props)
+            out.append(resource)
+        return out
+
+    return apply
+
+
+def _drop(type_token: str, when: Callable[[dict[str, Any]], bool] = lambda p: True) -> Any:
+    return lambda graph: [r for r in graph if not (r.type == type_token and when(r.props))]
+
+
+def _component(name: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda p: p.get("metadata", {}).get("labels", {}).get(contract.LABEL_COMPONENT) == name
+
+
+def _engine_container(props: dict[str, Any]) -> dict[str, Any]:
+    return dict(props["spec"]["template"]["spec"]["containers"][0])
+
+
+def _set_engine(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(props: dict[str, Any]) -> None:
+        props["spec"]["template"]["spec"]["containers"][0][key] = value
+
+    return change
+
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+ENGINE = _component(contract.COMPONENT_ENGINE)
+
+# Policies a stack file can trip: policy -> (stack, overrides of that stack file).
+BY_STACK: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpu-capacity-spans-zones": ("prod", {"availabilityZones": ["us-east-1a"]}),
+    "gpu-nodes-can-scale": ("prod", {"autoscaling.actuator": "kubernetes"}),
+    "pools-spread-across-zones": ("dev", {"environment": "prod"}),  # kubernetes target: a soft spread
+    "gpu-memory-headroom": ("prod", {"pools.0.engine.gpuMemoryUtilization": 0.97}),
+    "prod-min-replicas": ("prod", {"pools.0.replicas": {"min": 1, "max": 8}}),
+    "prod-capacity-buffer": ("prod", {"pools.0.workload.capacityBuffer": 0.1}),
+    "allowed-instance-types": ("prod", {"cpuNodeGroup.instanceType": "m5.xlarge"}),
+    "monthly-cost-ceiling": ("prod", {"gpuNodeGroups.0.maxNodesPerAz": 6}),
+    "cluster-endpoint-restricted": ("staging", {"cluster.publicEndpointCidrs": ["0.0.0.0/0"]}),
+}
+
+# Policies that check what the program hard-codes: policy -> (the program change, that change on prod's graph).
+BY_PROGRAM_EDIT: dict[str, tuple[str, Callable[[Graph], Graph]]] = {
+    "gpu-requests-match-tensor-parallel": (
+        "infra/pools.py `_resources` requests one GPU less than the tensor parallel size",
+        _edit(DEPLOYMENT, _set_engine("resources", {"limits": {contract.GPU_RESOURCE: "0"}}), ENGINE),
+    ),
+    "engine-has-pdb": (
+        "infra/pools.py stops creating the PodDisruptionBudget",
+        _drop("kubernetes:policy/v1:PodDisruptionBudget", ENGINE),
+    ),
+    "engine-has-probes": (
+        "infra/pools.py drops the startup probe",
+        _edit(DEPLOYMENT, _set_engine("startupProbe", None), ENGINE),
+    ),
+    "engine-grace-covers-drain": (
+        "infra/pools.py adds a preStop sleep on top of the agent's propagation wait",
+        _edit(DEPLOYMENT, _set_engine("lifecycle", {"preStop": {"sleep": {"seconds": 30}}}), ENGINE),
+    ),
+    "engines-run-as-non-root": (
+        "infra/pools.py brings back the root init container that chowned the cache",
+        _edit(
+            DEPLOYMENT,
+            lambda p: p["spec"]["template"]["spec"].update(
+                initContainers=[{"name": "model-cache", "securityContext": {"runAsUser": 0}}]
+            ),
+            ENGINE,
+        ),
+    ),
+    "only-gateway-public": (
+        "infra/pools.py makes the engine Service a LoadBalancer",
+        _edit("kubernetes:core/v1:Service", lambda p: p["spec"].update(type="LoadBalancer"), ENGINE),
+    ),
+    "network-default-deny": (
+        "infra/network_policies.py drops the default-deny policy",
+        _drop("kubernetes:networking.k8s.io/v1:NetworkPolicy", lambda p: p["spec"]["podSelector"] == {}),
+    ),
+    "public-listener-tls": (
+        "infra/gateway_tier.py drops the NLB's TLS certificate annotation",
+        _edit(
+            "kubernetes:core/v1:Service",
+            lambda p: (
+                p["metadata"]["annotations"].update({contract.ANN_TLS: "none"})
+                or [p["metadata"]["annotations"].pop(k) for k in list(p["metadata"]["annotations"]) if "ssl" in k]
+            ),
+            _component(contract.COMPONENT_GATEWAY),
+        ),
+    ),
+    "buckets-encrypted": (
+        "infra/storage.py stops configuring server-side encryption",
+        _drop(
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        ),
+    ),
+    "volumes-encrypted": (
+        "infra/nodegroups.py stops encrypting the root volume",
+        _edit(
+            "aws:ec2/launchTemplate:LaunchTemplate",
+            lambda p: p["blockDeviceMappings"][0]["ebs"].update(encrypted="false"),
+            lambda p: True,
+        ),
+    ),
+    "cluster-secrets-encrypted": (
+        "infra/cluster.py drops the secrets encryption config",
+        _edit("aws:eks/cluster:Cluster", lambda p: p.pop("encryptionConfig"), lambda p: True),
+    ),
+    "imds-hop-limit-one": (
+        "infra/nodegroups.py sets the IMDS hop limit back to 2",
+        _edit(
+            "aws:ec2/launchTemplate:LaunchTemplate",
+            lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2),
+            lambda p: True,
+        ),
+    ),
+    "images-pinned-by-digest": (
+        "infra/images.py references images by tag",
+        _edit(DEPLOYMENT, _set_engine("image", "vllm/vllm-openai:latest"), ENGINE),
+    ),
+    "images-from-stack-registries": (
+        "infra/images.py pulls the engine from a public registry",
+        _edit(DEPLOYMENT, _set_engine("image", "docker.io/vllm/vllm-openai@sha256:" + "1" * 64), ENGINE),
+    ),
+    "cluster-prerequisites-installed": (
+        "infra/program.py stops installing the Prometheus Operator CRDs",
+        _drop("kubernetes:helm.sh/v3:Release", lambda p: "prometheus-operator-crds" in str(p.get("chart"))),
+    ),
+}
+
+
+def test_every_policy_has_a_way_to_trip_it_from_a_stack_or_the_program() -> None:
+    assert set(BY_STACK) | set(BY_PROGRAM_EDIT) == {p.name for p in POLICIES}
+    assert not set(BY_STACK) & set(BY_PROGRAM_EDIT)
+
+
+@pytest.mark.parametrize("name", sorted(BY_STACK))
+def test_a_stack_file_change_trips_the_policy(name: str) -> None:
+    stack, overrides = BY_STACK[name]
+    run = offline_run(stack_document(stack, **overrides), stack)
+    assert name in {v.policy for v in evaluate([r for r in run.resources if r.custom], POLICIES)}
+
+
+@pytest.mark.parametrize("name", sorted(BY_PROGRAM_EDIT))
+def test_a_program_change_trips_the_policy(name: str) -> None:
+    _, edit = BY_PROGRAM_EDIT[name]
+    graph = edit([r for r in stack_run("prod").resources if r.custom])
+    assert graph != [r for r in stack_run("prod").resources if r.custom]  # the edit changed something
+    assert name in {v.policy for v in evaluate(graph, POLICIES)}
