@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,13 +45,18 @@ class ParsedRequest:
     def reserve_tokens(self) -> int:
         return self.prompt_tokens + self.max_tokens * self.n
 
-    def upstream_body(self) -> bytes:
-        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk."""
-        if not self.stream or self.client_wants_usage:
+    def upstream_body(self, served_name: str | None = None) -> bytes:
+        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk
+        and an alias of the model (its repository id) becomes ``served_name``, the only name the engine serves."""
+        renamed = served_name is not None and served_name != self.model
+        if (not self.stream or self.client_wants_usage) and not renamed:
             return self.raw
         payload = dict(self.payload)
-        options = payload.get("stream_options")
-        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        if renamed:
+            payload["model"] = served_name
+        if self.stream and not self.client_wants_usage:
+            options = payload.get("stream_options")
+            payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -60,6 +66,30 @@ def _text(content: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
+
+
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape at all: then look closer
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` holds half a surrogate pair (json decodes a pair into one char)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def _token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
 
 
 def _positive_int(payload: dict[str, Any], key: str) -> int | None:
@@ -74,15 +104,21 @@ def _positive_int(payload: dict[str, Any], key: str) -> int | None:
 def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
     try:
-        payload = json.loads(raw)
+        payload = json.loads(raw.decode("utf-8"))  # strict: bytes that are not UTF-8 are the client's error
     except (ValueError, UnicodeDecodeError):
-        raise BadRequest("request body is not valid JSON") from None
+        raise BadRequest("request body is not valid UTF-8 JSON") from None
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
     if not isinstance(payload, dict):
         raise BadRequest("request body must be a JSON object")
+    if _LONE_SURROGATE.search(raw) and _has_lone_surrogate(payload):
+        # JSON may escape one half of a surrogate pair ("\ud800"); no engine can encode such a string.
+        raise BadRequest("request body holds a lone UTF-16 surrogate escape, which is not text")
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a string", param="model")
-    stream = payload.get("stream", False)
+    stream = payload.get("stream")
+    stream = False if stream is None else stream  # the API allows null: not streamed
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
     messages = 0
@@ -103,8 +139,13 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         elif isinstance(value, list) and value and all(isinstance(t, str) for t in value):
             prompt = "\n".join(value)
             prompt_tokens = math.ceil(len(prompt) / 4)
+        elif isinstance(value, list) and value and all(_token_ids(t) for t in value):  # a batch of token lists
+            prompt, prompt_tokens = " ".join(map(str, value[0][:512])), sum(len(t) for t in value)
         else:
-            raise BadRequest("'prompt' must be a string, a list of strings or a list of token ids", param="prompt")
+            raise BadRequest(
+                "'prompt' must be a string, a list of strings, a list of token ids or a list of token id lists",
+                param="prompt",
+            )
     max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
     n = _positive_int(payload, "n") or 1
     options = payload.get("stream_options")

@@ -14,6 +14,7 @@
       ServiceUnavailable            503 (Retry-After)
         NoReadyReplica              the model's pool has no ready replica (also when scaled to zero)
         QueueTimeout                waited in the admission queue past queue.timeoutS
+        QuotaStoreUnavailable       the shared quota store (Redis) cannot be reached
       GatewayTimeout                504 first token or total time exceeded
       UpstreamFailed                502 an engine failed in a way that is not retried
 
@@ -44,6 +45,7 @@ __all__ = [
     "RequestTimeout",
     "QueueFull",
     "QueueTimeout",
+    "QuotaStoreUnavailable",
     "QuotaExceeded",
     "ServiceUnavailable",
     "TooManyRequests",
@@ -139,6 +141,11 @@ class ServiceUnavailable(GatewayError):
 
 class NoReadyReplica(ServiceUnavailable):
     pass
+
+
+class QuotaStoreUnavailable(ServiceUnavailable):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=1.0)
 
 
 class QueueTimeout(ServiceUnavailable):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from fleet.spec import PluginRef, PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS, KeyRing
@@ -176,6 +177,8 @@ class Gateway:
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise BodyTooLarge(f"request body exceeds {limit} bytes") from None
+        except RequestPayloadError as exc:
+            raise BadRequest("the request body cannot be read: it does not match its Content-Encoding") from exc
         except TimeoutError:
             raise RequestTimeout(
                 f"the request body did not arrive within {self.config.timeouts.body_read_s:g}s"
@@ -255,7 +258,7 @@ class Gateway:
             session_id=request.headers.get(self.config.session_header),
             now=self.clock(),
         )
-        body = parsed.upstream_body()
+        body = parsed.upstream_body(pool.served_name)
         headers = self._upstream_headers(request, out.request_id)
         path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
         router = self.routers[pool.name]

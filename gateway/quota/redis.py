@@ -9,12 +9,16 @@ request ids scored by lease expiry).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from gateway.errors import QuotaExceeded
+from gateway.errors import QuotaExceeded, QuotaStoreUnavailable
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
+
+log = logging.getLogger("llmfleet.gateway.quota")
 
 __all__ = ["RedisQuota"]
 
@@ -99,7 +103,10 @@ class RedisQuota(QuotaBackend):
             request_id,
             self._lease_s,
         ]
-        ok, reason, level, retry = await self._acquire(keys=keys, args=args)
+        try:
+            ok, reason, level, retry = await self._acquire(keys=keys, args=args)
+        except RedisError as exc:
+            raise QuotaStoreUnavailable(f"the quota store is unavailable ({type(exc).__name__})") from exc
         if int(ok) != 1:
             reason = reason.decode() if isinstance(reason, bytes) else str(reason)
             raise QuotaExceeded(_message(tenant, limits, reason, tokens), retry_after=float(retry))
@@ -108,7 +115,11 @@ class RedisQuota(QuotaBackend):
     async def release(self, reservation: Reservation, used_tokens: int) -> None:
         keys = [self._key(reservation.tenant, "tpm"), self._key(reservation.tenant, "conc")]
         refund = reservation.tokens - max(0, used_tokens)
-        await self._release(keys=keys, args=[reservation.limits.tokens_per_minute, refund, reservation.request_id])
+        try:
+            await self._release(keys=keys, args=[reservation.limits.tokens_per_minute, refund, reservation.request_id])
+        except RedisError as exc:
+            # The answer is already sent; the slot's lease expires on its own (lease_s), so nothing is lost for good.
+            log.warning("quota release for %s failed: %s", reservation.tenant, exc)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -40,6 +40,9 @@ def test_secret_keys_from_env_or_file(tmp_path: Path) -> None:
         (b'{"model": "m", "messages": []}', "messages"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
+        (b"[" * 5000 + b"]" * 5000, None),  # nested past the parser's recursion limit
+        (b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}', None),  # half a surrogate pair
+        (b'{"model": "m", "messages": [{"role": "user", "content": "\xff\xfe"}]}', None),  # not UTF-8
     ],
 )
 def test_bad_chat_bodies_are_400_naming_the_field(body: bytes, param: str | None) -> None:
@@ -90,3 +93,18 @@ def test_hashes_file_adds_digests_for_known_tenants(tmp_path: Path) -> None:
     ring = KeyRing(spec("gateway").tenants, extra_hashes=hashes_from_file(path))
     assert ring.authenticate("Bearer sk-mounted").name == "gold"
     assert hashes_from_file(tmp_path / "absent.json") == {}
+
+
+def test_valid_bodies_the_api_allows_are_accepted() -> None:
+    chat = parse_body(
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "stream": null}', "chat"
+    )
+    assert chat.stream is False and "\U0001f600" in chat.prompt  # an escaped surrogate *pair* is one character
+    batch = parse_body(b'{"model": "m", "prompt": [[1, 2, 3], [4, 5]]}', "completion")
+    assert batch.prompt_tokens == 5
+
+
+def test_a_model_alias_is_sent_to_the_engine_under_its_served_name() -> None:
+    parsed = parse_body(b'{"model": "Qwen/Qwen2.5-7B-Instruct", "prompt": "hi"}', "completion")
+    assert json.loads(parsed.upstream_body("qwen2.5-7b-instruct"))["model"] == "qwen2.5-7b-instruct"
+    assert parsed.upstream_body("Qwen/Qwen2.5-7B-Instruct") == parsed.raw  # the served name itself: untouched

@@ -120,3 +120,56 @@ async def test_the_gateway_holds_the_engines_key_and_clients_never_need_it(sims:
             async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as r:
                 results.append(r.status)
     assert results == [200, 401]  # without the key the engine refuses even an authenticated tenant
+
+
+async def _post_raw(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as resp:
+            return resp.status, dict(resp.headers), await resp.json(content_type=None)
+
+
+async def test_malformed_bodies_are_400_with_openai_errors_and_never_reach_or_eject_an_engine(
+    sims: SimFactory,
+) -> None:
+    (engine,) = sims([])
+    bodies = {
+        "deep": b"[" * 1500 + b"]" * 1500,  # past the parser's recursion limit, under maxBodyBytes
+        "surrogate": b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        "not-utf8": b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "\xff"}]}',
+    }
+    async with serve(settings_for([engine.url])) as (url, gateway):
+        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        for _ in range(8):  # as many as it once took to eject a replica
+            for name, body in bodies.items():
+                status, _, payload = await _post_raw(url, body, GOLD)
+                assert status == 400 and payload["error"]["type"] == "invalid_request_error", (name, payload)
+        (endpoint,) = gateway.endpoints.members("qwen-7b")
+        assert endpoint.failures == 0 and endpoint.served == 0
+        status, _, _ = await _post_raw(url, json.dumps({**CHAT, "max_tokens": 4}).encode(), GOLD)
+    assert status == 200
+
+
+async def test_a_corrupt_gzip_body_is_a_400(shared_sim: Any) -> None:
+    async with serve(settings_for([shared_sim.url])) as (url, _):
+        status, _, payload = await _post_raw(url, b"\x1f\x8bnot gzip at all", {**GOLD, "Content-Encoding": "gzip"})
+    assert status == 400 and payload["error"]["type"] == "invalid_request_error"
+
+
+async def test_the_models_repository_id_reaches_the_engine_as_its_served_name(shared_sim: Any) -> None:
+    body = {**CHAT, "model": "Qwen/Qwen2.5-7B-Instruct", "max_tokens": 4}  # the engine serves only MODEL
+    async with serve(settings_for([shared_sim.url])) as (url, _):
+        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        status, _, payload = await _post_raw(url, json.dumps(body).encode(), GOLD)
+    assert status == 200, payload
+
+
+async def test_an_unreachable_quota_store_is_a_503_with_retry_after_not_a_500(shared_sim: Any) -> None:
+    from fleet.ports import free_port
+
+    settings = settings_for(
+        [shared_sim.url], **{"gateway.quotaBackend": "redis", "gateway.redisUrl": f"redis://127.0.0.1:{free_port()}/0"}
+    )
+    async with serve(settings) as (url, _):
+        status, headers, payload = await _post_raw(url, json.dumps(CHAT).encode(), GOLD)
+    assert status == 503 and int(headers["Retry-After"]) >= 1
+    assert payload["error"]["type"] and "quota store" in payload["error"]["message"]
