@@ -189,7 +189,9 @@ class Gateway:
         wall = self.wall()
         try:
             response = await self._complete(request, kind, out)
-            out.status = response.status
+            # A stream that broke after its first byte went out as 200 with an error event; the SLOs count it as
+            # what it was, an engine failure.
+            out.status = BROKEN_STREAM_STATUS if out.error == "stream_broken" else response.status
             return response
         except GatewayError as exc:
             out.status, out.error = exc.status, exc.code
@@ -440,6 +442,9 @@ def _client_error(exc: UpstreamError) -> GatewayError:
     if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
         return ServiceUnavailable("no replica could take the request", retry_after=1.0)
     return UpstreamFailed("the engine failed before answering")
+
+
+BROKEN_STREAM_STATUS = 502  # the status metrics and the access log record for a stream broken mid-way
 
 
 def new_request_id() -> str:

@@ -59,7 +59,7 @@ async def test_failure_before_the_first_byte_is_served_by_another_replica(sims: 
 
 async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sims: SimFactory) -> None:
     (dying,) = sims(["--fault-die-mid-stream-after-tokens", "5"], time_scale=5.0)
-    async with serve(settings_for([dying.url])) as (url, _):
+    async with serve(settings_for([dying.url])) as (url, gw):
         client = _client(url)
         received = ""
         try:
@@ -70,6 +70,10 @@ async def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sims
         finally:
             await client.close()
     assert received  # tokens arrived before the failure, then an explicit error (not a silent truncation)
+    # The client saw 200 headers, but the request failed: the metrics the SLO rules read say so.
+    samples = parse(gw.metrics.render().decode())
+    assert counter_value(samples, "llmfleet_gateway_requests", {"status": "502"}) == 1
+    assert counter_value(samples, "llmfleet_gateway_requests", {"status": "200"}) == 0
 
 
 async def test_hung_engine_times_out_with_504_and_is_ejected(sims: SimFactory) -> None:
@@ -91,3 +95,18 @@ async def test_hung_engine_times_out_with_504_and_is_ejected(sims: SimFactory) -
         ejected = _metric(gw, "llmfleet_gateway_ejections")
     assert statuses.count(504) == 1 and statuses.count(200) == 7, statuses  # after one timeout it is out
     assert ejected == 1
+
+
+async def test_when_every_attempt_fails_the_client_gets_one_503_after_max_attempts(sims: SimFactory) -> None:
+    refusing = ["--fault-error-rate", "1", "--fault-error-status", "503"]
+    replicas = sims(refusing, refusing, refusing)
+    overrides = {**ROUND_ROBIN, "gateway.retries.maxAttempts": 2}
+    async with serve(settings_for([r.url for r in replicas], **overrides)) as (url, gw):
+        client = _client(url)
+        try:
+            with pytest.raises(openai.APIStatusError) as info:
+                await client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4)
+        finally:
+            await client.close()
+        assert info.value.status_code == 503
+        assert _metric(gw, "llmfleet_gateway_retries") == 1  # two attempts: the first and one retry, no third
