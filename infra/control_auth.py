@@ -63,13 +63,13 @@ class TokenReviewAccess(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = f"llmfleet-{spec.environment}-tokenreview"
         labels = {contract.LABEL_ENVIRONMENT: spec.environment}
-        k8s.rbac.v1.ClusterRole(  # type: ignore[call-overload]
+        k8s.rbac.v1.ClusterRole(
             f"{name}-role",
             metadata={"name": role, "labels": labels},
             rules=[{"api_groups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}],
             opts=child,
         )
-        k8s.rbac.v1.ClusterRoleBinding(  # type: ignore[call-overload]
+        k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
             metadata={"name": role, "labels": labels},
             role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
