@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from fleet import contract
 
 ECR_REPOSITORY_URL = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llmfleet-prod/runtime"
@@ -147,6 +149,35 @@ def gpu_group(zone: str, env: str = "prod", max_size: int = 2, instance: str = "
     }
     props.update(extra)
     return Res(type="aws:eks/nodeGroup:NodeGroup", props=props, name=f"nodes-a100-{zone}")
+
+
+def capacity_block_group(zone: str, env: str = "prod", max_size: int = 2) -> Res:
+    """A capacity-block GPU group: no instance types of its own, its launch template names the instance type."""
+    group = gpu_group(zone, env, max_size, capacityType="CAPACITY_BLOCK")
+    del group.props["instanceTypes"]
+    return group
+
+
+def capacity_block_template(zone: str, env: str = "prod", instance: str = "p4de.24xlarge") -> Res:
+    tags = {contract.TAG_ENVIRONMENT: env, contract.TAG_GPU_GROUP: "a100", contract.TAG_ZONE: zone}
+    template = launch_template(instance_type=instance)
+    props = {**template.props, "tags": tags, "instanceMarketOptions": {"marketType": "capacity-block"}}
+    return Res(type=template.type, props=props, name=f"nodes-a100-{zone}")
+
+
+def spec_configmap(env: str = "prod", cost: dict[str, float] | None = None) -> Res:
+    """The ``llmfleet-spec`` ConfigMap with the stack file's ``llmfleet:cost`` block (prod's by default)."""
+    block = {"gpuHourUsd": 2.5, "monthlyCeilingUsd": 250_000} if cost is None else cost
+    document = {"config": {"llmfleet:environment": env, "llmfleet:cost": block}}
+    props = {
+        "metadata": {
+            "name": contract.SPEC_CONFIGMAP,
+            "namespace": "llmfleet",
+            "labels": {contract.LABEL_ENVIRONMENT: env},
+        },
+        "data": {f"Pulumi.{env}.yaml": yaml.safe_dump(document)},
+    }
+    return Res(type="kubernetes:core/v1:ConfigMap", props=props, name="fleet-spec")
 
 
 def launch_template(encrypted: Any = "true", instance_type: str | None = None, hop_limit: float = 1.0) -> Res:

@@ -68,7 +68,7 @@ BY_STACK: dict[str, tuple[str, dict[str, Any]]] = {
     "prod-min-replicas": ("prod", {"pools.0.replicas": {"min": 1, "max": 8}}),
     "prod-capacity-buffer": ("prod", {"pools.0.workload.capacityBuffer": 0.1}),
     "allowed-instance-types": ("prod", {"cpuNodeGroup.instanceType": "m5.xlarge"}),
-    "monthly-cost-ceiling": ("prod", {"gpuNodeGroups.0.maxNodesPerAz": 6}),
+    "monthly-cost-ceiling": ("prod", {"cost.monthlyCeilingUsd": 80_000}),  # prod's GPUs peak at $87,600
     "cluster-endpoint-restricted": ("staging", {"cluster.publicEndpointCidrs": ["0.0.0.0/0"]}),
 }
 
@@ -170,6 +170,20 @@ def test_a_stack_file_change_trips_the_policy(name: str) -> None:
     stack, overrides = BY_STACK[name]
     run = offline_run(stack_document(stack, **overrides), stack)
     assert name in {v.policy for v in evaluate([r for r in run.resources if r.custom], POLICIES)}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"gpuNodeGroups.0.maxNodesPerAz": 6},
+        # Capacity blocks name their instance type on the launch template only: still counted, at max size.
+        {"gpuNodeGroups.0.capacityType": "capacity-block", "gpuNodeGroups.0.maxNodesPerAz": 6},
+    ],
+)
+def test_gpu_groups_growing_past_the_stacks_ceiling_trip_the_cost_policy(overrides: dict[str, Any]) -> None:
+    run = offline_run(stack_document("prod", **overrides), "prod")
+    violations = evaluate([r for r in run.resources if r.custom], POLICIES)
+    assert [v.policy for v in violations if "$262,800/month" in v.message] == ["monthly-cost-ceiling"]
 
 
 @pytest.mark.parametrize("name", sorted(BY_PROGRAM_EDIT))

@@ -12,6 +12,8 @@ from policies.runner import Violation, evaluate
 from tests.policies.builders import (
     Res,
     bucket,
+    capacity_block_group,
+    capacity_block_template,
     control_plane,
     ecr_repository,
     eks_cluster,
@@ -31,6 +33,7 @@ from tests.policies.builders import (
     role_policy,
     scalable_gpu_group,
     service,
+    spec_configmap,
     sse,
 )
 
@@ -39,6 +42,7 @@ Case = Callable[[], list[Res]]
 ELB_ARN = {
     "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:us-east-1:123456789012:certificate/abc"
 }
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 TLS_ON_NLB = {"service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "80"}
 
 # policy name -> (passing resources, failing resources)
@@ -203,9 +207,14 @@ CASES: dict[str, tuple[Case, Case]] = {
         ],
     ),
     "monthly-cost-ceiling": (
-        # 3 zones x 2 nodes x 8 GPUs x $2.5 x 730 h = $87,600 under prod's $250,000
-        lambda: [gpu_group("us-east-1a"), gpu_group("us-east-1b"), gpu_group("us-east-1c")],
-        lambda: [gpu_group(z, max_size=6) for z in ("us-east-1a", "us-east-1b", "us-east-1c")],
+        # 3 zones x 2 nodes x 8 GPUs x $2.5 x 730 h = $87,600 under the stack file's $250,000
+        lambda: [spec_configmap(), *(gpu_group(z) for z in ZONES)],
+        # Capacity blocks at 6 nodes a zone: $262,800, priced from their launch templates' instance type.
+        lambda: [
+            spec_configmap(),
+            *(capacity_block_group(z, max_size=6) for z in ZONES),
+            *(capacity_block_template(z) for z in ZONES),
+        ],
     ),
 }
 
@@ -250,8 +259,54 @@ def test_capacity_buffer_is_advisory_and_the_rest_mandatory() -> None:
     ],
 )
 def test_policy_config_overrides_defaults(config: dict[str, dict[str, object]], expected: list[str]) -> None:
-    groups = [gpu_group(z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")]
-    assert [v.policy for v in evaluate([*groups, control_plane()], POLICIES, config)] == expected
+    groups = [gpu_group(z) for z in ZONES]
+    assert [v.policy for v in evaluate([*groups, spec_configmap(), control_plane()], POLICIES, config)] == expected
+
+
+def _ceiling_violations(resources: list[Res], config: dict[str, object] | None = None) -> list[Violation]:
+    return evaluate(resources, [BY_NAME["monthly-cost-ceiling"]], {"monthly-cost-ceiling": config or {}})
+
+
+def test_cost_ceiling_comes_from_the_stack_file() -> None:
+    groups = [gpu_group(z) for z in ZONES]  # $87,600 a month at $2.5 per GPU-hour
+    assert _ceiling_violations([*groups, spec_configmap(cost={"gpuHourUsd": 2.5, "monthlyCeilingUsd": 90_000})]) == []
+    (violation,) = _ceiling_violations([*groups, spec_configmap(cost={"gpuHourUsd": 2.5, "monthlyCeilingUsd": 80_000})])
+    assert "$87,600/month" in violation.message and "$80,000 ceiling" in violation.message
+
+
+def test_cost_uses_the_stack_files_gpu_hour_price_else_the_catalogues() -> None:
+    groups = [gpu_group(z) for z in ZONES]
+    (violation,) = _ceiling_violations([*groups, spec_configmap(cost={"gpuHourUsd": 5.0, "monthlyCeilingUsd": 90_000})])
+    assert "$175,200/month" in violation.message
+    (violation,) = _ceiling_violations([*groups, spec_configmap(cost={"monthlyCeilingUsd": 1})])
+    assert "$1 ceiling" in violation.message  # priced at the catalogue's A100 rate, still over $1
+
+
+def test_policy_config_ceiling_wins_over_the_stack_files() -> None:
+    resources = [*(gpu_group(z) for z in ZONES), spec_configmap(cost={"monthlyCeilingUsd": 10_000})]
+    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"prod": 100_000}}) == []
+    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"staging": 100_000}}) != []
+
+
+def test_a_stack_without_a_ceiling_has_none() -> None:
+    groups = [gpu_group(z, max_size=100) for z in ZONES]
+    assert _ceiling_violations([*groups, spec_configmap(cost={"gpuHourUsd": 2.5})]) == []
+    assert _ceiling_violations(groups) == []
+
+
+def test_capacity_block_groups_count_at_their_max_size() -> None:
+    blocks = [capacity_block_group(z, max_size=6) for z in ZONES]
+    cost = {"gpuHourUsd": 2.5, "monthlyCeilingUsd": 250_000}
+    (violation,) = _ceiling_violations(
+        [spec_configmap(cost=cost), *blocks, *(capacity_block_template(z) for z in ZONES)]
+    )
+    assert "$262,800/month" in violation.message
+
+
+def test_a_gpu_group_without_a_known_instance_type_is_reported_not_priced_at_zero() -> None:
+    blocks = [capacity_block_group(z) for z in ZONES]  # no launch template names their instance type
+    (violation,) = _ceiling_violations([spec_configmap(), *blocks])
+    assert "no instance type the catalogue prices" in violation.message and "nodes-a100-us-east-1a" in violation.message
 
 
 def test_enforcement_level_override_is_reported() -> None:
