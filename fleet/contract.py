@@ -31,6 +31,8 @@ __all__ = [
     "CONTROL_PLANE_NAME",
     "DEVICE_PLUGIN_SOURCE",
     "ENGINE_PORT",
+    "ENGINE_API_KEY_SECRET",
+    "ENGINE_API_KEY_SECRET_KEY",
     "ENGINE_SERVICE_ACCOUNT",
     "GATEWAY_NAME",
     "GPU_RESOURCE",
@@ -118,6 +120,8 @@ ENGINE_SERVICE_ACCOUNT = "llmfleet-engine"
 QUOTA_REDIS_NAME = "llmfleet-quota-redis"  # the in-cluster Redis (Deployment, Service) and the URL Secret
 REDIS_URL_KEY = "url"  # the URL Secret's key
 REDIS_URL_ENV = "LLMFLEET_REDIS_URL"  # the gateway reads the quota Redis URL from this variable when set
+ENGINE_API_KEY_SECRET = "llmfleet-engine-api-key"  # the engines' API key; engine and gateway pods read it
+ENGINE_API_KEY_SECRET_KEY = "api-key"  # that Secret's key
 
 # An NLB listener's idle timeout (tcp.idle_timeout.seconds) is at most this many seconds.
 NLB_MAX_IDLE_TIMEOUT_S = 6000

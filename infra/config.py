@@ -2,8 +2,10 @@
 
 Pulumi hands structured config values to the program as JSON strings; `spec_from_config` turns them back
 into the stack document and validates it with `fleet.loader.parse_spec`, so `pulumi up` rejects exactly what
-`llmfleet validate` rejects. `stack_config` goes the other way (a stack file -> the flat map the engine passes
-the program), which is how the offline run feeds a stack file to the real program.
+`llmfleet validate` rejects. Secrets: tenants' keys (only their hashes leave this module), the quota Redis'
+password, and the engines' API key (``engines:apiKey``, `ENGINE_API_KEY_CONFIG`). `stack_config` goes the other
+way (a stack file -> the flat map the engine passes the program), which is how the offline run feeds a stack
+file to the real program.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from fleet.validate import hash_api_key
 from infra.quota_redis import provisions_redis
 
 __all__ = [
+    "ENGINE_API_KEY_CONFIG",
     "capacity_reservations",
+    "engine_api_key",
     "redis_auth_token",
     "redis_secret_keys",
     "spec_from_config",
@@ -29,6 +33,8 @@ __all__ = [
     "tenant_key_hashes",
     "tenant_secret_keys",
 ]
+
+ENGINE_API_KEY_CONFIG = "engines:apiKey"  # Pulumi secret config: the key engines require and gateways send
 
 
 def _config_value(raw: str) -> Any:
@@ -109,6 +115,11 @@ def redis_auth_token(spec: FleetSpec) -> pulumi.Output[str] | None:
     """The quota Redis' password (secret), when the program provisions the Redis; missing config fails."""
     keys = redis_secret_keys(spec)
     return _secret(keys[0]) if keys else None
+
+
+def engine_api_key() -> pulumi.Output[str]:
+    """The engines' API key (secret); a missing ``engines:apiKey`` fails the program with ConfigMissingError."""
+    return _secret(ENGINE_API_KEY_CONFIG)
 
 
 def capacity_reservations(spec: FleetSpec) -> dict[str, str]:

@@ -4,7 +4,8 @@ A Deployment of ``llmfleet gateway --stack <file> --port <port>`` spread over zo
 (on AWS an NLB made by the AWS Load Balancer Controller: pod-IP targets, cross-zone, internet-facing, or
 internal when ``gateway.public`` is false, with listeners idling out only after the request timeout), an HPA
 on CPU (gateways are stateless) and a PodDisruptionBudget keeping all but one replica up during node drains.
-With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret.
+With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret; it always reads
+the engines' API key (sent upstream) from theirs.
 
 TLS (`tls_termination`): on aws the NLB's listener on 443 terminates it with the stack's ACM certificate (TLS 1.2
 and 1.3 only); on kubernetes the gateway process does, from the stack's TLS Secret, probed over HTTPS. Either way
@@ -25,7 +26,13 @@ from fleet import contract
 from fleet.spec import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import container_security_context, http_probe, pod_security_context, spec_volumes
+from infra.k8s_base import (
+    container_security_context,
+    engine_api_key_env,
+    http_probe,
+    pod_security_context,
+    spec_volumes,
+)
 from infra.quota_redis import provisions_redis
 
 __all__ = [
@@ -178,7 +185,7 @@ class Gateway(pulumi.ComponentResource):
                     "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
                     "volume_mounts": mounts,
                     "security_context": container_security_context(read_only_root=True),
-                    "env": [*_redis_env(spec), *token_env()],
+                    "env": [*_redis_env(spec), *token_env(), engine_api_key_env()],
                 }
             ],
             "volumes": volumes,

@@ -1,8 +1,11 @@
-"""Kubernetes base: the fleet's namespace, the rendered stack file (ConfigMap), tenant key hashes (Secret).
+"""Kubernetes base: the fleet's namespace, the rendered stack file (ConfigMap), tenant key hashes (Secret), the
+engines' API key (Secret).
 
 Every container reads the same stack file the stack was deployed from, so what runs is what was declared:
 `render_stack_file` writes the FleetSpec back as a stack document, with the control plane's in-cluster URL
-filled in. Tenants' plain keys never reach the cluster: the Secret holds only their sha256 hashes.
+filled in. Tenants' plain keys never reach the cluster: the Secret holds only their sha256 hashes. The engines'
+API key does (engines must check it): its Secret reaches containers only through `engine_api_key_env`, which
+`infra.pools` and `infra.gateway_tier` use and the control plane does not.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from fleet import contract
+from fleet.control_auth import ENGINE_API_KEY_ENV
 from fleet.loader import NAMESPACE
 from fleet.spec import FleetSpec
 
@@ -24,6 +28,7 @@ __all__ = [
     "FleetBaseArgs",
     "container_security_context",
     "control_plane_url",
+    "engine_api_key_env",
     "http_probe",
     "pod_security_context",
     "pod_security_labels",
@@ -96,6 +101,12 @@ def render_stack_file(spec: FleetSpec) -> str:
     return header + yaml.safe_dump(document, sort_keys=False)
 
 
+def engine_api_key_env() -> dict[str, Any]:
+    """``$LLMFLEET_ENGINE_API_KEY`` from the engines' API key Secret: for engine and gateway containers only."""
+    ref = {"name": contract.ENGINE_API_KEY_SECRET, "key": contract.ENGINE_API_KEY_SECRET_KEY}
+    return {"name": ENGINE_API_KEY_ENV, "value_from": {"secret_key_ref": ref}}
+
+
 def http_probe(path: str, port: int, period: int, failures: int, scheme: str = "HTTP") -> dict[str, Any]:
     return {
         "http_get": {"path": path, "port": port, "scheme": scheme},
@@ -122,11 +133,12 @@ def spec_volumes(spec: FleetSpec) -> tuple[list[dict[str, Any]], list[dict[str, 
 class FleetBaseArgs:
     spec: FleetSpec
     tenant_key_hashes: pulumi.Input[str]  # JSON {tenant: [sha256:...]}
+    engine_api_key: pulumi.Input[str]  # secret: engines require it, gateways send it
     engine_role_arn: pulumi.Input[str] | None = None  # IRSA role of the engines (aws target)
 
 
 class FleetBase(pulumi.ComponentResource):
-    """Namespace, stack-file ConfigMap, tenant-keys Secret, the engines' ServiceAccount."""
+    """Namespace, stack-file ConfigMap, tenant-keys Secret, engine API key Secret, the engines' ServiceAccount."""
 
     namespace: pulumi.Output[str]
 
@@ -152,6 +164,13 @@ class FleetBase(pulumi.ComponentResource):
             metadata={**meta, "name": contract.TENANT_KEYS_SECRET},
             type="Opaque",
             string_data={"tenant-keys.json": args.tenant_key_hashes},
+            opts=child,
+        )
+        k8s.core.v1.Secret(  # type: ignore[call-overload]
+            f"{name}-engine-api-key",
+            metadata={**meta, "name": contract.ENGINE_API_KEY_SECRET},
+            type="Opaque",
+            string_data={contract.ENGINE_API_KEY_SECRET_KEY: pulumi.Output.secret(args.engine_api_key)},
             opts=child,
         )
         annotations = {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}

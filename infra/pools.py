@@ -15,6 +15,8 @@ simulator) from the pool's spec. The pod is built so that draining is loss-free:
   The node's bootstrap creates the folder owned by the images' user (`infra.nodegroups.node_user_data`), so no
   container runs as root; the hostPath is of type ``Directory``: a node without it fails the pod visibly instead
   of the kubelet creating a root-owned folder the agent cannot write;
+* the engines' API key (``$LLMFLEET_ENGINE_API_KEY``) comes from its Secret; the agent gives it to vLLM, so
+  reaching the engine's port without it gets a 401;
 * pod security: the images' user (uid/gid 10001), non-root, no privilege escalation, every capability dropped,
   the runtime's seccomp profile. The agent and vLLM share one container and the agent writes the weights it
   fetches, so the cache stays writable to that container, and so does the root file system (vLLM, Triton and
@@ -37,7 +39,14 @@ from fleet.catalog import INSTANCES
 from fleet.spec import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import IMAGE_UID, container_security_context, http_probe, pod_security_context, spec_volumes
+from infra.k8s_base import (
+    IMAGE_UID,
+    container_security_context,
+    engine_api_key_env,
+    http_probe,
+    pod_security_context,
+    spec_volumes,
+)
 
 __all__ = [
     "IMAGE_UID",
@@ -106,6 +115,7 @@ def engine_deployment_spec(
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
         {"name": "HF_HOME", "value": HF_HOME_DIR},
         {"name": "LLMFLEET_MODEL_CACHE", "value": MODEL_STORE_DIR},
+        engine_api_key_env(),  # the agent hands it to vLLM as $VLLM_API_KEY
     ]
     if model_bucket is not None:
         env.append({"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket})

@@ -21,6 +21,7 @@ from fleet import contract
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
+from infra.config import engine_api_key
 from infra.control_auth import TokenReviewAccess
 from infra.control_plane import ControlPlane, ControlPlaneArgs
 from infra.device_plugin import DevicePlugin, DevicePluginArgs
@@ -61,6 +62,7 @@ class FleetInputs:
     tenant_key_hashes: pulumi.Input[str]
     capacity_reservations: dict[str, str] = field(default_factory=dict)
     redis_auth_token: pulumi.Input[str] | None = None  # secret; needed when the program provisions the quota Redis
+    engine_api_key: pulumi.Input[str] | None = None  # secret; None: read from config (`infra.config.engine_api_key`)
 
 
 def monthly_cost(spec: FleetSpec) -> dict[str, float]:
@@ -93,6 +95,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     model_bucket: pulumi.Input[str] | None = None
     repositories: dict[str, pulumi.Input[str]] | None = None  # image -> the stack's ECR repository URL (aws)
     nodegroup_names: dict[tuple[str, str], pulumi.Input[str]] = {}
+    api_key = inputs.engine_api_key if inputs.engine_api_key is not None else engine_api_key()
     redis_token = inputs.redis_auth_token
     if provisions_redis(spec) and redis_token is None:
         raise ValueError(f"the quota Redis needs its password: set config {spec.gateway.redis.auth_token_secret}")
@@ -200,7 +203,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     on_k8s = pulumi.ResourceOptions(providers={"kubernetes": provider})
     base = FleetBase(
         "fleet",
-        FleetBaseArgs(spec, inputs.tenant_key_hashes, engine_role_arn),
+        FleetBaseArgs(spec, inputs.tenant_key_hashes, api_key, engine_role_arn),
         opts=on_k8s,
     )
     after_base = pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=[base])

@@ -2,8 +2,8 @@
 
 What ``pulumi preview -s STACK`` would register, without the CLI or a cloud: the policy check and the program's
 tests read the recorded resources. Secrets the CLI would decrypt are replaced by placeholders: tenant keys (only
-their hashes reach resources) and the quota Redis' password; capacity-block groups get a placeholder reservation
-id.
+their hashes reach resources), the quota Redis' password and the engines' API key; capacity-block groups get a
+placeholder reservation id.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from fleet.commands.registries import all_registries
 from fleet.loader import parse_spec
 from infra.config import (
+    ENGINE_API_KEY_CONFIG,
     capacity_reservations,
     redis_auth_token,
     redis_secret_keys,
@@ -25,10 +26,17 @@ from infra.config import (
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, build_fleet
 
-__all__ = ["PLACEHOLDER_KEYS", "PLACEHOLDER_REDIS_TOKEN", "offline_config", "offline_run"]
+__all__ = [
+    "PLACEHOLDER_ENGINE_API_KEY",
+    "PLACEHOLDER_KEYS",
+    "PLACEHOLDER_REDIS_TOKEN",
+    "offline_config",
+    "offline_run",
+]
 
 PLACEHOLDER_KEYS = '["sk-offline-placeholder"]'
 PLACEHOLDER_REDIS_TOKEN = "offline-placeholder-redis-token"
+PLACEHOLDER_ENGINE_API_KEY = "offline-placeholder-engine-api-key"
 
 
 def offline_config(document: Mapping[str, Any], stack: str) -> tuple[dict[str, str], list[str]]:
@@ -42,6 +50,9 @@ def offline_config(document: Mapping[str, Any], stack: str) -> tuple[dict[str, s
     for key in redis_secret_keys(spec):
         config.setdefault(key, PLACEHOLDER_REDIS_TOKEN)
         secrets.append(key)
+    if spec.target != "local":
+        config.setdefault(ENGINE_API_KEY_CONFIG, PLACEHOLDER_ENGINE_API_KEY)
+        secrets.append(ENGINE_API_KEY_CONFIG)
     for group in spec.gpu_node_groups:
         if group.capacity_type == "capacity-block":
             for zone in spec.zones_of(group):

@@ -1,0 +1,93 @@
+"""The engines' API key on the cluster: one Secret, read by engine and gateway containers only, never inlined."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from fleet import contract
+from fleet.control_auth import ENGINE_API_KEY_ENV
+from fleet.loader import list_stacks, load_spec
+from infra.config import ENGINE_API_KEY_CONFIG
+from infra.offline import run_offline
+from infra.stack_run import PLACEHOLDER_ENGINE_API_KEY, offline_config
+from tests.infra.conftest import stack_run
+from tests.support.stacks import stack_document
+
+CLOUD_STACKS = [s for s in list_stacks() if load_spec(s).spec.target != "local"]
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SECRET = "kubernetes:core/v1:Secret"
+MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
+
+
+def _containers_reading_the_key(stack: str) -> dict[str, set[str]]:
+    """Component -> names of its containers (init containers too) with the key's variable from its Secret."""
+    found: dict[str, set[str]] = {}
+    for deployment in stack_run(stack).of_type(DEPLOYMENT):
+        component = deployment.props["metadata"]["labels"].get(contract.LABEL_COMPONENT, deployment.name)
+        pod = deployment.props["spec"]["template"]["spec"]
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            for variable in container.get("env", []):
+                ref = variable.get("valueFrom", {}).get("secretKeyRef", {})
+                if ref.get("name") == contract.ENGINE_API_KEY_SECRET:
+                    assert variable["name"] == ENGINE_API_KEY_ENV
+                    assert ref["key"] == contract.ENGINE_API_KEY_SECRET_KEY
+                    found.setdefault(component, set()).add(container["name"])
+    return found
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_the_engine_key_secret_holds_the_configured_key(stack: str) -> None:
+    (secret,) = [
+        s for s in stack_run(stack).of_type(SECRET) if s.props["metadata"]["name"] == contract.ENGINE_API_KEY_SECRET
+    ]
+    assert secret.props["metadata"]["namespace"] == load_spec(stack).spec.cluster.namespace
+    assert secret.props["stringData"] == {contract.ENGINE_API_KEY_SECRET_KEY: PLACEHOLDER_ENGINE_API_KEY}
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_only_engine_and_gateway_containers_read_the_engine_key(stack: str) -> None:
+    readers = _containers_reading_the_key(stack)
+    assert readers == {contract.COMPONENT_ENGINE: {"agent"}, contract.COMPONENT_GATEWAY: {"gateway"}}
+    engines = [
+        d
+        for d in stack_run(stack).of_type(DEPLOYMENT)
+        if d.props["metadata"]["labels"].get(contract.LABEL_COMPONENT) == contract.COMPONENT_ENGINE
+    ]
+    assert len(engines) == len(load_spec(stack).spec.pools)  # every pool's Deployment, not just one
+    for engine in engines:
+        (agent,) = engine.props["spec"]["template"]["spec"]["containers"]
+        assert ENGINE_API_KEY_ENV in {v["name"] for v in agent["env"]}
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_the_engine_key_never_appears_in_plain_text_in_a_deployment(stack: str) -> None:
+    deployments = stack_run(stack).of_type(DEPLOYMENT)
+    assert deployments
+    for deployment in deployments:
+        text = json.dumps(deployment.props)
+        assert PLACEHOLDER_ENGINE_API_KEY not in text, deployment.name
+        for container in deployment.props["spec"]["template"]["spec"]["containers"]:
+            inlined = [v for v in container.get("env", []) if v["name"] == ENGINE_API_KEY_ENV and "value" in v]
+            assert inlined == [], deployment.name
+
+
+def test_the_engine_key_is_a_secret_config_value() -> None:
+    config, secrets = offline_config(stack_document("prod"), "prod")
+    assert config[ENGINE_API_KEY_CONFIG] == PLACEHOLDER_ENGINE_API_KEY
+    assert ENGINE_API_KEY_CONFIG in secrets
+
+
+def test_a_missing_engine_key_fails_the_program_naming_its_config_key() -> None:
+    config, secrets = offline_config(stack_document("prod"), "prod")
+    del config[ENGINE_API_KEY_CONFIG]
+
+    def program() -> None:
+        runpy.run_path(str(MAIN))
+
+    with pytest.raises(pulumi.ConfigMissingError, match=ENGINE_API_KEY_CONFIG):
+        run_offline(program, config, stack="prod", secret_keys=[k for k in secrets if k != ENGINE_API_KEY_CONFIG])
