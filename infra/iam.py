@@ -31,6 +31,26 @@ def _document(statements: list[dict[str, Any]]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
+def _irsa_trust(oidc: aws.iam.OpenIdConnectProvider, namespace: str, service_account: str) -> pulumi.Output[str]:
+    return pulumi.Output.all(oidc.arn, oidc.url).apply(
+        lambda v: irsa_trust_policy(str(v[0]), str(v[1]).removeprefix("https://"), namespace, service_account)
+    )
+
+
+def _with_managed(name: str, role: aws.iam.Role, managed_policies: Sequence[str]) -> ServiceRole:
+    """``role`` with AWS-managed policies attached by name, each attachment a child of the role."""
+    attachments = [
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{policy.lower()}",
+            role=role.name,
+            policy_arn=_AWS_MANAGED + policy,
+            opts=pulumi.ResourceOptions(parent=role),
+        )
+        for policy in managed_policies
+    ]
+    return ServiceRole(role, attachments)
+
+
 @dataclass(frozen=True)
 class ServiceRole:
     """A service role and its policy attachments: whatever uses the role must ``depends_on`` the attachments, or
@@ -56,16 +76,7 @@ def service_role(
         tags=tags,
         opts=pulumi.ResourceOptions(parent=parent),
     )
-    attachments = [
-        aws.iam.RolePolicyAttachment(
-            f"{name}-{policy.lower()}",
-            role=role.name,
-            policy_arn=_AWS_MANAGED + policy,
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        for policy in managed_policies
-    ]
-    return ServiceRole(role, attachments)
+    return _with_managed(name, role, managed_policies)
 
 
 def irsa_trust_policy(provider_arn: str, issuer: str, namespace: str, service_account: str) -> str:
@@ -97,9 +108,7 @@ def irsa_role(
     tags: dict[str, str],
 ) -> aws.iam.Role:
     """A role only ``namespace/service_account`` can assume, with one inline ``policy``."""
-    trust = pulumi.Output.all(oidc.arn, oidc.url).apply(
-        lambda v: irsa_trust_policy(str(v[0]), str(v[1]).removeprefix("https://"), namespace, service_account)
-    )
+    trust = _irsa_trust(oidc, namespace, service_account)
     role = aws.iam.Role(name, assume_role_policy=trust, tags=tags, opts=pulumi.ResourceOptions(parent=parent))
     aws.iam.RolePolicy(name, role=role.id, policy=policy, opts=pulumi.ResourceOptions(parent=role))
     return role
@@ -115,20 +124,9 @@ def irsa_managed_role(
     tags: dict[str, str],
 ) -> ServiceRole:
     """A role only ``namespace/service_account`` can assume, with AWS-managed policies attached by name."""
-    trust = pulumi.Output.all(oidc.arn, oidc.url).apply(
-        lambda v: irsa_trust_policy(str(v[0]), str(v[1]).removeprefix("https://"), namespace, service_account)
-    )
+    trust = _irsa_trust(oidc, namespace, service_account)
     role = aws.iam.Role(name, assume_role_policy=trust, tags=tags, opts=pulumi.ResourceOptions(parent=parent))
-    attachments = [
-        aws.iam.RolePolicyAttachment(
-            f"{name}-{policy.lower()}",
-            role=role.name,
-            policy_arn=_AWS_MANAGED + policy,
-            opts=pulumi.ResourceOptions(parent=role),
-        )
-        for policy in managed_policies
-    ]
-    return ServiceRole(role, attachments)
+    return _with_managed(name, role, managed_policies)
 
 
 def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:
