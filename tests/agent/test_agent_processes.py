@@ -136,16 +136,25 @@ async def _stream(client: httpx.AsyncClient, first_chunk: asyncio.Event, counter
     return lines
 
 
+def _engine_client(engine_url: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=engine_url, timeout=30, limits=httpx.Limits(max_connections=40), trust_env=False)
+
+
+async def _twenty_streams(client: httpx.AsyncClient) -> list[asyncio.Future[list[str]]]:
+    """Twenty streams on the engine, returned once every one has started."""
+    all_started, counter = asyncio.Event(), [0]
+    streams = [asyncio.ensure_future(_stream(client, all_started, counter)) for _ in range(20)]
+    await asyncio.wait_for(all_started.wait(), 20)
+    return streams
+
+
 async def test_sigterm_drains_twenty_streams_to_done_then_exits_zero(write_stack, start_agent) -> None:
     # grace 30 s -> the engine's --shutdown-timeout is 23 s: ample for streams of a few seconds on a slow machine
     stack = write_stack(**{"pools.0.drain": {"graceSeconds": 30, "propagationSeconds": 1.5}})
     agent: AgentProc = start_agent(stack)
     status = agent.status()
-    all_started, counter = asyncio.Event(), [0]
-    limits = httpx.Limits(max_connections=40)
-    async with httpx.AsyncClient(base_url=status["engine_url"], timeout=30, limits=limits, trust_env=False) as client:
-        streams = [asyncio.ensure_future(_stream(client, all_started, counter)) for _ in range(20)]
-        await asyncio.wait_for(all_started.wait(), 20)
+    async with _engine_client(status["engine_url"]) as client:
+        streams = await _twenty_streams(client)
         running = [s for s in streams if not s.done()]
         assert len(running) == 20, "every stream must still be in flight at SIGTERM"
         agent.send(signal.SIGTERM)
@@ -172,11 +181,8 @@ async def test_kubernetes_termination_prestop_then_sigterm_drains_once_within_th
     stack = write_stack(**{"pools.0.drain": {"graceSeconds": grace, "propagationSeconds": 1.0}})
     agent: AgentProc = start_agent(stack)
     status = agent.status()
-    all_started, counter = asyncio.Event(), [0]
-    limits = httpx.Limits(max_connections=40)
-    async with httpx.AsyncClient(base_url=status["engine_url"], timeout=30, limits=limits, trust_env=False) as client:
-        streams = [asyncio.ensure_future(_stream(client, all_started, counter)) for _ in range(20)]
-        await asyncio.wait_for(all_started.wait(), 20)
+    async with _engine_client(status["engine_url"]) as client:
+        streams = await _twenty_streams(client)
         t0 = time.monotonic()
         hook = agent.get("/prestop")
         assert hook.status_code == 200 and hook.json() == {"accepted": True, "state": "draining"}

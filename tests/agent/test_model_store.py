@@ -13,14 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from agent.metrics import AgentMetrics
 from agent.model_store import ChecksumError, FetchCancelled, FetchError, FetchResult, ModelFetcher
 from fleet.commands.model import push
 from fleet.model_manifest import Manifest, ManifestError, ModelKeys, scan_directory
+from tests.support.s3 import moto_s3
 from tests.support.wait import wait_for
 
 BUCKET = "models-test"
@@ -52,13 +51,7 @@ class RecordingS3:
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingS3]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3(monkeypatch, BUCKET) as client:
         yield RecordingS3(client)
 
 

@@ -6,13 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from fleet.cli import main
 from fleet.commands.model import MIB, push
 from fleet.model_manifest import Manifest, ModelKeys, scan_directory
+from tests.support.s3 import moto_s3
 
 BUCKET = "models-test"
 KEYS = ModelKeys("models", "Qwen/Qwen2.5-7B-Instruct", "main")
@@ -38,13 +37,7 @@ class CallLog:
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3(monkeypatch, BUCKET) as client:
         yield client
 
 

@@ -24,6 +24,7 @@ import pytest
 from fleet import contract
 from fleet.local.procs import descendants
 from fleet.promtext import counter_value, parse
+from tests.gateway.conftest import sim_args
 from tests.support.procs import Procs
 from tests.support.stacks import KEYS, MODEL, write_stack
 from tests.support.wait import wait_for
@@ -125,24 +126,7 @@ def _gateway_pids(buildah_pid: int) -> list[int]:
 def test_the_gateway_in_the_image_serves_a_chat_completion_from_a_host_simulator_as_uid_10001(
     container: str, procs: Procs, tmp_path: Path
 ) -> None:
-    sim = procs.start(
-        [
-            "sim",
-            "serve",
-            "Qwen/Qwen2.5-7B-Instruct",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--served-model-name",
-            MODEL,
-            "--time-scale",
-            "50",
-            "--startup-seconds",
-            "0",
-        ],
-        name="sim",
-    )
+    sim = procs.start(sim_args(), name="sim")
     sim.wait_url("API server")
     # The stack file where a pod finds its ConfigMap, readable by the image's user.
     stacks = tmp_path / "stacks"
