@@ -288,6 +288,9 @@ class PoolSpec(Spec):
     """Budget for an engine to become ready (weights, warm-up): the agent's deadline, the autoscaler's horizon."""
     static_replicas: list[str] = Field(default_factory=list)
     """Engine URLs for a gateway without discovery."""
+    resume_streams: bool = False
+    """When an engine fails mid-stream, the gateway continues the generation on another replica (vLLM's
+    continue_final_message) and the client sees one stream; off: the stream ends with an error event."""
 
     @property
     def served_name(self) -> str:
@@ -378,6 +381,8 @@ class GatewaySpec(Spec):
     """Gateway Deployment replicas."""
     port: int = Field(default=8080, ge=1, le=65535)
     """Gateway listen port."""
+    admin_port: int = Field(default=8081, ge=1, le=65535)
+    """Port of /metrics, /readyz and /healthz, plain HTTP; never behind the public Service."""
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     session_header: str = "x-session-id"
     """Request header carrying a session id for session affinity."""
@@ -391,12 +396,21 @@ class GatewaySpec(Spec):
     redis_url: str | None = None
     """Redis for shared quotas; on aws and kubernetes leave unset and the program provisions one."""
     redis: QuotaRedisSpec = Field(default_factory=QuotaRedisSpec)
+    quota_store_down: Literal["fail-open", "fail-closed"] = "fail-open"
+    """Redis unreachable: fail-open counts quotas in each gateway, each a share of the tenant's limits; fail-closed
+    answers 503 with Retry-After. Either way a metric and a log line say so, and recovery is automatic."""
     public: bool = True
     """Expose the gateway through a public load balancer."""
     tls: GatewayTlsSpec = Field(default_factory=GatewayTlsSpec)
     drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
     """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
     in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""
+
+    @model_validator(mode="after")
+    def _admin_port_apart(self) -> GatewaySpec:
+        if self.admin_port == self.port:
+            raise ValueError(f"adminPort ({self.admin_port}) must differ from port: /metrics stays off the public port")
+        return self
 
 
 class TenantSpec(Spec):
