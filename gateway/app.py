@@ -18,12 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from fleet import contract
 from fleet.clock import Clock, SystemClock
 from fleet.openai_error import error_body
 from gateway.errors import GatewayError
-from gateway.quota.base import QuotaBackend
-from gateway.quota.memory import MemoryQuota
+from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter
 from gateway.service import REQUEST_ID, Gateway, may_use, new_request_id
 from gateway.settings import GatewaySettings
@@ -77,7 +75,7 @@ def create_app(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         session = session_factory()
-        backend = quota or _quota_backend(settings, clock.monotonic)
+        backend = quota or quota_backend(settings, clock.monotonic)
         gateway = Gateway(settings, session, backend, clock.monotonic, clock.time)
         app[GATEWAY] = gateway
         await gateway.refresher.refresh_once()
@@ -109,22 +107,6 @@ def create_app(
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     return app
-
-
-def _quota_backend(settings: GatewaySettings, clock: Callable[[], float]) -> QuotaBackend:
-    lease = settings.spec.gateway.timeouts.total_s + 60
-    if settings.spec.gateway.quota_backend == "redis":
-        from redis.asyncio import Redis
-
-        from gateway.quota.redis import RedisQuota
-
-        url = settings.quota_redis_url
-        if not url:
-            raise ValueError(
-                f"gateway.quotaBackend is 'redis' but neither gateway.redisUrl nor {contract.REDIS_URL_ENV} is set"
-            )
-        return RedisQuota(Redis.from_url(url), lease_s=lease)
-    return MemoryQuota(clock, lease_s=lease)
 
 
 async def _refresh_forever(gateway: Gateway) -> None:
