@@ -4,17 +4,23 @@ Series (prefix ``llmfleet_gateway_``), labelled by tenant, model, status and rep
 requests_total, ttft_seconds and e2e_seconds (as seen by the gateway), tokens_total{direction=in|out},
 queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
 routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
-in_flight{replica}, ready_replicas{pool}.
+in_flight{replica}, ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
+quota_store_down_requests_total{decision=local|refused} (requests decided without the store).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gateway.quota.base import QuotaBackend
 
 __all__ = ["AccessLog", "GatewayMetrics"]
 
@@ -64,6 +70,34 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def watch_quota(self, quota: QuotaBackend) -> None:
+        """Export ``quota``'s store health on every render (nothing for a backend without a shared store)."""
+        self.registry.register(_QuotaStoreCollector(quota))
+
+
+class _QuotaStoreCollector(Collector):
+    """Reads `QuotaBackend.health` at scrape time, so the backend keeps plain counters and no registry."""
+
+    def __init__(self, quota: QuotaBackend) -> None:
+        self._quota = quota
+
+    def collect(self) -> Iterable[Metric]:
+        health = self._quota.health()
+        if health is None:
+            return
+        p = "llmfleet_gateway_"
+        yield GaugeMetricFamily(
+            p + "quota_store_up", "1 while the shared quota store answers, 0 while it does not", value=int(health.up)
+        )
+        down = CounterMetricFamily(
+            p + "quota_store_down_requests",
+            "Requests whose quota was decided without the shared store: counted locally or refused (503)",
+            labels=["decision"],
+        )
+        down.add_metric(["local"], health.decided_locally)
+        down.add_metric(["refused"], health.refused)
+        yield down
 
 
 class AccessLog:

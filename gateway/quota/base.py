@@ -9,6 +9,8 @@ Model (identical in every backend):
 * concurrency: at most ``maxConcurrency`` open reservations; each holds a lease that expires after ``lease_s`` so
   a gateway that crashed mid-request cannot leak slots forever.
 `acquire` is all-or-nothing: when any limit refuses, nothing is taken (a rejected request never consumes quota).
+
+A backend with a shared store reports that store's health (`StoreHealth`) for the gateway's metrics.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from fleet.spec import TenantSpec
 from gateway.errors import BadRequest
 
-__all__ = ["QuotaBackend", "QuotaLimits", "Reservation", "check_fits"]
+__all__ = ["QuotaBackend", "QuotaLimits", "Reservation", "StoreHealth", "check_fits"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,15 @@ class Reservation:
     limits: QuotaLimits
 
 
+@dataclass(frozen=True)
+class StoreHealth:
+    """The shared quota store as one gateway sees it: whether it answers, and what its outages cost so far."""
+
+    up: bool
+    decided_locally: int  # requests whose quota this gateway decided alone while the store was down (fail-open)
+    refused: int  # requests answered 503 because the store was down (fail-closed)
+
+
 def check_fits(limits: QuotaLimits, tokens: int) -> None:
     """BadRequest when one request alone needs more tokens than the tenant's whole minute (it could never run)."""
     if tokens > limits.tokens_per_minute:
@@ -69,6 +80,10 @@ class QuotaBackend(abc.ABC):
     @abc.abstractmethod
     async def release(self, reservation: Reservation, used_tokens: int) -> None:
         """Free the slot and return ``reservation.tokens - used_tokens`` tokens (negative: charge the excess)."""
+
+    def health(self) -> StoreHealth | None:
+        """The shared store's health; None for a backend without one (the default)."""
+        return None
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (no-op by default)."""

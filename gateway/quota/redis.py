@@ -5,15 +5,22 @@ last token (the per-pod counting and concurrent-bypass failures of other gateway
 ``TIME`` inside the script, so gateway clocks never need to agree. Keys (``{tenant}`` is a cluster hash tag):
 ``llmfleet:quota:{tenant}:rps`` and ``:tpm`` (hashes: level ``t``, timestamp ``ts``), ``:conc`` (sorted set of
 request ids scored by lease expiry).
+
+`RedisQuota.from_url` connects with short timeouts and one immediate retry on a connection error (a pooled
+connection that a restart broke is replaced at once): an unreachable store costs a request about a second at
+most, never redis-py's default seconds of back-off, and `gateway.quota.failover` decides what happens then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError, RedisError
 
 from gateway.errors import QuotaExceeded, QuotaStoreUnavailable
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
@@ -81,13 +88,30 @@ return 1
 )
 
 
+CONNECT_TIMEOUT_S = 0.5  # loopback or in-zone: a healthy Redis accepts in milliseconds
+COMMAND_TIMEOUT_S = 1.0  # the scripts are O(1) apart from expired leases
+
+
 class RedisQuota(QuotaBackend):
+    """Raises QuotaStoreUnavailable from `acquire` when Redis does not answer; `release` never raises."""
+
     def __init__(self, client: Redis, lease_s: float = 900.0, prefix: str = "llmfleet:quota") -> None:
         self._redis = client
         self._lease_s = lease_s
         self._prefix = prefix
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, lease_s: float = 900.0) -> RedisQuota:
+        """A backend on a new client for ``url`` with the module's timeouts and one immediate retry."""
+        client = Redis.from_url(
+            url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=COMMAND_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),  # not timeouts: no doubling
+        )
+        return cls(client, lease_s=lease_s)
 
     def _key(self, tenant: str, part: str) -> str:
         return f"{self._prefix}:{{{tenant}}}:{part}"
@@ -113,13 +137,29 @@ class RedisQuota(QuotaBackend):
         return Reservation(tenant, request_id, tokens, limits)
 
     async def release(self, reservation: Reservation, used_tokens: int) -> None:
+        try:
+            await self.settle(reservation, used_tokens)
+        except QuotaStoreUnavailable as exc:
+            # The answer is already sent; the slot's lease expires on its own (lease_s), so nothing is lost for good.
+            log.warning("quota release for %s failed: %s", reservation.tenant, exc)
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        """`release`, raising QuotaStoreUnavailable when Redis does not answer (the caller may settle it later)."""
         keys = [self._key(reservation.tenant, "tpm"), self._key(reservation.tenant, "conc")]
         refund = reservation.tokens - max(0, used_tokens)
         try:
             await self._release(keys=keys, args=[reservation.limits.tokens_per_minute, refund, reservation.request_id])
         except RedisError as exc:
-            # The answer is already sent; the slot's lease expires on its own (lease_s), so nothing is lost for good.
-            log.warning("quota release for %s failed: %s", reservation.tenant, exc)
+            raise QuotaStoreUnavailable(f"the quota store is unavailable ({type(exc).__name__})") from exc
+
+    async def ping(self, timeout_s: float) -> bool:
+        """Whether Redis answers a PING within ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._redis.ping()
+        except (RedisError, OSError, TimeoutError):
+            return False
+        return True
 
     async def close(self) -> None:
         await self._redis.aclose()

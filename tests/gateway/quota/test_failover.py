@@ -1,0 +1,188 @@
+"""FailoverQuota over a real redis-server that the tests kill and restart: local share, 503, probing, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.errors import QuotaExceeded, QuotaStoreUnavailable
+from gateway.metrics import GatewayMetrics
+from gateway.quota import QuotaLimits, Reservation
+from gateway.quota.failover import FailoverQuota, Mode, local_share
+from gateway.quota.memory import MemoryQuota
+from gateway.quota.redis import RedisQuota
+from tests.gateway.quota.conftest import RedisServer
+from tests.support.wait import async_wait_for
+
+pytestmark = pytest.mark.redis
+
+ROOMY = {"requests_per_second": 1000.0, "tokens_per_minute": 1_000_000}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def failover(url: str, clock: Clock, mode: Mode = "fail-open", gateways: int = 2) -> AsyncIterator[FailoverQuota]:
+    backend = FailoverQuota(
+        RedisQuota.from_url(url, lease_s=60),
+        MemoryQuota(clock, lease_s=60),
+        mode=mode,
+        gateways=gateways,
+        clock=clock,
+    )
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def _series(metrics: GatewayMetrics) -> dict[str, float]:
+    lines = metrics.render().decode().splitlines()
+    pairs = (line.rsplit(" ", 1) for line in lines if line.startswith("llmfleet_gateway_quota_store"))
+    return {name: float(value) for name, value in pairs}
+
+
+@pytest.mark.parametrize(
+    ("limits", "gateways", "expected"),
+    [
+        (QuotaLimits(10.0, 600, 8), 1, QuotaLimits(10.0, 600, 8)),
+        (QuotaLimits(10.0, 600, 8), 2, QuotaLimits(5.0, 300, 4)),
+        (QuotaLimits(10.0, 600, 7), 3, QuotaLimits(10 / 3, 200, 2)),
+        (QuotaLimits(1.0, 2, 1), 4, QuotaLimits(0.25, 1, 1)),
+    ],
+    ids=["one-gateway-keeps-all", "halves", "rounds-down", "at-least-one"],
+)
+def test_local_share_divides_each_limit(limits: QuotaLimits, gateways: int, expected: QuotaLimits) -> None:
+    assert local_share(limits, gateways) == expected
+
+
+async def test_fail_open_counts_a_local_share_while_down_and_uses_redis_once_it_answers(
+    redis_server: RedisServer,
+) -> None:
+    clock, metrics = Clock(), GatewayMetrics()
+    limits = QuotaLimits(**ROOMY, max_concurrency=4)
+    async with failover(redis_server.url, clock) as quota:
+        metrics.watch_quota(quota)
+        await quota.acquire("t", limits, "r1", 1)
+        assert _series(metrics)["llmfleet_gateway_quota_store_up"] == 1
+
+        redis_server.kill()
+        local = [await quota.acquire("t", limits, f"l{i}", 1) for i in range(2)]  # this gateway's share: 4 / 2
+        with pytest.raises(QuotaExceeded, match="maxConcurrency"):
+            await quota.acquire("t", limits, "l2", 1)
+        await quota.release(local[0], used_tokens=1)
+        await quota.acquire("t", limits, "l3", 1)
+        assert _series(metrics) == {
+            "llmfleet_gateway_quota_store_up": 0,
+            'llmfleet_gateway_quota_store_down_requests_total{decision="local"}': 4,
+            'llmfleet_gateway_quota_store_down_requests_total{decision="refused"}': 0,
+        }
+
+        redis_server.start()  # empty: nothing was saved
+        with pytest.raises(QuotaExceeded):  # within a second of the failure: not probed yet, still the local share
+            await quota.acquire("t", limits, "l4", 1)
+        clock.now += 1.0
+        taken = [await quota.acquire("t", limits, f"s{i}", 1) for i in range(4)]  # Redis again: the whole limit
+        with pytest.raises(QuotaExceeded, match="maxConcurrency"):
+            await quota.acquire("t", limits, "s4", 1)
+        assert _series(metrics)["llmfleet_gateway_quota_store_up"] == 1
+        for reservation in taken:
+            await quota.release(reservation, used_tokens=1)
+        await quota.acquire("t", limits, "s5", 1)
+
+
+async def test_fail_closed_refuses_with_503_while_down(redis_server: RedisServer) -> None:
+    clock, metrics = Clock(), GatewayMetrics()
+    limits = QuotaLimits(**ROOMY, max_concurrency=4)
+    async with failover(redis_server.url, clock, mode="fail-closed") as quota:
+        metrics.watch_quota(quota)
+        redis_server.kill()
+        for i in range(3):
+            with pytest.raises(QuotaStoreUnavailable) as info:
+                await quota.acquire("t", limits, f"r{i}", 1)
+            assert info.value.status == 503 and info.value.headers() == {"Retry-After": "1"}
+        assert _series(metrics)['llmfleet_gateway_quota_store_down_requests_total{decision="refused"}'] == 3
+        redis_server.start()
+        clock.now += 1.0
+        await quota.acquire("t", limits, "after", 1)
+        assert quota.health().up
+
+
+@pytest.fixture
+def dead_store() -> Iterator[tuple[str, list[int]]]:
+    """A port that accepts connections and closes them at once (a Redis that never answers); connection count."""
+    import socket
+    import threading
+
+    accepted = [0]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = listener.accept()
+                accepted[0] += 1
+                conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0", accepted
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+
+
+async def test_a_dead_store_is_probed_at_most_once_per_interval(dead_store: tuple[str, list[int]]) -> None:
+    url, accepted = dead_store
+    clock = Clock()
+    limits = QuotaLimits(**ROOMY, max_concurrency=1000)
+    async with failover(url, clock) as quota:
+        await quota.acquire("t", limits, "first", 1)  # fails over on the first request
+        assert not quota.health().up
+        tried = accepted[0]
+        assert tried >= 1
+        await asyncio.gather(*(quota.acquire("t", limits, f"a{i}", 1) for i in range(50)))
+        assert accepted[0] == tried  # within the interval: no call at all
+        clock.now += 1.0
+        await asyncio.gather(*(quota.acquire("t", limits, f"b{i}", 1) for i in range(50)))
+        assert tried < accepted[0] <= tried + 2  # one PING (and its one retry) for 50 requests
+        assert quota.health().decided_locally == 101
+
+
+async def test_releases_redis_missed_are_settled_when_it_answers_again(redis_server: RedisServer) -> None:
+    clock = Clock()
+    limits = QuotaLimits(**ROOMY, max_concurrency=1)
+    async with failover(redis_server.url, clock, gateways=1) as quota:
+        held = await quota.acquire("t", limits, "held", 1)
+        client = Redis.from_url(redis_server.url)
+        await client.save()  # the restart below loads the open slot
+        await client.aclose()
+        redis_server.kill()
+        await quota.release(held, used_tokens=1)  # Redis is gone: kept for later
+        redis_server.start()
+        clock.now += 1.0
+
+        async def admitted() -> Reservation | None:
+            with contextlib.suppress(QuotaExceeded):
+                return await quota.acquire("t", limits, "next", 1)
+            return None
+
+        # Without the late release the saved slot would block the tenant until its 60 s lease ran out.
+        await async_wait_for(admitted, timeout_s=3, what="the saved slot released", ignore=())
+        assert quota.health().up
