@@ -9,6 +9,11 @@ Framing contracts (``vllm/entrypoints/openai/{chat_completion,completion}/servin
   ``"choices": []`` chunk when ``stream_options.include_usage`` is true.
 * Non-streaming bodies are full model dumps, nulls included.
 * ``max_tokens`` larger than the room left in ``max_model_len`` is clamped (0.33), not rejected.
+
+Chat templating (``ChatCompletionRequest.check_generation_prompt`` and the HF template's own checks):
+``add_generation_prompt`` (default true) appends the assistant header; ``continue_final_message`` leaves the
+final message open for the model to continue it, so it needs ``add_generation_prompt: false`` and an
+assistant message last (400 otherwise). The continued text is part of the prompt (``usage.prompt_tokens``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from engine_sim.errors import RequestError
 from engine_sim.scheduler import SimRequest
-from engine_sim.tokenizer import chat_prompt_ids, encode, filler_text
+from engine_sim.tokenizer import chat_prompt_ids, encode, filler_text, strip_generated
 
 __all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request"]
 
@@ -59,6 +64,44 @@ def _bad(message: str, param: str | None = None) -> RequestError:
     return RequestError(400, message, "BadRequestError", param)
 
 
+def _bool_field(body: Mapping[str, Any], name: str) -> bool | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise _bad(f"{name} must be a boolean", name)
+    return value
+
+
+def _chat_prompt(body: Mapping[str, Any]) -> list[int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise _bad("messages must be a non-empty list of message objects", "messages")
+    generation_prompt = _bool_field(body, "add_generation_prompt")
+    continue_final = _bool_field(body, "continue_final_message") or False
+    if continue_final and generation_prompt:
+        raise _bad("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    if continue_final and generation_prompt is None:  # the template's default is true: the same conflict
+        raise _bad(
+            "continue_final_message and add_generation_prompt are not compatible: set add_generation_prompt to "
+            "false to continue the final message.",
+            "add_generation_prompt",
+        )
+    if continue_final and messages[-1].get("role") != "assistant":
+        raise _bad("continue_final_message requires the final message to be an assistant message", "messages")
+    return chat_prompt_ids(
+        messages, add_generation_prompt=generation_prompt is not False, continue_final=continue_final
+    )
+
+
+def _natural_length(prompt_ids: list[int], prompt_len: int) -> int:
+    """Output length at which the simulated model emits EOS: 16-512 tokens after the prompt less any generated
+    text at its end, so a continuation stops where the uninterrupted answer would have (at least one token)."""
+    base = strip_generated(prompt_ids)
+    stop_at = len(base) + 16 + zlib.crc32(repr(base[-64:]).encode()) % 497
+    return max(1, stop_at - prompt_len)
+
+
 def _int_field(body: Mapping[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
@@ -78,10 +121,7 @@ def parse_generation_request(
     if model not in served_names:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise _bad("messages must be a non-empty list of message objects", "messages")
-        prompt_ids = chat_prompt_ids(messages)
+        prompt_ids = _chat_prompt(body)
     else:
         prompt_ids = _completion_prompt(body.get("prompt"))
     n = _int_field(body, "n")
@@ -108,7 +148,7 @@ def parse_generation_request(
     natural: int | None = None
     if max_tokens is None and not body.get("ignore_eos"):
         # No limit given: the simulated model answers at a deterministic "natural" length (an EOS).
-        natural = 16 + zlib.crc32(repr(prompt_ids[-64:]).encode()) % 497
+        natural = _natural_length(prompt_ids, prompt_len)
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise _bad("stream_options must be an object", "stream_options")
@@ -122,7 +162,7 @@ def parse_generation_request(
         stream=bool(body.get("stream", False)),
         include_usage=bool(stream_options.get("include_usage", False)),
         continuous_usage=bool(stream_options.get("continuous_usage_stats", False)),
-        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else prompt_len,
+        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0,
     )
 
 

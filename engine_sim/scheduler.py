@@ -271,8 +271,8 @@ class Scheduler:
             self.kv.cache_computed(request.request_id, request.token_ids, request.num_computed_tokens)
             if request.num_computed_tokens < request.num_tokens:
                 continue  # mid-prefill chunk: nothing sampled yet
-            n_out = request.num_output_tokens
-            (token,) = filler_ids(request.output_seed, n_out, 1)
+            # The token's sequence position picks it (`filler_ids`), so sent-back text is continued seamlessly.
+            (token,) = filler_ids(request.output_seed, request.num_tokens, 1)
             request.token_ids.append(token)
             first = request.first_token_time is None
             if first:
