@@ -1,5 +1,5 @@
-"""CLI: ``llmfleet gateway --stack NAME --port PORT [--host H] [--replica [POOL=]URL ...] [--control-plane URL]
-[--tls-cert PEM --tls-key PEM]``.
+"""CLI: ``llmfleet gateway --stack NAME --port PORT [--admin-port PORT] [--host H] [--replica [POOL=]URL ...]
+[--control-plane URL] [--tls-cert PEM --tls-key PEM]``.
 
 Keys come from three places:
 * tenants' ``apiKeyHashes`` in the stack file;
@@ -11,7 +11,9 @@ Keys come from three places:
 The quota Redis (``quotaBackend: redis``) is ``$LLMFLEET_REDIS_URL`` when set, else the stack's ``redisUrl``.
 The local stack's demo tenant key ``sk-llmfleet-demo`` is in its stack file as a hash and works on that stack only.
 
-On start it prints one line, ``llmfleet gateway listening on http://HOST:PORT``, to stdout; SIGTERM or SIGINT
+On start it prints two lines to stdout: ``llmfleet gateway admin (readiness, metrics) on http://HOST:PORT`` (the
+admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gateway listening on http://HOST:PORT``
+(the public one: the OpenAI API and /healthz). SIGTERM or SIGINT
 stops accepting, lets in-flight requests finish (up to --shutdown-timeout, which the Pulumi program sets from
 ``gateway.drain``) and exits 0.
 """
@@ -36,7 +38,7 @@ from aiohttp import web
 from fleet import contract
 from fleet.errors import SpecError
 from fleet.loader import load_spec
-from gateway.app import create_app
+from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, hashes_from_file, keys_from_secret
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
@@ -50,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", default=None, help="listen address (default: 127.0.0.1 on target local, 0.0.0.0 elsewhere)"
     )
     parser.add_argument("--port", type=int, default=None, help="default: the stack's gateway.port; 0 picks one")
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="port of /readyz and /metrics (default: the stack's gateway.adminPort; 0 with --port 0)",
+    )
     parser.add_argument(
         "--replica",
         action="append",
@@ -133,9 +141,22 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound here, so that port 0 can be reported."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
 async def _serve(
-    settings: GatewaySettings, host: str, port: int, shutdown_timeout: float, tls: ssl.SSLContext | None
+    settings: GatewaySettings,
+    host: str,
+    ports: tuple[int, int],
+    shutdown_timeout: float,
+    tls: ssl.SSLContext | None,
 ) -> None:
+    """Serve the public application on ``ports[0]`` and the admin one on ``ports[1]`` until SIGTERM/SIGINT."""
     app = create_app(settings)
     # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
     # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
@@ -147,9 +168,12 @@ async def _serve(
         keepalive_timeout=settings.spec.gateway.timeouts.header_read_s,
     )
     await runner.setup()
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))  # bound here so that port 0 can be reported
+    admin = web.AppRunner(create_admin_app(app), access_log=None, shutdown_timeout=1.0)
+    await admin.setup()
+    admin_sock = _bind(host, ports[1])
+    await web.SockSite(admin, admin_sock).start()
+    print(f"llmfleet gateway admin (readiness, metrics) on http://{host}:{admin_sock.getsockname()[1]}", flush=True)
+    sock = _bind(host, ports[0])
     site = web.SockSite(runner, sock, backlog=1024, ssl_context=tls)
     await site.start()
     scheme = "https" if tls is not None else "http"
@@ -159,7 +183,8 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    await runner.cleanup()  # the admin listener answers until the public one has drained
+    await admin.cleanup()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,8 +201,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet gateway: {exc}", file=sys.stderr)
         return 2
     port = settings.spec.gateway.port if args.port is None else args.port
+    admin_port = args.admin_port
+    if admin_port is None:
+        admin_port = 0 if port == 0 else settings.spec.gateway.admin_port
+    if admin_port == port != 0:
+        print(f"llmfleet gateway: the admin port must differ from the public port {port}", file=sys.stderr)
+        return 2
     host = args.host or ("127.0.0.1" if settings.spec.target == "local" else "0.0.0.0")
-    _run_loop(args.loop, _serve(settings, host, port, args.shutdown_timeout, tls))
+    _run_loop(args.loop, _serve(settings, host, (port, admin_port), args.shutdown_timeout, tls))
     return 0
 
 

@@ -171,14 +171,20 @@ class Gateway(pulumi.ComponentResource):
                         contract.stack_file_path(spec.environment),
                         "--port",
                         str(gw.port),
+                        "--admin-port",
+                        str(gw.admin_port),
                         "--shutdown-timeout",
                         str(gw.drain.shutdown_timeout),
                         *tls_args,
                     ],
-                    "ports": [{"name": "http", "container_port": gw.port}],
+                    # The admin port (/readyz, /metrics) is no Service's: kubelet and Prometheus reach the pod.
+                    "ports": [
+                        {"name": "http", "container_port": gw.port},
+                        {"name": "admin", "container_port": gw.admin_port},
+                    ],
                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
                     "startup_probe": http_probe("/healthz", gw.port, 2, 30, scheme),
-                    "readiness_probe": http_probe("/readyz", gw.port, 5, 2, scheme),
+                    "readiness_probe": http_probe("/readyz", gw.admin_port, 5, 2),
                     "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
                     # The pod left the Service's endpoints when it started terminating: the load balancer
                     # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.

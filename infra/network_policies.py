@@ -5,7 +5,8 @@
 * engines (``component: engine``): the vLLM port (8001) from gateway pods and the Prometheus scraper; the agent
   port (8000) from gateway pods, the control plane and the scraper.
 * the control plane: its port from agents (engine pods) and gateways.
-* the gateway: its port from anywhere; it is the public entry and authenticates every request itself.
+* the gateway: its port from anywhere, as the public entry that authenticates every request itself; its admin port
+  (/readyz, /metrics) from the scraper only.
 * the in-cluster quota Redis (``kubernetes`` target): its port from gateways only.
 
 The scraper is every pod of the namespace named by ``observability.prometheusNamespace`` (selected by the
@@ -68,7 +69,10 @@ def network_policy_specs(spec: FleetSpec, in_cluster_redis: bool) -> dict[str, d
         "llmfleet-gateway-ingress": {
             **_pods(contract.COMPONENT_GATEWAY),
             "policy_types": ["Ingress"],
-            "ingress": [{"ports": [_port(spec.gateway.port)]}],  # no ``from``: any source, the public entry
+            "ingress": [
+                {"ports": [_port(spec.gateway.port)]},  # no ``from``: any source, the public entry
+                {"from": [_scraper(spec)], "ports": [_port(spec.gateway.admin_port)]},
+            ],
         },
     }
     if in_cluster_redis:

@@ -187,7 +187,7 @@ class SloRules(pulumi.ComponentResource):
             )
         for component, ports in (
             (contract.COMPONENT_ENGINE, ("engine", "agent")),
-            (contract.COMPONENT_GATEWAY, ("http",)),
+            (contract.COMPONENT_GATEWAY, ("admin",)),
         ):
             k8s.apiextensions.CustomResource(
                 f"{name}-monitor-{component}",

@@ -38,6 +38,9 @@ __all__ = ["add_arguments", "banner", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", default="local", help="stack name or file path (default: local)")
     parser.add_argument("--port", type=int, default=None, help="gateway port (default: gateway.port, 8080)")
+    parser.add_argument(
+        "--admin-port", type=int, default=None, help="gateway's /readyz and /metrics (default: gateway.adminPort)"
+    )
     parser.add_argument("--control-plane-port", type=int, default=None, help="default: controlPlane.port")
     parser.add_argument("--log-dir", type=Path, default=None, help="component logs (default: a temp folder)")
     parser.add_argument("--ready-timeout", type=float, default=90.0, help="seconds to wait for the fleet")
@@ -48,7 +51,7 @@ def _stack_ref(stack: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else stack
 
 
-def banner(loaded: LoadedStack, gateway: str, control_plane: str, log_dir: Path) -> str:
+def banner(loaded: LoadedStack, gateway: str, admin: str, control_plane: str, log_dir: Path) -> str:
     """What a newcomer needs to use the fleet right away."""
     spec = loaded.spec
     model = spec.pools[0].served_name
@@ -57,7 +60,7 @@ def banner(loaded: LoadedStack, gateway: str, control_plane: str, log_dir: Path)
     body = f'{{"model": "{model}", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
     return f"""
 llmfleet is up (stack {loaded.name}): {", ".join(f"{p.name} x{p.replicas.min}..{p.replicas.max}" for p in spec.pools)}
-  gateway        {gateway}
+  gateway        {gateway}   (readiness, metrics: {admin})
   control plane  {control_plane}
   API key        {key}
   model          {model}
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     spec = loaded.spec
     stack = _stack_ref(args.stack)
     gw_port = args.port if args.port is not None else spec.gateway.port
+    admin_port = args.admin_port if args.admin_port is not None else spec.gateway.admin_port
     cp_port = args.control_plane_port if args.control_plane_port is not None else spec.control_plane.port
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-"))
     control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
@@ -135,14 +139,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"starting the gateway on {gateway} ...", flush=True)
         gw = Child(
             "gateway",
-            ["gateway", "--stack", stack, "--port", str(gw_port), "--control-plane", control_plane],
+            [
+                "gateway",
+                "--stack",
+                stack,
+                "--port",
+                str(gw_port),
+                "--admin-port",
+                str(admin_port),
+                "--control-plane",
+                control_plane,
+            ],
             log_dir / "gateway.log",
             env=fleet_env,
         )
         children.append(gw)
-        if not wait_http(f"{gateway}/readyz", deadline, alive=gw):
+        if not wait_http(f"http://127.0.0.1:{admin_port}/readyz", deadline, alive=gw):
             raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
-        print(banner(loaded, gateway, control_plane, log_dir), flush=True)
+        print(banner(loaded, gateway, f"http://127.0.0.1:{admin_port}", control_plane, log_dir), flush=True)
         while not stop.wait(0.5):
             for child in children:
                 if child.process.poll() is not None:

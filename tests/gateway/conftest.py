@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from fleet.ports import free_port
-from gateway.app import GATEWAY, create_app
+from gateway.app import GATEWAY, create_admin_app, create_app
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.support.procs import Proc, Procs
@@ -79,20 +79,42 @@ def settings_for(urls: list[str], pool: str = "qwen-7b", **overrides: Any) -> Ga
     )
 
 
-@contextlib.asynccontextmanager
-async def serve(settings: GatewaySettings, **kw: Any) -> AsyncIterator[tuple[str, Gateway]]:
-    """Run the gateway app in this event loop on a free port: (base URL, its Gateway)."""
-    app = create_app(settings, **kw)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+async def _site(runner: web.AppRunner) -> str:
     await runner.setup()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    site = web.SockSite(runner, sock)
-    await site.start()
+    await web.SockSite(runner, sock).start()
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: GatewaySettings, **kw: Any) -> AsyncIterator[tuple[str, Gateway]]:
+    """Run the gateway app in this event loop on a free port: (base URL, its Gateway)."""
+    async with serve_with_admin(settings, **kw) as (url, _, gateway):
+        yield url, gateway
+
+
+@contextlib.asynccontextmanager
+async def serve_with_admin(settings: GatewaySettings, **kw: Any) -> AsyncIterator[tuple[str, str, Gateway]]:
+    """`serve`, with the admin listener on a second free port: (public URL, admin URL, its Gateway)."""
+    app = create_app(settings, **kw)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    url = await _site(runner)
+    admin = web.AppRunner(create_admin_app(app), access_log=None)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app[GATEWAY]
+        admin_url = await _site(admin)
+        yield url, admin_url, app[GATEWAY]
     finally:
         await runner.cleanup()
+        await admin.cleanup()
+
+
+ADMIN_MARKER = "admin (readiness, metrics) on"
+
+
+def admin_url(gateway: Proc) -> str:
+    """The admin listener (/readyz, /metrics) of a gateway process started by `gateway_procs`."""
+    return gateway.logged_url(ADMIN_MARKER)
 
 
 @pytest.fixture

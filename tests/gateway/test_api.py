@@ -12,7 +12,7 @@ import pytest
 from multidict import CIMultiDict
 
 from fleet.validate import hash_api_key
-from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.gateway.conftest import SimFactory, serve, serve_with_admin, settings_for
 from tests.support.procs import Proc
 from tests.support.stacks import KEYS, MODEL, stack_document
 from tests.support.wait import async_wait_for
@@ -128,13 +128,15 @@ async def test_stack_keys_are_hashes_and_client_tenant_headers_are_ignored(share
     assert 'tenant="bronze"' in text and 'llmfleet_gateway_requests_total{model="' + MODEL in text
 
 
-async def test_health_ready_metrics_and_unknown_path(shared_sim: Proc) -> None:
+async def test_readiness_and_metrics_answer_on_the_admin_port_only(shared_sim: Proc) -> None:
     sim = shared_sim
-    async with serve(settings_for([sim.url])) as (url, _):
+    public = [("/healthz", 200), ("/readyz", 404), ("/metrics", 404), ("/nope", 404)]
+    admin = [("/healthz", 200), ("/readyz", 200), ("/metrics", 200), ("/v1/models", 404)]
+    async with serve_with_admin(settings_for([sim.url])) as (url, admin_url, _):
         async with aiohttp.ClientSession() as session:
-            for path, status in [("/healthz", 200), ("/readyz", 200), ("/metrics", 200), ("/nope", 404)]:
-                async with session.get(url + path) as resp:
-                    assert resp.status == status
+            for base, path, status in [(url, *case) for case in public] + [(admin_url, *case) for case in admin]:
+                async with session.get(base + path) as resp:
+                    assert resp.status == status, (base, path)
                     assert resp.headers["x-request-id"]
-            async with session.get(url + "/readyz") as resp:
+            async with session.get(admin_url + "/readyz") as resp:
                 assert (await resp.json())["routable_replicas"] == {"qwen-7b": 1, "small": 0}

@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from fleet.validate import DEMO_API_KEY
-from tests.support.procs import Proc
+from tests.gateway.conftest import admin_url
+from tests.support.procs import Proc, Procs
 from tests.support.stacks import MODEL, write_stack
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
@@ -37,3 +38,31 @@ async def test_tenant_keys_from_secret_env(
     monkeypatch.setenv("LLMFLEET_SECRET_TENANTKEYS_GOLD", json.dumps(["sk-from-secret"]))
     gateway = gateway_procs(stack, [shared_sim.url])
     assert await _chat(gateway.url, "sk-from-secret") == 200
+
+
+async def test_metrics_and_readiness_answer_on_the_admin_port_and_not_on_the_public_one(
+    shared_sim: Proc, gateway_procs: Callable[..., Proc]
+) -> None:
+    gateway = gateway_procs("local", [shared_sim.url])
+    admin = admin_url(gateway)
+    assert admin != gateway.url
+    async with aiohttp.ClientSession() as session:
+        statuses = {}
+        for base in (gateway.url, admin):
+            for path in ("/metrics", "/readyz", "/healthz"):
+                async with session.get(base + path) as resp:
+                    statuses[base == admin, path] = resp.status
+    assert statuses == {
+        (False, "/metrics"): 404,
+        (False, "/readyz"): 404,
+        (False, "/healthz"): 200,
+        (True, "/metrics"): 200,
+        (True, "/readyz"): 200,
+        (True, "/healthz"): 200,
+    }
+
+
+def test_an_admin_port_equal_to_the_public_port_is_refused(procs: Procs) -> None:
+    proc = procs.start(["gateway", "--stack", "local", "--port", "18080", "--admin-port", "18080"], name="gw")
+    assert proc.wait(timeout_s=30) == 2
+    assert "the admin port must differ from the public port 18080" in proc.text()

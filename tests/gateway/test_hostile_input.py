@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
+from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
@@ -35,9 +36,8 @@ async def _statuses(url: str, ids: list[str]) -> list[int]:
         return list(await asyncio.gather(*(one(session, rid) for rid in ids)))
 
 
-async def _routable(url: str) -> bool:
-    async with aiohttp.ClientSession() as session, session.get(url + "/readyz") as resp:
-        return bool((await resp.json())["routable_replicas"]["qwen-7b"] >= 1)
+def _routable(gateway: Gateway) -> bool:
+    return gateway.endpoints.routable("qwen-7b") >= 1
 
 
 @pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -52,8 +52,8 @@ async def test_requests_sharing_one_request_id_are_limited_like_distinct_ones(
     settings: GatewaySettings = settings_for([sim.url], **overrides)
     results: dict[str, list[int]] = {}
     for case, ids in {"distinct": [f"req-{i}" for i in range(8)], "shared": ["req-same"] * 8}.items():
-        async with serve(settings) as (url, _):
-            await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        async with serve(settings) as (url, gateway):
+            await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
             results[case] = sorted(await _statuses(url, ids))
     assert results["shared"] == results["distinct"] == [200] * MAX_CONCURRENCY + [429] * (8 - MAX_CONCURRENCY)
 
@@ -61,8 +61,8 @@ async def test_requests_sharing_one_request_id_are_limited_like_distinct_ones(
 async def test_no_response_names_an_internal_address(sims: SimFactory) -> None:
     (sim,) = sims([])
     address = sim.url.split("://", 1)[1]
-    async with serve(settings_for([sim.url])) as (url, _), aiohttp.ClientSession() as session:
-        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+    async with serve(settings_for([sim.url])) as (url, gateway), aiohttp.ClientSession() as session:
+        await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
         async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as ok:
             answered = (ok.status, dict(ok.headers), await ok.text())
         sim.kill()  # the gateway still believes it ready: the next request fails to connect to it
@@ -115,8 +115,8 @@ async def test_the_gateway_holds_the_engines_key_and_clients_never_need_it(sims:
     with_key = dataclasses.replace(settings_for([engine.url]), engine_api_key="engine-key-1")
     results = []
     for settings in (with_key, settings_for([engine.url])):
-        async with serve(settings) as (url, _), aiohttp.ClientSession() as session:
-            await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        async with serve(settings) as (url, gateway), aiohttp.ClientSession() as session:
+            await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
             async with session.post(url + "/v1/chat/completions", json={**CHAT, "max_tokens": 4}, headers=GOLD) as r:
                 results.append(r.status)
     assert results == [200, 401]  # without the key the engine refuses even an authenticated tenant
@@ -138,7 +138,7 @@ async def test_malformed_bodies_are_400_with_openai_errors_and_never_reach_or_ej
         "not-utf8": b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "\xff"}]}',
     }
     async with serve(settings_for([engine.url])) as (url, gateway):
-        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+        await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
         for _ in range(8):  # as many as it once took to eject a replica
             for name, body in bodies.items():
                 status, _, payload = await _post_raw(url, body, GOLD)
@@ -157,8 +157,8 @@ async def test_a_corrupt_gzip_body_is_a_400(shared_sim: Any) -> None:
 
 async def test_the_models_repository_id_reaches_the_engine_as_its_served_name(shared_sim: Any) -> None:
     body = {**CHAT, "model": "Qwen/Qwen2.5-7B-Instruct", "max_tokens": 4}  # the engine serves only MODEL
-    async with serve(settings_for([shared_sim.url])) as (url, _):
-        await async_wait_for(functools.partial(_routable, url), timeout_s=10, what="the replica routable")
+    async with serve(settings_for([shared_sim.url])) as (url, gateway):
+        await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
         status, _, payload = await _post_raw(url, json.dumps(body).encode(), GOLD)
     assert status == 200, payload
 

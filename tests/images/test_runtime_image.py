@@ -37,6 +37,7 @@ UID = 10001  # the image's USER
 BUILD_TIMEOUT_S = 900.0  # a cold build (debootstrap, then pip) takes about 1.5 min here
 TOOLS = ("buildah", "podman", "debootstrap")
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+_ADMIN = re.compile(r"admin \(readiness, metrics\) on (http://127\.0\.0\.1:\d+)")
 
 
 def _why_not() -> str | None:
@@ -143,10 +144,13 @@ def test_the_gateway_in_the_image_serves_a_chat_completion_from_a_host_simulator
             return match.group(1) if match else None
 
         url = wait_for(listening, timeout_s=60, what="the gateway in the image to listen", diagnostics=log.read_text)
+        found = _ADMIN.search(log.read_text())
+        assert found, log.read_text()  # printed before the public listener's line
+        admin = found.group(1)
         wait_for(
-            lambda: httpx.get(f"{url}/readyz", timeout=1.0, trust_env=False).status_code == 200,
+            lambda: httpx.get(f"{admin}/readyz", timeout=1.0, trust_env=False).status_code == 200,
             timeout_s=30,
-            what=f"{url}/readyz -> 200",
+            what=f"{admin}/readyz -> 200",
             diagnostics=log.read_text,
         )
 

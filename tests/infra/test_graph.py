@@ -232,6 +232,8 @@ def test_prod_gateway_is_an_nlb_with_hpa_pdb_and_zone_spread(prod: OfflineRun, p
         contract.stack_file_path("prod"),
         "--port",
         str(prod_spec.gateway.port),
+        "--admin-port",
+        str(prod_spec.gateway.admin_port),
         "--shutdown-timeout",
         str(prod_spec.gateway.drain.shutdown_timeout),
     ]
@@ -286,6 +288,7 @@ def test_pod_monitors_scrape_engines_and_gateways_with_the_pool_label_the_rules_
     engine = monitors["llmfleet-engine"]
     assert engine["selector"]["matchLabels"] == {"app.kubernetes.io/component": "engine"}
     assert [e["port"] for e in engine["podMetricsEndpoints"]] == ["engine", "agent"]
+    assert [e["port"] for e in monitors["llmfleet-gateway"]["podMetricsEndpoints"]] == ["admin"]  # /metrics there
     (relabel,) = engine["podMetricsEndpoints"][0]["relabelings"]
     assert relabel["targetLabel"] == "llmfleet_io_pool"
     (rule,) = prod.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")

@@ -80,7 +80,7 @@ def test_the_scraper_namespace_comes_from_the_stack() -> None:
 
 
 @pytest.mark.parametrize("stack", CLOUD_STACKS)
-def test_control_plane_admits_agents_and_gateways_and_the_gateway_admits_anyone(stack: str) -> None:
+def test_control_plane_admits_agents_and_gateways_and_the_gateway_admits_anyone_but_its_admin_port(stack: str) -> None:
     run = stack_run(stack)
     spec = load_spec(stack).spec
     namespace = spec.cluster.namespace
@@ -90,7 +90,11 @@ def test_control_plane_admits_agents_and_gateways_and_the_gateway_admits_anyone(
         _component(contract.COMPONENT_GATEWAY),
     ]
     gateway = _selecting(run, namespace, contract.COMPONENT_GATEWAY)
-    assert gateway == [{"ports": [{"protocol": "TCP", "port": spec.gateway.port}]}]  # no `from`: any source
+    scraper = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: spec.observability.prometheus_namespace}}}
+    assert gateway == [
+        {"ports": [{"protocol": "TCP", "port": spec.gateway.port}]},  # no `from`: any source
+        {"from": [scraper], "ports": [{"protocol": "TCP", "port": spec.gateway.admin_port}]},  # /metrics, /readyz
+    ]
 
 
 def test_in_cluster_quota_redis_admits_only_gateways() -> None:
@@ -251,3 +255,24 @@ def test_the_vpc_cni_runs_on_its_own_role_and_enforces_network_policies(stack: s
         assert run.depends_on(group, addon) or any(
             run.depends_on(p, addon) for p in run.resources if p.urn == group.parent
         )
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_the_gateways_admin_port_is_probed_and_scraped_but_no_service_exposes_it(stack: str) -> None:
+    run = stack_run(stack)
+    spec = load_spec(stack).spec
+    (gateway,) = [d for d in run.of_type(DEPLOYMENT) if d.props["metadata"]["name"] == contract.GATEWAY_NAME]
+    (container,) = gateway.props["spec"]["template"]["spec"]["containers"]
+    assert {"name": "admin", "containerPort": spec.gateway.admin_port} in container["ports"]
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": spec.gateway.admin_port,
+        "scheme": "HTTP",
+    }
+    services = [
+        s for s in run.of_type("kubernetes:core/v1:Service") if s.props["metadata"]["name"] == contract.GATEWAY_NAME
+    ]
+    assert services
+    for service in services:
+        exposed = {p.get("targetPort", p["port"]) for p in service.props["spec"]["ports"]}
+        assert spec.gateway.admin_port not in exposed and "admin" not in exposed

@@ -118,9 +118,9 @@ def alive(pid: int) -> bool:
 
 def start_fleet(stack: Path, log_dir: Path) -> Fleet:
     """Start ``llmfleet up`` (its output in ``log_dir``/up.log) on free ports; returns at once."""
-    gw, cp = free_port(), free_port()
+    gw, admin, cp = free_port(), free_port(), free_port()
     argv = [
-        "up", "--stack", str(stack), "--port", str(gw), "--control-plane-port", str(cp),
+        "up", "--stack", str(stack), "--port", str(gw), "--admin-port", str(admin), "--control-plane-port", str(cp),
         "--log-dir", str(log_dir), "--ready-timeout", "60",
     ]  # fmt: skip
     up = Proc.start(argv, log_dir / "up.log")

@@ -123,6 +123,14 @@ class Proc:
         )
         return self._url
 
+    def logged_url(self, marker: str) -> str:
+        """The loopback URL logged after ``marker``, already in the log (a second listener's); `url` is unchanged."""
+        log = self.text()
+        match = _URL.search(log, log.index(marker)) if marker in log else None
+        if match is None:
+            raise AssertionError(f"{self.name} logged no URL after {marker!r}:\n{self.tail()}")
+        return match.group(0)
+
     def wait_http(
         self, path: str, *, timeout_s: float = 30.0, ok: tuple[int, ...] = (200,), interval_s: float = 0.05
     ) -> float:

@@ -18,7 +18,7 @@ from gateway.body import parse_body
 from gateway.errors import QuotaExceeded
 from gateway.quota import QuotaLimits
 from gateway.quota.redis import RedisQuota
-from tests.gateway.conftest import SimFactory
+from tests.gateway.conftest import SimFactory, admin_url
 from tests.support.procs import Proc
 from tests.support.stacks import KEYS, MODEL, write_stack
 from tests.support.wait import async_wait_for
@@ -82,7 +82,7 @@ async def test_quota_is_exact_across_two_gateways(
             async with session.get(url + "/readyz") as resp:
                 return bool((await resp.json())["routable_replicas"]["qwen-7b"] == 1)
 
-        for url in (first.url, second.url):  # both gateways see the replica before the burst
+        for url in (admin_url(first), admin_url(second)):  # both gateways see the replica before the burst
             await async_wait_for(functools.partial(routable, url), timeout_s=10, what=f"{url} routing to the replica")
         results = await asyncio.gather(*(send(session, (first.url, second.url)[i % 2]) for i in range(200)))
     statuses = [status for status, _ in results]
