@@ -16,7 +16,9 @@ Either way the caller's address is the TCP peer's (a pod's own IP inside a clust
 control plane holds a report's ``engine_url`` to it (`same_host`).
 
 Server side, `ControlAuth.require(*kinds)` is a FastAPI dependency: no or an invalid credential -> 401, a valid
-one of another kind -> 403, both as OpenAI's error JSON (`install` registers the handler). ``ControlAuth(None)``
+one of another kind -> 403, a verifier that cannot reach the API server -> 503 with Retry-After (an outage is not
+the caller's fault: agents and gateways retry), all as OpenAI's error JSON (`install` registers the handler).
+``ControlAuth(None)``
 lets everyone through (auth off). Client side, `ClientCredential` gives the header, re-reading a token file
 when it changes (projected tokens rotate); `BearerAuth` plugs it into an httpx client.
 """
@@ -180,8 +182,8 @@ class ControlAuthError(Exception):
 async def _refused(request: Request, exc: Exception) -> JSONResponse:
     del request  # Unused.
     assert isinstance(exc, ControlAuthError)
-    kind = "authentication_error" if exc.status == 401 else "permission_error"
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    kind = {401: "authentication_error", 403: "permission_error"}.get(exc.status, "service_unavailable")
+    headers = {401: {"WWW-Authenticate": "Bearer"}, 503: {"Retry-After": "1"}}.get(exc.status)
     return JSONResponse(error_dict(exc.message, kind, exc.status), status_code=exc.status, headers=headers)
 
 
@@ -199,7 +201,8 @@ class ControlAuth:
         self.verifier = verifier
 
     def install(self, app: FastAPI) -> None:
-        """Render refusals as OpenAI error JSON (401 authentication_error, 403 permission_error)."""
+        """Render refusals as OpenAI error JSON (401 authentication_error, 403 permission_error, and 503
+        service_unavailable with Retry-After when the verifier could not reach the API server)."""
         app.add_exception_handler(ControlAuthError, _refused)
 
     def require(self, *kinds: Kind) -> Callable[[Request], Awaitable[Caller | None]]:
@@ -212,8 +215,8 @@ class ControlAuth:
             peer = request.client.host if request.client else None
             try:
                 found = await self.verifier.verify(token, peer)
-            except httpx.HTTPError as exc:
-                raise ControlAuthError(401, f"the credential could not be checked: {type(exc).__name__}") from exc
+            except httpx.HTTPError as exc:  # the API server is out, not the caller wrong: it may retry
+                raise ControlAuthError(503, f"the credential could not be checked: {type(exc).__name__}") from exc
             if found is None:
                 raise ControlAuthError(401, "invalid control credential")
             if found.kind not in kinds:

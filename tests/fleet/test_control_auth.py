@@ -12,11 +12,13 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
+from fastapi import Depends, FastAPI
 
 from fleet.control_auth import (
     REVIEW_PATH,
     Caller,
     ClientCredential,
+    ControlAuth,
     Kind,
     SharedSecret,
     TokenReview,
@@ -133,6 +135,33 @@ async def test_token_review_raises_when_the_api_server_refuses_the_reviewer(
     api_server.status = 403
     with pytest.raises(httpx.HTTPStatusError):
         await TokenReview(http, clock=Now()).verify("tok-a", "10.0.0.7")
+
+
+async def test_an_api_server_that_cannot_review_makes_a_503_with_retry_after_not_a_401(
+    api_server: FakeApiServer, http: httpx.AsyncClient
+) -> None:
+    auth = ControlAuth(TokenReview(http, clock=Now()))
+    app = FastAPI()
+    auth.install(app)
+
+    agent_only = Depends(auth.require(Kind.AGENT))
+
+    @app.get("/guarded")
+    async def guarded(caller: Caller | None = agent_only) -> dict[str, str]:
+        return {"name": caller.name if caller else ""}
+
+    api_server.tokens["tok-a"] = ("llmfleet-engine", "pod-a")
+    headers = {"Authorization": "Bearer tok-a"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp") as client:
+        assert (await client.get("/guarded", headers=headers)).json() == {"name": "pod-a"}
+        api_server.status = 500
+        headers = {"Authorization": "Bearer tok-b"}  # not cached: reviewed during the outage
+        outage = await client.get("/guarded", headers=headers)
+        api_server.status = 201
+        unknown = await client.get("/guarded", headers=headers)
+    assert (outage.status_code, outage.headers["Retry-After"]) == (503, "1")
+    assert outage.json()["error"]["type"] == "service_unavailable"
+    assert unknown.status_code == 401 and unknown.headers["WWW-Authenticate"] == "Bearer"
 
 
 async def test_shared_secret_takes_the_claimed_kind_only_with_the_right_secret() -> None:
