@@ -16,7 +16,9 @@ so a dead Redis sees at most one probe per interval, never one call per request)
 again (one WARNING line) and that request already uses Redis. Releases that could not reach Redis (reservations
 taken there before the outage) are kept, up to ``max_pending``, and settled in the background when it answers
 again, so a network partition that heals leaks no concurrency slot for a lease's length. A reservation taken
-locally is released locally, whenever that is.
+locally is released locally, whenever that is. At most ``max_in_flight`` calls go to Redis at once: a burst waits
+for a turn rather than opening a connection per request (on a busy host their connect timeouts would look like an
+outage), and a hung Redis costs the burst one timeout, not one per request.
 
 Across a transition the two counts do not see each other's open requests: for the length of the requests in flight
 at that moment a tenant can exceed its limit by what the other side holds. `health` feeds the gateway's metrics.
@@ -70,8 +72,9 @@ class FailoverQuota(QuotaBackend):
         gateways: int,
         clock: Callable[[], float],
         probe_interval_s: float = 1.0,
-        probe_timeout_s: float = 0.25,
+        probe_timeout_s: float = 0.5,
         max_pending: int = 10_000,
+        max_in_flight: int = 32,
     ) -> None:
         self._shared = shared
         self._local = local
@@ -85,6 +88,10 @@ class FailoverQuota(QuotaBackend):
         self._probing = False
         self._pending: deque[tuple[Reservation, int]] = deque(maxlen=max_pending)
         self._settling: asyncio.Task[None] | None = None
+        # At most this many calls to Redis at once (so at most this many connections): a burst of requests waits
+        # here instead of opening a connection each, whose connect timeouts on a busy host would look like an
+        # outage; and a request that waited sees an outage found meanwhile before it calls Redis.
+        self._gate = asyncio.Semaphore(max_in_flight)
         self._decided_locally = 0
         self._refused = 0
 
@@ -93,10 +100,12 @@ class FailoverQuota(QuotaBackend):
 
     async def acquire(self, tenant: str, limits: QuotaLimits, request_id: str, tokens: int) -> Reservation:
         if self._up or await self._answers_again():
-            try:
-                return await self._shared.acquire(tenant, limits, request_id, tokens)
-            except QuotaStoreUnavailable as exc:
-                self._went_down(exc)
+            async with self._gate:
+                if self._up:
+                    try:
+                        return await self._shared.acquire(tenant, limits, request_id, tokens)
+                    except QuotaStoreUnavailable as exc:
+                        self._went_down(exc)
         if self._mode == "fail-closed":
             self._refused += 1
             raise QuotaStoreUnavailable("the quota store is unavailable; retry shortly")
@@ -108,14 +117,15 @@ class FailoverQuota(QuotaBackend):
         if isinstance(reservation, _LocalReservation):
             await self._local.release(reservation, used_tokens)
             return
-        if not self._up:
-            self._pending.append((reservation, used_tokens))
-            return
-        try:
-            await self._shared.settle(reservation, used_tokens)
-        except QuotaStoreUnavailable as exc:
-            self._went_down(exc)
-            self._pending.append((reservation, used_tokens))
+        if self._up:
+            async with self._gate:
+                if self._up:
+                    try:
+                        await self._shared.settle(reservation, used_tokens)
+                        return
+                    except QuotaStoreUnavailable as exc:
+                        self._went_down(exc)
+        self._pending.append((reservation, used_tokens))
 
     async def close(self) -> None:
         if self._settling is not None:
@@ -162,8 +172,9 @@ class FailoverQuota(QuotaBackend):
     async def _settle_pending(self) -> None:
         while self._pending and self._up:
             reservation, used = self._pending.popleft()
-            try:
-                await self._shared.settle(reservation, used)
-            except QuotaStoreUnavailable as exc:
-                self._pending.appendleft((reservation, used))
-                self._went_down(exc)
+            async with self._gate:
+                try:
+                    await self._shared.settle(reservation, used)
+                except QuotaStoreUnavailable as exc:
+                    self._pending.appendleft((reservation, used))
+                    self._went_down(exc)

@@ -7,8 +7,9 @@ last token (the per-pod counting and concurrent-bypass failures of other gateway
 request ids scored by lease expiry).
 
 `RedisQuota.from_url` connects with short timeouts and one immediate retry on a connection error (a pooled
-connection that a restart broke is replaced at once): an unreachable store costs a request about a second at
-most, never redis-py's default seconds of back-off, and `gateway.quota.failover` decides what happens then.
+connection that a restart broke is replaced at once): a Redis that is gone (connection refused) fails a request at
+once and one that does not answer within 2 s fails it then, never after redis-py's default back-off;
+`gateway.quota.failover` decides what happens next.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ return 1
 )
 
 
-CONNECT_TIMEOUT_S = 0.5  # loopback or in-zone: a healthy Redis accepts in milliseconds
-COMMAND_TIMEOUT_S = 1.0  # the scripts are O(1) apart from expired leases
+# A healthy Redis answers in milliseconds; the slack is for the gateway's own event loop, which on a busy host can
+# run a connect's or a reply's callback late: a false outage would put quotas on the local share for a second.
+CONNECT_TIMEOUT_S = 2.0
+COMMAND_TIMEOUT_S = 2.0
 
 
 class RedisQuota(QuotaBackend):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -118,51 +121,90 @@ async def test_fail_closed_refuses_with_503_while_down(redis_server: RedisServer
         assert quota.health().up
 
 
-@pytest.fixture
-def dead_store() -> Iterator[tuple[str, list[int]]]:
-    """A port that accepts connections and closes them at once (a Redis that never answers); connection count."""
-    import socket
-    import threading
+class SilentStore:
+    """A loopback port that accepts connections and never answers: ``hold`` keeps them open (a Redis that hangs),
+    else closes them at once (one that drops them). ``accepted`` counts connections."""
 
-    accepted = [0]
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    listener.settimeout(0.1)
-    stop = threading.Event()
+    def __init__(self, hold: bool) -> None:
+        self.hold = hold
+        self.accepted = 0
+        self._open: list[socket.socket] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self._listener.settimeout(0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
-    def serve() -> None:
-        while not stop.is_set():
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self._listener.getsockname()[1]}/0"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                conn, _ = listener.accept()
-                accepted[0] += 1
-                conn.close()
+                conn, _ = self._listener.accept()
+                self.accepted += 1
+                if self.hold:
+                    self._open.append(conn)
+                else:
+                    conn.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0", accepted
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in self._open:
+            conn.close()
+        self._listener.close()
 
 
-async def test_a_dead_store_is_probed_at_most_once_per_interval(dead_store: tuple[str, list[int]]) -> None:
-    url, accepted = dead_store
+@pytest.fixture
+def dead_store() -> Iterator[SilentStore]:
+    store = SilentStore(hold=False)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def hung_store() -> Iterator[SilentStore]:
+    store = SilentStore(hold=True)
+    yield store
+    store.close()
+
+
+async def test_a_dead_store_is_probed_at_most_once_per_interval(dead_store: SilentStore) -> None:
     clock = Clock()
     limits = QuotaLimits(**ROOMY, max_concurrency=1000)
-    async with failover(url, clock) as quota:
+    async with failover(dead_store.url, clock) as quota:
         await quota.acquire("t", limits, "first", 1)  # fails over on the first request
         assert not quota.health().up
-        tried = accepted[0]
+        tried = dead_store.accepted
         assert tried >= 1
         await asyncio.gather(*(quota.acquire("t", limits, f"a{i}", 1) for i in range(50)))
-        assert accepted[0] == tried  # within the interval: no call at all
+        assert dead_store.accepted == tried  # within the interval: no call at all
         clock.now += 1.0
         await asyncio.gather(*(quota.acquire("t", limits, f"b{i}", 1) for i in range(50)))
-        assert tried < accepted[0] <= tried + 2  # one PING (and its one retry) for 50 requests
+        assert tried < dead_store.accepted <= tried + 2  # one PING (and its one retry) for 50 requests
         assert quota.health().decided_locally == 101
+
+
+async def test_a_hung_store_costs_a_burst_one_timeout_and_a_few_connections(hung_store: SilentStore) -> None:
+    clock = Clock()
+    limits = QuotaLimits(**ROOMY, max_concurrency=1000)
+    client = Redis.from_url(hung_store.url, socket_connect_timeout=0.3, socket_timeout=0.3)
+    quota = FailoverQuota(
+        RedisQuota(client), MemoryQuota(clock), mode="fail-open", gateways=1, clock=clock, max_in_flight=4
+    )
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(quota.acquire("t", limits, f"r{i}", 1) for i in range(40)))
+        elapsed = time.monotonic() - started
+    finally:
+        await quota.close()
+    # Four calls wait for Redis at once; when they time out, the 36 behind them see the outage and go local.
+    assert hung_store.accepted <= 4 and elapsed < 1.5
+    assert quota.health().decided_locally == 40
 
 
 async def test_releases_redis_missed_are_settled_when_it_answers_again(redis_server: RedisServer) -> None:
