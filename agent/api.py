@@ -17,7 +17,7 @@ Authentication (`fleet.control_auth`): ``POST /drain`` and ``POST /reset`` need 
 credential from loopback, from the pod's own address (the connection's local address) or from an address in
 ``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls the pod IP from the
 node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is ``create_app``'s
-``auth`` argument, else the agent's ``control_auth`` attribute (set by the CLI), else none.
+``auth`` argument, else the agent's own (`Agent.api_auth`, set by the CLI), else none.
 
 Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape (`fleet.control_api`).
 Handlers only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
@@ -144,10 +144,10 @@ def _local_caller(request: Request, prestop_from: Collection[str]) -> bool:
 
 
 def create_app(agent: Agent, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
-    """The FastAPI application serving ``agent`` (``auth`` None: the agent's ``control_auth``, else open)."""
+    """The FastAPI application serving ``agent`` (``auth`` None: the agent's ``api_auth``, else open)."""
     supervisor = agent.supervisor
-    auth = auth or getattr(agent, "control_auth", None) or ControlAuth(None)
-    prestop_from = prestop_from or getattr(agent, "prestop_from", ())
+    auth = auth or agent.api_auth or ControlAuth(None)
+    prestop_from = prestop_from or agent.prestop_from
     control_plane_only = Depends(auth.require(Kind.CONTROL_PLANE))
     checked = auth.require(Kind.CONTROL_PLANE)
 

@@ -110,13 +110,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class CliAgent(Agent):
-    """The agent as the CLI runs it: with the auth its API enforces (`agent.api.create_app` reads these)."""
-
-    control_auth: ControlAuth
-    prestop_from: tuple[str, ...] = ()
-
-
 def http_auth(options: AgentOptions, env: Mapping[str, str]) -> OriginAuth:
     """The control credential for the control plane's origin, the engine key for the engine's; nothing elsewhere."""
     tokens: dict[str, Callable[[], str]] = {}
@@ -224,9 +217,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with httpx.AsyncClient(trust_env=False, auth=http_auth(options, os.environ)) as http:
-            agent = CliAgent(pool, options, http)
-            agent.control_auth = auth
-            agent.prestop_from = tuple(args.prestop_from)
+            agent = Agent(pool, options, http, api_auth=auth, prestop_from=args.prestop_from)
             return await _serve(agent)
 
     return asyncio.run(main())

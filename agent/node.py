@@ -32,6 +32,7 @@ from agent.reporter import Load, Reporter
 from agent.states import State, Transition
 from agent.supervisor import Supervisor, SupervisorSettings
 from fleet.control_api import ApiServer, bind
+from fleet.control_auth import ControlAuth
 from fleet.model_manifest import ModelKeys
 from fleet.spec import PoolSpec
 from fleet.wire import LoadReport
@@ -72,10 +73,15 @@ class Agent:
         http: httpx.AsyncClient,
         clock: Clock | None = None,
         s3: Any = None,
+        api_auth: ControlAuth | None = None,
+        prestop_from: Sequence[str] = (),
     ) -> None:
         """``s3``: the model store's boto3 S3 client (default: one from boto3's own settings, when there is a
-        store)."""
+        store). ``api_auth`` guards the agent's API (None: open) and ``prestop_from`` lists the addresses that may
+        call ``/prestop`` without a credential (`agent.api`)."""
         self.pool = pool
+        self.api_auth = api_auth
+        self.prestop_from = tuple(prestop_from)
         self.options = options
         self.clock = clock or SystemClock()
         store = options.model_store
