@@ -6,6 +6,11 @@ with the port actually bound (``--port 0`` picks a free one), to stdout; agents 
 too unless ``--url`` or ``controlPlane.url`` says otherwise. SIGINT or SIGTERM stops the loop, then closes the
 actuator (the local actuator drains and stops every agent it started), then the HTTP server.
 
+**Restarts** (docs/operations.md, "Control plane restart"). Before serving, the restart leases are loaded from the
+actuator's lease store (`autoscaler.lease_stores`: Lease objects on a cluster, ``<state dir>/leases.json``
+locally). ``--state-dir`` defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither,
+nothing persists.
+
 ``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.control_auth`); the default
 is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
 warning: then anyone who reaches the port can register an engine.
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
+from autoscaler.lease_stores import LeaseStoreError, build_lease_store
 from autoscaler.loop import ControlLoop
 from autoscaler.plugins import REGISTRIES
 from autoscaler.registry import ReplicaRegistry
@@ -45,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="log scaling decisions without acting on them")
     parser.add_argument("--actuator", default=None, help="override autoscaling.actuator")
     parser.add_argument("--log-dir", type=Path, default=None, help="where local agents write their logs")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where a local control plane keeps leases and launched agents across restarts (default: --log-dir)",
+    )
     parser.add_argument(
         "--auth",
         choices=AUTH_MODES,
@@ -89,12 +101,23 @@ async def serve(args: argparse.Namespace) -> int:
     url_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = args.url or spec.control_plane.url or f"http://{url_host}:{port}"
     env = ActuatorEnv(
-        stack=_stack_ref(args.stack), control_plane_url=url, log_dir=args.log_dir, nodegroups=dict(args.nodegroup)
+        stack=_stack_ref(args.stack),
+        control_plane_url=url,
+        log_dir=args.log_dir,
+        state_dir=args.state_dir or args.log_dir,
+        nodegroups=dict(args.nodegroup),
     )
-    actuator = build_actuator(spec, env, name=args.actuator, dry_run=True if args.dry_run else None)
+    actuator_name = args.actuator or spec.autoscaling.actuator
+    actuator = build_actuator(spec, env, name=actuator_name, dry_run=True if args.dry_run else None)
+    store = build_lease_store(spec, env, actuator_name)
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     loop = ControlLoop(spec, registry, actuator, clock=time.time)
-    cp = ControlPlane.build(spec, time.time, loop)
+    cp = ControlPlane.build(spec, time.time, loop, store=store)
+    try:
+        restored = await cp.leases.restore(time.time())
+        log.info("restart leases in %s: %d held", store.where(), restored)
+    except LeaseStoreError as exc:  # lease calls answer 503 and retry the load until it succeeds
+        log.error("restart leases could not be loaded from %s: %s", store.where(), exc)
     server = ApiServer(create_app(cp, auth), sock)
     await server.start()
     log.info(
@@ -118,6 +141,7 @@ async def serve(args: argparse.Namespace) -> int:
         await task
     await actuator.close()
     await server.stop()
+    await store.close()
     return 0
 
 

@@ -6,7 +6,8 @@
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica)
     POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held)
-    DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool}
+                                              | 503 (the lease store cannot be written: nothing granted)
+    DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool} | 503
     GET    /v1/leases                         LeasesResponse: current holders and the grant/release history
     GET    /v1/decisions[?pool=P&limit=N]     DecisionsResponse: decisions, newest last, each with inputs and reason
     GET    /metrics                           Prometheus text
@@ -15,8 +16,9 @@
 
 Bodies are the `fleet.wire` models. Every error, an invalid body or query included (400, never 422), is OpenAI's
 JSON error shape (`fleet.control_api`); an unknown pool is 404 with ``param: "pool"``. The app holds no global
-state: `create_app` builds it from a `ControlPlane`, whose clock is injected. Handlers are ``async`` and do no
-I/O, so they run on the event loop, never in a thread pool.
+state: `create_app` builds it from a `ControlPlane`, whose clock is injected. Handlers are ``async`` and run on
+the event loop, never in a thread pool; the only I/O they do is the lease calls' write to the lease store
+(`autoscaler.leases`), awaited, so leases survive a restart of the control plane.
 
 Writes need a control credential (`fleet.control_auth`, given as ``create_app(cp, auth)``): reports from an agent,
 gateway reports from a gateway, leases from an agent; 401 without a valid one, 403 for another kind. A report whose
@@ -35,7 +37,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from autoscaler.decisions import decision_to_json
-from autoscaler.leases import LeaseRefused, LeaseTable
+from autoscaler.lease_stores import LeaseStore
+from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
 from fleet.control_api import create_control_app, error_response, errors
@@ -77,11 +80,18 @@ class ControlPlane:
             )
 
     @classmethod
-    def build(cls, spec: FleetSpec, clock: Callable[[], float], loop: ControlLoop | None = None) -> ControlPlane:
+    def build(
+        cls,
+        spec: FleetSpec,
+        clock: Callable[[], float],
+        loop: ControlLoop | None = None,
+        store: LeaseStore | None = None,
+    ) -> ControlPlane:
+        """A control plane over ``spec``; leases kept in ``store`` (None: in memory only)."""
         cp = spec.control_plane
         pools = {p.name: p for p in spec.pools}
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
-        leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s)
+        leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         return cls(spec, registry, leases, clock, loop)
 
 
@@ -113,6 +123,10 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
 
     def unknown_pool(name: str) -> JSONResponse:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")
+
+    def store_down(exc: LeaseStoreError) -> JSONResponse:
+        message = f"restart leases cannot be kept right now ({exc}); retry later"
+        return error_response(503, message, None, type_="service_unavailable")
 
     app = create_control_app(
         "llmfleet control plane",
@@ -179,14 +193,18 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
     @app.post(
         "/v1/leases/restart",
         response_model=LeaseGrant,
-        responses=errors(400, 401, 403, 404, 409),
+        responses=errors(400, 401, 403, 404, 409, 503),
         dependencies=[agent_only],
     )
     async def post_lease(req: LeaseRequest) -> LeaseGrant | JSONResponse:
-        """A planned-restart lease; 409 while the pool's ``maxUnavailable`` leases are held by others."""
+        """A planned-restart lease; 409 while the pool's ``maxUnavailable`` leases are held by others, 503 when the
+        lease store cannot be written (no lease is granted that a restart would forget)."""
         if req.pool not in pools:
             return unknown_pool(req.pool)
-        result = cp.leases.acquire(req.pool, req.replica, cp.clock(), req.ttl_s)
+        try:
+            result = await cp.leases.acquire_and_save(req.pool, req.replica, cp.clock(), req.ttl_s)
+        except LeaseStoreError as exc:
+            return store_down(exc)
         if isinstance(result, LeaseRefused):
             refused.labels(req.pool).inc()
             return error_response(
@@ -200,14 +218,17 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
     @app.delete(
         "/v1/leases/restart/{pool}/{replica}",
         response_model=Released,
-        responses=errors(401, 403, 404),
+        responses=errors(401, 403, 404, 503),
         dependencies=[agent_only],
     )
     async def delete_lease(pool: str, replica: str) -> Released | JSONResponse:
         """Give a restart lease back (``released`` is False when it was not held)."""
         if pool not in pools:
             return unknown_pool(pool)
-        return Released(released=cp.leases.release(pool, replica, cp.clock()))
+        try:
+            return Released(released=await cp.leases.release_and_save(pool, replica, cp.clock()))
+        except LeaseStoreError as exc:
+            return store_down(exc)
 
     @app.get("/v1/leases", response_model=LeasesResponse, responses=errors())
     async def get_leases() -> LeasesResponse:

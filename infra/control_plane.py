@@ -2,7 +2,7 @@
 
 Its Role may read and scale only the pools' Deployments (by name), read pods and patch them (the
 ``controller.kubernetes.io/pod-deletion-cost`` annotation picks which replica a scale-down removes), and
-manage Leases (restart-window coordination). On AWS its ServiceAccount assumes an IRSA role that may grow only
+keep restart-window leases as Lease objects. On AWS its ServiceAccount assumes an IRSA role that may grow only
 the fleet's own GPU node groups and terminate only the cluster's node instances, a ClusterRole lets it read and
 cordon nodes (the only cluster-wide right: a node emptied by a drain is cordoned before it is terminated), and
 its arguments name each GPU node group (``--nodegroup GROUP:ZONE=NAME``). ``Recreate``: never two control
@@ -40,10 +40,11 @@ def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
         },
         {"api_groups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {"api_groups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        # Restart leases outlive the control plane as Lease objects (autoscaler/lease_stores.py): these verbs only.
         {
             "api_groups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            "verbs": ["list", "create", "update", "delete"],
         },
     ]
 

@@ -7,6 +7,8 @@ An actuator is as small as a KEDA scaler:
     close() -> None                release resources (the local actuator stops its agents)
 
 Every actuator is built the same way, ``cls.from_spec(spec, env)``, so the loop never branches on its type.
+Each names where the control plane keeps restart leases on its target (``lease_store``, a name in
+`autoscaler.lease_stores.STORES`): Lease objects on a cluster, a file under the state dir locally.
 `DryRun` wraps any actuator: it answers ``current`` from the wrapped one and only logs ``apply``.
 
     class MyActuator(Actuator, name="mine"):
@@ -57,6 +59,7 @@ class ActuatorEnv:
     stack: str  # the stack name or file agents are started with
     control_plane_url: str
     log_dir: Path | None = None
+    state_dir: Path | None = None  # what outlives the control plane locally (leases, launched agents); None: nothing
     kubernetes_client: httpx.AsyncClient | None = None  # base_url = the API server; None: in-cluster account
     eks_client: Any = None  # a boto3 EKS client; None: boto3.client("eks") in the stack's region
     autoscaling_client: Any = None  # a boto3 Auto Scaling client; None: boto3.client("autoscaling")
@@ -67,6 +70,7 @@ class ActuatorEnv:
 
 class Actuator(abc.ABC):
     name: ClassVar[str]
+    lease_store: ClassVar[str] = "memory"
 
     def __init_subclass__(cls, *, name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -54,6 +54,8 @@ def spread(total: int, zones: int) -> list[int]:
 
 
 class AwsActuator(Actuator, name="aws"):
+    lease_store = "kubernetes"  # restart leases as Lease objects in the fleet's namespace
+
     def __init__(
         self,
         spec: FleetSpec,

@@ -51,6 +51,8 @@ def in_cluster_client() -> httpx.AsyncClient:
 
 
 class KubernetesActuator(Actuator, name="kubernetes"):
+    lease_store = "kubernetes"  # restart leases as Lease objects in the fleet's namespace
+
     def __init__(
         self,
         spec: FleetSpec,

@@ -50,6 +50,8 @@ class _Agent:
 
 
 class LocalActuator(Actuator, name="local"):
+    lease_store = "file"  # <state dir>/leases.json (autoscaler.lease_stores)
+
     def __init__(self, spec: FleetSpec, env: ActuatorEnv, command: list[str] | None = None) -> None:
         self.spec = spec
         self.env = env

@@ -246,7 +246,9 @@ def test_control_plane_role_scales_only_pool_deployments(prod: OfflineRun, prod_
     scale = [r for r in rules if r["resources"] == ["deployments/scale"]][0]
     assert scale["resourceNames"] == [contract.pool_deployment_name(p.name) for p in prod_spec.pools]
     assert "patch" in [r for r in rules if r["resources"] == ["pods"]][0]["verbs"]
-    assert any(r["resources"] == ["leases"] for r in rules)
+    [leases] = [r for r in rules if r["resources"] == ["leases"]]  # the control plane's restart-lease store
+    assert leases["apiGroups"] == ["coordination.k8s.io"] and "resourceNames" not in leases
+    assert sorted(leases["verbs"]) == ["create", "delete", "list", "update"]
     (account,) = [
         s
         for s in prod.of_type("kubernetes:core/v1:ServiceAccount")
