@@ -9,7 +9,8 @@ actuator (the local actuator drains and stops every agent it started), then the 
 **Restarts** (docs/operations.md, "Control plane restart"). Before serving, the restart leases are loaded from the
 actuator's lease store (`autoscaler.lease_stores`: Lease objects on a cluster, ``<state dir>/leases.json``
 locally). ``--state-dir`` defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither,
-nothing persists.
+nothing persists. No pool is scaled or listed to gateways until the agents alive have reported
+(`autoscaler.startup`).
 
 ``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.control_auth`); the default
 is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
@@ -33,6 +34,7 @@ from autoscaler.loop import ControlLoop
 from autoscaler.plugins import REGISTRIES
 from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
+from autoscaler.startup import hold_for
 from fleet.control_api import ApiServer, bind
 from fleet.control_auth import AUTH_MODES, ControlAuth, default_mode, make_verifier
 from fleet.errors import SpecError
@@ -111,7 +113,7 @@ async def serve(args: argparse.Namespace) -> int:
     actuator = build_actuator(spec, env, name=actuator_name, dry_run=True if args.dry_run else None)
     store = build_lease_store(spec, env, actuator_name)
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
-    loop = ControlLoop(spec, registry, actuator, clock=time.time)
+    loop = ControlLoop(spec, registry, actuator, clock=time.time, startup_hold_s=hold_for(spec))
     cp = ControlPlane.build(spec, time.time, loop, store=store)
     try:
         restored = await cp.leases.restore(time.time())

@@ -5,6 +5,10 @@
 
 ``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
 until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
+
+With ``startup_hold_s`` > 0 (the control plane's CLI passes `autoscaler.startup.hold_for`) a pool is held, and its
+actuator neither applies nor reconciles anything, until the pool is settled (`autoscaler.startup.StartupHold`):
+a restarted control plane first hears from the agents that are alive.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
 from autoscaler.guardrails import apply_guardrails
 from autoscaler.policies import make_policy
 from autoscaler.registry import GatewayRegistry, GatewaySeen, ReplicaRegistry, ReplicaSeen
+from autoscaler.startup import StartupHold
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
 
@@ -95,6 +100,7 @@ class ControlLoop:
         clock: Callable[[], float],
         history: int = 500,
         gateways: GatewayRegistry | None = None,
+        startup_hold_s: float = 0.0,
     ) -> None:
         self.spec = spec
         self.registry = registry
@@ -108,6 +114,7 @@ class ControlLoop:
         self._state: dict[str, dict[str, Any]] = {}
         self._demand: dict[str, deque[tuple[float, float]]] = {}
         self._stop = asyncio.Event()
+        self.startup = StartupHold(clock(), startup_hold_s)
 
     def replicas(self, pool: PoolSpec, view: FleetView, now: float) -> tuple[ReplicaLoad, ...]:
         """Merge the actuator's view with the registry: the actuator says which replicas exist (when it can),
@@ -136,6 +143,14 @@ class ControlLoop:
         """One pool, one tick: a decision (not yet applied)."""
         view = await self.actuator.current(pool)
         ctx = self.context(pool, self.replicas(pool, view, now), now)
+        reported = {s.report.replica for s in self.registry.seen(pool.name, now)}
+        if not self.startup.settle(pool.name, now, view.replicas, reported):
+            reason = (
+                f"starting: waiting up to {self.startup.remaining(now):.1f} s more for the agents' reports "
+                "before scaling"
+            )
+            inputs = {"replicas": [asdict(r) for r in ctx.replicas], "reported": sorted(reported)}
+            return Hold(pool.name, ctx.current, ctx.current, reason, now, inputs, self.policy.name)
         if ctx.has_metrics:
             window = self._demand.setdefault(pool.name, deque())
             window.append((now, ctx.demand))
@@ -191,7 +206,8 @@ class ControlLoop:
                 )
             if not isinstance(decision, Hold):
                 await self.actuator.apply(decision)
-            await self.actuator.reconcile(pool, decision.target)
+            if self.startup.settled(pool.name, when):
+                await self.actuator.reconcile(pool, decision.target)
             out.append(decision)
         return out
 

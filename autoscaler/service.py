@@ -2,9 +2,12 @@
 
     POST   /v1/reports                        LoadReport from an agent             -> 200 Accepted
     POST   /v1/gateway-reports                GatewayReport from a gateway (its admission queue and request
-                                              rate per pool)                        -> 200 Accepted
+                                              rate per pool)                 -> 200 GatewayAccepted (its share
+                                              of the pool's admission capacity, `autoscaler.shares`)
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
-    GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica)
+    GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
+                                              503 while a control plane that just started is still hearing from
+                                              the pool's agents (`autoscaler.startup`): gateways keep their list
     POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held)
                                               | 503 (the lease store cannot be written: nothing granted)
     DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool} | 503
@@ -41,12 +44,15 @@ from autoscaler.lease_stores import LeaseStore
 from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
+from autoscaler.shares import admission_shares
+from autoscaler.shares import admission_shares
 from fleet.control_api import create_control_app, error_response, errors
 from fleet.control_auth import Caller, ControlAuth, Kind, same_host
 from fleet.spec import FleetSpec
 from fleet.wire import (
     Accepted,
     DecisionsResponse,
+    GatewayAccepted,
     GatewayReport,
     LeaseGrant,
     LeaseRequest,
@@ -93,6 +99,24 @@ class ControlPlane:
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         return cls(spec, registry, leases, clock, loop)
+
+    def admission_capacity(self, pool: str, now: float) -> int:
+        """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
+        queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
+        spec = next(p for p in self.spec.pools if p.name == pool)
+        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
+        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
+
+    def admission_capacity(self, pool: str, now: float) -> int:
+        """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
+        queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
+        spec = next(p for p in self.spec.pools if p.name == pool)
+        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
+        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
+
+    def settled(self, pool: str, now: float) -> bool:
+        """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
+        return self.loop is None or self.loop.startup.settled(pool, now)
 
 
 def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
@@ -148,18 +172,24 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
 
     @app.post(
         "/v1/gateway-reports",
-        response_model=Accepted,
+        response_model=GatewayAccepted,
         responses=errors(400, 401, 403, 404),
         dependencies=[gateway_only],
     )
-    async def post_gateway_report(report: GatewayReport) -> Accepted | JSONResponse:
-        """A gateway's admission queue and request rates for one pool."""
+    async def post_gateway_report(report: GatewayReport) -> GatewayAccepted | JSONResponse:
+        """A gateway's admission queue and request rates for one pool; the answer carries its admission share."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        gateways.record(report, cp.clock())
+        now = cp.clock()
+        gateways.record(report, now)
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
-        return Accepted(accepted=True, stale_after_s=gateways.stale_after_s)
+        live = {s.report.gateway: s.report.demand for s in gateways.seen(report.pool, now) if not s.stale}
+        capacity = cp.admission_capacity(report.pool, now)  # 0: nothing to divide yet, the gateway keeps its floor
+        share = admission_shares(live, capacity).get(report.gateway) if capacity > 0 else None
+        return GatewayAccepted(
+            accepted=True, stale_after_s=gateways.stale_after_s, admission_share=share, gateways=len(live)
+        )
 
     @app.get("/v1/pools", response_model=PoolsResponse, responses=errors())
     async def get_pools() -> PoolsResponse:
@@ -183,12 +213,17 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
             )
         return PoolsResponse(pools=out, generated_at=now)
 
-    @app.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(404))
+    @app.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(404, 503))
     async def get_replicas(pool: str) -> ReplicaList | JSONResponse:
-        """Discovery for gateways: the pool's replicas (stopped ones excluded), each with its ``stale`` flag."""
+        """Discovery for gateways: the pool's replicas (stopped ones excluded), each with its ``stale`` flag; 503
+        until a control plane that just started has heard from the pool's agents."""
         if pool not in pools:
             return unknown_pool(pool)
-        return cp.registry.replica_list(pool, pools[pool].served_name, cp.clock())
+        now = cp.clock()
+        if not cp.settled(pool, now):
+            message = f"the control plane just started and is waiting for pool {pool!r}'s agents to report; retry"
+            return error_response(503, message, None, type_="service_unavailable")
+        return cp.registry.replica_list(pool, pools[pool].served_name, now)
 
     @app.post(
         "/v1/leases/restart",
