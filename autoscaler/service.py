@@ -2,8 +2,7 @@
 
     POST   /v1/reports                        LoadReport from an agent             -> 200 Accepted
     POST   /v1/gateway-reports                GatewayReport from a gateway (its admission queue and request
-                                              rate per pool)                 -> 200 GatewayAccepted (its share
-                                              of the pool's admission capacity, `autoscaler.shares`)
+                                              rate per pool)                        -> 200 Accepted
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
                                               503 while a control plane that just started is still hearing from
@@ -44,15 +43,12 @@ from autoscaler.lease_stores import LeaseStore
 from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
-from autoscaler.shares import admission_shares
-from autoscaler.shares import admission_shares
 from fleet.control_api import create_control_app, error_response, errors
 from fleet.control_auth import Caller, ControlAuth, Kind, same_host
 from fleet.spec import FleetSpec
 from fleet.wire import (
     Accepted,
     DecisionsResponse,
-    GatewayAccepted,
     GatewayReport,
     LeaseGrant,
     LeaseRequest,
@@ -99,20 +95,6 @@ class ControlPlane:
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         return cls(spec, registry, leases, clock, loop)
-
-    def admission_capacity(self, pool: str, now: float) -> int:
-        """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
-        queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
-        spec = next(p for p in self.spec.pools if p.name == pool)
-        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
-        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
-
-    def admission_capacity(self, pool: str, now: float) -> int:
-        """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
-        queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
-        spec = next(p for p in self.spec.pools if p.name == pool)
-        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
-        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
 
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
@@ -172,24 +154,18 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
 
     @app.post(
         "/v1/gateway-reports",
-        response_model=GatewayAccepted,
+        response_model=Accepted,
         responses=errors(400, 401, 403, 404),
         dependencies=[gateway_only],
     )
-    async def post_gateway_report(report: GatewayReport) -> GatewayAccepted | JSONResponse:
-        """A gateway's admission queue and request rates for one pool; the answer carries its admission share."""
+    async def post_gateway_report(report: GatewayReport) -> Accepted | JSONResponse:
+        """A gateway's admission queue and request rates for one pool."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        now = cp.clock()
-        gateways.record(report, now)
+        gateways.record(report, cp.clock())
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
-        live = {s.report.gateway: s.report.demand for s in gateways.seen(report.pool, now) if not s.stale}
-        capacity = cp.admission_capacity(report.pool, now)  # 0: nothing to divide yet, the gateway keeps its floor
-        share = admission_shares(live, capacity).get(report.gateway) if capacity > 0 else None
-        return GatewayAccepted(
-            accepted=True, stale_after_s=gateways.stale_after_s, admission_share=share, gateways=len(live)
-        )
+        return Accepted(accepted=True, stale_after_s=gateways.stale_after_s)
 
     @app.get("/v1/pools", response_model=PoolsResponse, responses=errors())
     async def get_pools() -> PoolsResponse:
