@@ -5,7 +5,9 @@ requests_total, ttft_seconds and e2e_seconds (as seen by the gateway), tokens_to
 queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
 routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
 in_flight{replica}, ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
-quota_store_down_requests_total{decision=local|refused} (requests decided without the store).
+quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
+resumed_streams_total{model,outcome=completed|failed} (streams broken mid-way that were to be resumed on another
+replica: completed seamlessly, or failed and ended with the error event).
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ class GatewayMetrics:
         )
         self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
+        self.resumed_streams = Counter(
+            p + "resumed_streams",
+            "Streams broken mid-way that were to be resumed on another replica, by outcome",
+            ["model", "outcome"],
+            registry=r,
+        )
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoised: prometheus_client's own lookup takes a lock on every call."""

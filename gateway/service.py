@@ -2,7 +2,8 @@
 
 Retries happen only before the first byte reached the client, only for retryable failures (`UpstreamError`
 ``retryable``), always on a replica not tried yet, at most ``retries.maxAttempts`` attempts and only while the
-`RetryBudget` allows. After the first byte a failure ends the stream with an SSE error event and ``[DONE]``.
+`RetryBudget` allows. After the first byte a stream belongs to `gateway.streams.StreamSession`: a failure ends it
+with an SSE error event and ``[DONE]``, or, in a pool that resumes streams, continues it on another replica.
 The quota reservation is settled in every path: the engine's usage when known, the relayed events otherwise,
 nothing when no engine ran the request.
 """
@@ -35,7 +36,6 @@ from gateway.errors import (
     RequestTimeout,
     ServiceUnavailable,
     UnsupportedMediaType,
-    UpstreamBroken,
     UpstreamConnectError,
     UpstreamError,
     UpstreamFailed,
@@ -44,13 +44,14 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.metrics import AccessLog, GatewayMetrics
-from gateway.proxy import CONNECTION_BROKEN, Timeouts, open_stream, send_json, sse_error_event
+from gateway.proxy import Timeouts, open_stream, send_json
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.retries import RetryBudget
-from gateway.routing.base import RequestInfo, Router
+from gateway.routing.base import EndpointView, RequestInfo, Router
 from gateway.settings import GatewaySettings
+from gateway.streams import Segment, StreamSession
 
-__all__ = ["REQUEST_ID", "Gateway", "Outcome", "may_use"]
+__all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use"]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -68,6 +69,7 @@ class Outcome:
     status: int = 0
     replica: str | None = None
     attempts: int = 0
+    resumes: int = 0  # attempts to continue a broken stream (`gateway.streams`)
     stream: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -78,6 +80,30 @@ class Outcome:
     done_s: float | None = None
     upstream_s: float = 0.0
     error: str | None = None
+
+
+class Attempt:
+    """One attempt on one replica: holds the replica's lease (its in-flight counts) from the start until `close`
+    (idempotent), and adds the time in between to ``out.upstream_s``."""
+
+    def __init__(self, gateway: Gateway, view: EndpointView, pool: PoolSpec, out: Outcome) -> None:
+        self._lease = gateway.endpoints.lease(view)
+        self.ep = self._lease.__enter__()
+        self._clock, self._out = gateway.clock, out
+        self._gauge = gateway.metrics.child(gateway.metrics.in_flight, pool.name, self.ep.id)
+        self._gauge.inc()
+        self._started = gateway.clock()
+        self._open = True
+        out.attempts += 1
+        out.replica = self.ep.id
+        gateway.metrics.child(gateway.metrics.routed, pool.served_name, self.ep.id).inc()
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._out.upstream_s += self._clock() - self._started
+            self._gauge.dec()
+            self._lease.__exit__(None, None, None)
 
 
 class Gateway:
@@ -107,6 +133,7 @@ class Gateway:
             self.pools.setdefault(pool.model, pool)
         self.pools.update({p.served_name: p for p in spec.pools})
         self.dynamic = settings.control_plane is not None
+        self._changes: dict[str, asyncio.Event] = {}  # set, then replaced, when a pool's replicas change
         from gateway.admission import Admission  # local: keeps this module's import list about the request path
 
         self.admission = {
@@ -148,12 +175,26 @@ class Gateway:
         per_replica = spec.engine.max_num_seqs + self.config.queue.per_replica_threshold
         self.admission[pool].set_capacity(routable * per_replica)
         self.metrics.child(self.metrics.ready, pool).set(routable)
+        changed = self._changes.pop(pool, None)
+        if changed is not None:
+            changed.set()
+
+    async def pool_changed(self, pool: str, timeout_s: float) -> None:
+        """Return when ``pool``'s replicas may have changed (membership, readiness, ejection, or a refresh round),
+        or after ``timeout_s``."""
+        changed = self._changes.setdefault(pool, asyncio.Event())
+        try:
+            async with asyncio.timeout(timeout_s):
+                await changed.wait()
+        except TimeoutError:
+            pass
 
     def _ejected(self, ep: Endpoint, backoff_s: float) -> None:
         del backoff_s  # Unused.
         self.metrics.child(self.metrics.ejections, ep.pool, ep.id).inc()
 
-    def _account(self, ep: Endpoint, exc: UpstreamError) -> None:
+    def account(self, ep: Endpoint, exc: UpstreamError) -> None:
+        """Health bookkeeping for a failed attempt: readiness for refusals, outlier ejection for replica faults."""
         if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
             self.endpoints.set_ready(ep, False)  # out of rotation until its next good probe
         if exc.replica_fault:
@@ -270,104 +311,52 @@ class Gateway:
             decision = router.route([v for v in self.endpoints.snapshot(pool.name) if v.id not in tried], info)
             if decision is None:
                 raise _no_ready_replica(pool)
-            rid = decision.endpoint.id
-            tried.add(rid)
-            out.attempts += 1
-            out.replica = rid
+            tried.add(decision.endpoint.id)
+            attempt = self.begin_attempt(decision.endpoint, pool, out)
             out.routed_s = self.clock() - out.received
-            self.metrics.child(self.metrics.routed, pool.served_name, rid).inc()
-            with self.endpoints.lease(decision.endpoint) as ep:
-                gauge = self.metrics.child(self.metrics.in_flight, pool.name, ep.id)
-                gauge.inc()
-                started = self.clock()
-                try:
-                    if parsed.stream:
-                        return await self._stream(request, ep, ep.url + path, body, headers, parsed, out)
-                    answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
-                    self.endpoints.succeeded(ep)
-                    out.prompt_tokens = answer.usage.prompt_tokens
-                    out.completion_tokens = answer.usage.completion_tokens
-                    out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
-                    out.first_token_s = self.clock() - out.received
-                    return web.Response(
-                        status=200,
-                        body=answer.body,
-                        headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id},
-                    )
-                except UpstreamStatus as exc:
-                    self._account(ep, exc)
-                    return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
-                except UpstreamError as exc:
-                    self._account(ep, exc)
-                    if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
-                        self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
-                        log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
-                        continue
-                    log.warning("%s failed on %s: %s", out.request_id, ep.id, exc)
-                    raise _client_error(exc) from exc
-                finally:
-                    out.upstream_s += self.clock() - started
-                    gauge.dec()
-
-    async def _stream(
-        self,
-        request: web.Request,
-        ep: Endpoint,
-        url: str,
-        body: bytes,
-        headers: dict[str, str],
-        parsed: ParsedRequest,
-        out: Outcome,
-    ) -> web.StreamResponse:
-        deadline = asyncio.get_running_loop().time() + self.timeouts.total_s
-        relay, first = await open_stream(
-            self.session, url, body, headers, self.timeouts, hide_usage=not parsed.client_wants_usage
-        )
-        # From here on bytes reach the client: no retry, failures end the stream in-band.
-        response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "x-request-id": out.request_id,
-                "x-llmfleet-replica": ep.id,
-            },
-        )
-        try:
-            await response.prepare(request)
-            await response.write(first)
-            out.first_token_s = self.clock() - out.received
-            failure: str | None = None
+            ep = attempt.ep
             try:
-                async with asyncio.timeout_at(deadline):
-                    while True:
-                        data = await relay.resp.content.readany()
-                        if not data:
-                            break
-                        chunk = relay.feed(data)
-                        if chunk:
-                            await response.write(chunk)
-                if not relay.done:
-                    failure = "the engine closed the stream before it finished"
-            except TimeoutError:
-                failure = f"stream exceeded the total timeout of {self.timeouts.total_s:g}s"
-            except CONNECTION_BROKEN as exc:
-                failure = f"the engine connection broke mid-stream ({type(exc).__name__})"
-            if failure is not None:
-                self._account(ep, UpstreamBroken(failure))
-                out.error = "stream_broken"
-                await response.write(sse_error_event(failure))
-            else:
+                if parsed.stream:
+                    deadline = asyncio.get_running_loop().time() + self.timeouts.total_s
+                    relay, first = await open_stream(
+                        self.session,
+                        ep.url + path,
+                        body,
+                        headers,
+                        self.timeouts,
+                        hide_usage=not parsed.client_wants_usage,
+                    )
+                    # From here on bytes reach the client: the session owns the attempt, no retry.
+                    session = StreamSession(self, request, parsed, pool, info, path, body, headers, out)
+                    return await session.run(Segment(attempt, relay, first), deadline)
+                answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
                 self.endpoints.succeeded(ep)
-            await response.write_eof()
-        finally:
-            relay.resp.close()
-            usage = relay.usage
-            out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens
-            if usage.completion_tokens is None:  # broken stream: each relayed event carried about one token
-                out.completion_tokens = relay.events
-            out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
-        return response
+                out.prompt_tokens = answer.usage.prompt_tokens
+                out.completion_tokens = answer.usage.completion_tokens
+                out.used_tokens = _used(parsed, out.prompt_tokens, out.completion_tokens)
+                out.first_token_s = self.clock() - out.received
+                return web.Response(
+                    status=200,
+                    body=answer.body,
+                    headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id},
+                )
+            except UpstreamStatus as exc:
+                self.account(ep, exc)
+                return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
+            except UpstreamError as exc:
+                self.account(ep, exc)
+                if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
+                    self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
+                    log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
+                    continue
+                log.warning("%s failed on %s: %s", out.request_id, ep.id, exc)
+                raise _client_error(exc) from exc
+            finally:
+                attempt.close()
+
+    def begin_attempt(self, view: EndpointView, pool: PoolSpec, out: Outcome) -> Attempt:
+        """Lease the replica behind ``view`` (a router's pick from a snapshot with no await since) for one attempt."""
+        return Attempt(self, view, pool, out)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def _record(self, out: Outcome, wall: float) -> None:
@@ -396,6 +385,7 @@ class Gateway:
                     "error": out.error,
                     "stream": out.stream,
                     "attempts": out.attempts,
+                    "resumes": out.resumes,
                     "prompt_tokens": out.prompt_tokens,
                     "completion_tokens": out.completion_tokens,
                     "queued_s": _r(out.queued_s),

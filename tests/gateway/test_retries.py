@@ -30,3 +30,10 @@ def test_when_everything_fails_retries_stay_within_the_fraction_plus_the_reserve
             retries += 1
     assert retries <= fraction * requests + reserve
     assert retries >= fraction * requests - 1  # and the budget is not stingier than promised
+
+
+def test_each_stream_has_one_free_resume_and_further_ones_spend_the_budget() -> None:
+    budget = RetryBudget(fraction=0.2, reserve=1)
+    # An engine death breaks a hundred streams at once: each may resume once, whatever the balance.
+    assert all(budget.try_resume(resumed_before=0) for _ in range(100)) and budget.balance == 1
+    assert [budget.try_resume(resumed_before=1) for _ in range(2)] == [True, False]

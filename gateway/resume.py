@@ -1,0 +1,218 @@
+"""Resume: what a stream has shown its client so far, and the request that continues it on another engine.
+
+A stream broken mid-way (engine killed, connection lost) is continued with vLLM's own means:
+
+* chat: the messages plus the text generated so far as a final assistant message, with
+  ``continue_final_message: true`` and ``add_generation_prompt: false`` (a final assistant message the client
+  itself sent to be continued gets the text appended instead);
+* completions: the prompt plus the text generated so far (a prompt of token ids cannot take text: not resumed);
+* ``max_tokens`` / ``max_completion_tokens`` (and ``min_tokens``) less the tokens already sent.
+
+`Transcript` reads every event relayed to the client: it keeps the text and the tokens (content-bearing events,
+one token each as vLLM streams them), the response's ``id``, ``created`` and ``model``, and whether the stream can
+still be continued faithfully (one choice; nothing but text in the deltas: tool calls, reasoning or a second choice
+cannot be replayed as a prefix; not finished yet). After a resume it rewrites the new engine's events so the
+client sees one stream: the first response's id, created and model; no second role-only first delta; ``usage``
+covering both parts (prompt: the original prompt, without the text sent back; completion: all tokens).
+
+An in-band engine error event (``data: {"error": ...}`` with a 5xx code or none, what vLLM sends when its engine
+dies) is a failure like a broken connection: `Transcript.relay` stops at it. A 4xx error event is the request's own
+problem: it is relayed as is and the stream is no longer resumed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.body import ParsedRequest
+
+__all__ = ["Transcript", "continuation_body"]
+
+_TEXT_ONLY_DELTA = frozenset({"role", "content"})
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _may_resume(parsed: ParsedRequest) -> bool:
+    """Whether the request, as sent, can be continued from a text prefix at all."""
+    payload = parsed.payload
+    if parsed.n != 1 or payload.get("best_of") not in (None, 1) or payload.get("echo"):
+        return False
+    if parsed.kind == "completion":
+        prompt = payload.get("prompt")
+        return isinstance(prompt, str) or (isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str))
+    if payload.get("continue_final_message") is True:  # the client's own prefill: the text is appended to it
+        last = payload["messages"][-1]
+        return last.get("role") == "assistant" and isinstance(last.get("content"), str)
+    return True
+
+
+@dataclass
+class Transcript:
+    """A stream as its client has seen it (see the module docstring). Build it with `for_request`."""
+
+    kind: str
+    parts: list[str] = field(default_factory=list)
+    tokens: int = 0  # content-bearing events relayed
+    head: tuple[Any, Any, Any] | None = None  # the first response's id, created, model
+    resumable: bool = True
+    finished: bool = False  # a choice carried its finish_reason: only usage and [DONE] were left
+    done: bool = False  # [DONE] relayed
+    offset: int = -1  # tokens sent before the current engine's part began; -1: still the first engine
+
+    @classmethod
+    def for_request(cls, parsed: ParsedRequest) -> Transcript | None:
+        """A transcript for a request that could be resumed, else None (its stream ends as it always did)."""
+        return cls(parsed.kind) if _may_resume(parsed) else None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def can_continue(self) -> bool:
+        return self.resumable and not self.finished and not self.done
+
+    def begin_resumed_part(self) -> None:
+        """The next events come from a new engine continuing the text so far: rewrite them from now on."""
+        self.offset = self.tokens
+        self.done = False
+
+    def relay(self, blob: bytes) -> tuple[bytes, str | None]:
+        """Complete events from the engine -> (the bytes to send on, a failure met in them or None).
+
+        At a failure (an engine error event) the events before it are returned and the rest is dropped.
+        """
+        kept: list[bytes] = []
+        for raw in blob.split(b"\n\n")[:-1]:
+            event = raw + b"\n\n"
+            data = raw[5:].strip() if raw.startswith(b"data:") else None
+            if data is None:  # a comment or another field: nothing to read
+                kept.append(event)
+                continue
+            if data == b"[DONE]":
+                self.done = True
+                kept.append(event)
+                continue
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                self.resumable = False
+                kept.append(event)
+                continue
+            error = payload.get("error")
+            if isinstance(error, dict) and "choices" not in payload:
+                code = _int(error.get("code"))
+                if code is None or code >= 500:
+                    message = error.get("message")
+                    return b"".join(kept), f"the engine failed mid-stream: {message}"
+                self.resumable = False  # the request's own problem: relayed, and not worth repeating
+                kept.append(event)
+                continue
+            if self.offset >= 0:
+                rewritten = self._rewrite(payload)
+                if rewritten is None:
+                    continue
+                event = b"data: " + _dumps(rewritten) + b"\n\n"
+            self._observe(payload)
+            kept.append(event)
+        return b"".join(kept), None
+
+    def _observe(self, payload: dict[str, Any]) -> None:
+        if self.head is None:
+            self.head = (payload.get("id"), payload.get("created"), payload.get("model"))
+        choices = payload.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                self.resumable = False
+                continue
+            if choice.get("finish_reason") is not None:
+                self.finished = True
+            if self.kind == "chat":
+                delta = choice.get("delta")
+                delta = delta if isinstance(delta, dict) else {}
+                if any(v is not None for k, v in delta.items() if k not in _TEXT_ONLY_DELTA):
+                    self.resumable = False  # tool calls, reasoning: not a text prefix
+                text = delta.get("content")
+            else:
+                text = choice.get("text")
+            if isinstance(text, str) and text:
+                self.parts.append(text)
+                self.tokens += 1
+
+    def _rewrite(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A resumed engine's event as part of the first stream; None to drop it (its role-only first delta)."""
+        if self.head is not None:
+            payload["id"], payload["created"], payload["model"] = self.head
+        choices = payload.get("choices")
+        if self.kind == "chat" and isinstance(choices, list):
+            kept = []
+            for choice in choices:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if isinstance(delta, dict) and "role" in delta:
+                    del delta["role"]  # the client had its role delta from the first engine
+                    if not delta.get("content") and choice.get("finish_reason") is None:
+                        continue
+                kept.append(choice)
+            if not kept and choices and payload.get("usage") is None:
+                return None
+            payload["choices"] = kept
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self._fix_usage(usage)
+        return payload
+
+    def _fix_usage(self, usage: dict[str, Any]) -> None:
+        """The resumed engine counted the text sent back as prompt: count it as the completion it was."""
+        prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+        if prompt is None or completion is None:
+            return
+        prompt, completion = max(0, prompt - self.offset), completion + self.offset
+        usage.update(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if isinstance(details, dict) and cached is not None:
+            details["cached_tokens"] = min(cached, prompt)
+
+
+def continuation_body(parsed: ParsedRequest, upstream_body: bytes, transcript: Transcript) -> bytes | None:
+    """The request that continues ``transcript`` (the body first sent upstream, extended); None when it cannot."""
+    if not transcript.can_continue:
+        return None
+    if not transcript.parts:  # nothing shown yet but the role delta: ask again (that delta is dropped)
+        return upstream_body
+    payload: dict[str, Any] = json.loads(upstream_body)
+    text, sent = transcript.text, transcript.tokens
+    if parsed.kind == "chat":
+        messages = list(payload["messages"])
+        if payload.get("continue_final_message") is True:
+            last = messages[-1]
+            messages[-1] = {**last, "content": last["content"] + text}
+        else:
+            messages.append({"role": "assistant", "content": text})
+        payload.update(messages=messages, continue_final_message=True, add_generation_prompt=False)
+    else:
+        prompt = payload["prompt"]
+        payload["prompt"] = prompt + text if isinstance(prompt, str) else [prompt[0] + text]
+    for key in ("max_tokens", "max_completion_tokens"):
+        limit = _int(payload.get(key))
+        if limit is not None:
+            if limit - sent < 1:
+                return None
+            payload[key] = limit - sent
+    least = _int(payload.get("min_tokens"))
+    if least is not None:
+        payload["min_tokens"] = max(0, least - sent)
+    return _dumps(payload)

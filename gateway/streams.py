@@ -1,0 +1,221 @@
+"""Streams: one streamed completion from its first engine event to ``[DONE]``, continued on another replica when
+its engine fails mid-way and the pool resumes streams (``pools[].resumeStreams``).
+
+Once the first event went out the client holds 200 headers, so nothing is retried as such. On a failure (the
+connection broke, the engine closed the stream early or sent an engine error event, the total timeout passed):
+
+* the engine is accounted as failed as before (outlier ejection) and leaves rotation until its next good probe;
+* without resuming (pool setting off, a request that cannot be continued, see `gateway.resume`) the stream ends
+  with an SSE error event and ``[DONE]``, recorded as status 502;
+* with resuming, the generation goes on where it stopped on the first replica to be ready (the restarted engine
+  included), waited for up to ``timeouts.firstTokenS``, while ``retries.maxAttempts`` (all attempts of the
+  request together) and the retry budget allow: a stream's first resume is its own (an engine death breaks every
+  stream on it at once, far more than any retry reserve), later ones are retries (`RetryBudget.try_resume`).
+  When no resume succeeds the stream ends with the error event as above.
+
+``timeouts.totalS`` bounds the whole stream, resumes included. The quota is settled once, when the stream ends,
+with the usage of all parts together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from fleet.spec import PoolSpec
+from gateway.body import ParsedRequest
+from gateway.errors import UpstreamBroken, UpstreamError
+from gateway.proxy import CONNECTION_BROKEN, SseRelay, open_stream, sse_error_event
+from gateway.resume import Transcript, continuation_body
+from gateway.routing.base import EndpointView, RequestInfo
+
+if TYPE_CHECKING:
+    from gateway.service import Attempt, Gateway, Outcome
+
+__all__ = ["Segment", "StreamSession"]
+
+log = logging.getLogger("llmfleet.gateway")
+
+
+@dataclasses.dataclass
+class Segment:
+    """One engine's part of a stream: its attempt (the lease on the replica), its relay, the bytes to send first."""
+
+    attempt: Attempt
+    relay: SseRelay
+    first: bytes
+    offset: int = 0  # tokens the client had before this part began (sent back to the engine as text)
+
+    def close(self) -> None:
+        self.relay.resp.close()
+        self.attempt.close()
+
+
+@dataclasses.dataclass
+class StreamSession:
+    """The relay of one stream for `Gateway`: `run` owns the first segment from its first event on."""
+
+    gateway: Gateway
+    request: web.Request
+    parsed: ParsedRequest
+    pool: PoolSpec
+    info: RequestInfo
+    url_path: str
+    body: bytes
+    headers: dict[str, str]
+    out: Outcome
+    transcript: Transcript | None = None
+    resuming: bool = False  # a failure met a stream that can be continued: counted in resumed_streams_total
+
+    def __post_init__(self) -> None:
+        if self.pool.resume_streams:
+            self.transcript = Transcript.for_request(self.parsed)
+
+    async def run(self, segment: Segment, deadline: float) -> web.StreamResponse:
+        """Relay ``segment`` and any resumed ones until ``[DONE]`` or a failure that is not resumed."""
+        gw, out = self.gateway, self.out
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "x-request-id": out.request_id,
+                "x-llmfleet-replica": segment.attempt.ep.id,
+            },
+        )
+        try:
+            await response.prepare(self.request)
+            failure = await self._write(response, segment.first)
+            out.first_token_s = gw.clock() - out.received
+            while True:
+                if failure is None:
+                    failure = await self._pump(response, segment, deadline)
+                if failure is None:
+                    gw.endpoints.succeeded(segment.attempt.ep)
+                    break
+                gw.account(segment.attempt.ep, UpstreamBroken(failure))
+                resumed = await self._resume(segment, failure, deadline)
+                if resumed is None:
+                    out.error = "stream_broken"
+                    await response.write(sse_error_event(failure))
+                    break
+                segment = resumed
+                failure = await self._write(response, segment.first)
+            await response.write_eof()
+        finally:
+            segment.close()
+            self._settle(segment)
+        return response
+
+    async def _write(self, response: web.StreamResponse, chunk: bytes) -> str | None:
+        """Send complete events on (through the transcript when resuming); the failure found in them, if any."""
+        failure = None
+        if self.transcript is not None:
+            chunk, failure = self.transcript.relay(chunk)
+        if chunk:
+            await response.write(chunk)
+        return failure
+
+    async def _pump(self, response: web.StreamResponse, segment: Segment, deadline: float) -> str | None:
+        """Relay the rest of ``segment``; None when it ended with ``[DONE]``, else what went wrong."""
+        relay = segment.relay
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    data = await relay.resp.content.readany()
+                    if not data:
+                        break
+                    chunk = relay.feed(data)
+                    if chunk:
+                        failure = await self._write(response, chunk)
+                        if failure is not None:
+                            return failure
+        except TimeoutError:
+            return f"stream exceeded the total timeout of {self.gateway.timeouts.total_s:g}s"
+        except CONNECTION_BROKEN as exc:
+            return f"the engine connection broke mid-stream ({type(exc).__name__})"
+        done = relay.done if self.transcript is None else self.transcript.done
+        return None if done else "the engine closed the stream before it finished"
+
+    async def _resume(self, broken: Segment, failure: str, deadline: float) -> Segment | None:
+        """The next segment of the stream on a ready replica, or None (not resumable, no replica, out of attempts)."""
+        transcript = self.transcript
+        if transcript is None:
+            return None
+        body = continuation_body(self.parsed, self.body, transcript)
+        if body is None:
+            return None
+        gw = self.gateway
+        self.resuming = True
+        broken.close()
+        gw.endpoints.set_ready(broken.attempt.ep, False)  # until its next good probe: the resume goes elsewhere
+        loop = asyncio.get_running_loop()
+        until = min(deadline, loop.time() + gw.timeouts.first_token_s)
+        while self.out.attempts < gw.config.retries.max_attempts and gw.budget.try_resume(self.out.resumes):
+            view = await self._ready_replica(until)
+            if view is None:
+                log.warning("%s: no replica became ready to resume on within the timeout", self.out.request_id)
+                return None
+            self.out.resumes += 1
+            attempt = gw.begin_attempt(view, self.pool, self.out)
+            try:
+                relay, first = await open_stream(
+                    gw.session,
+                    attempt.ep.url + self.url_path,
+                    body,
+                    self.headers,
+                    gw.timeouts,
+                    hide_usage=not self.parsed.client_wants_usage,
+                )
+            except UpstreamError as exc:
+                attempt.close()
+                gw.account(attempt.ep, exc)
+                log.warning("%s: resuming on %s failed: %s", self.out.request_id, attempt.ep.id, exc)
+                if exc.retryable:  # refused or gone before its first event: another replica may take it
+                    continue
+                return None
+            except BaseException:
+                attempt.close()
+                raise
+            log.info(
+                "%s: resumed on %s after %d tokens (%s)", self.out.request_id, attempt.ep.id, transcript.tokens, failure
+            )
+            transcript.begin_resumed_part()
+            return Segment(attempt, relay, first, offset=transcript.tokens)
+        log.warning("%s: not resumed: out of attempts or retry budget", self.out.request_id)
+        return None
+
+    async def _ready_replica(self, until: float) -> EndpointView | None:
+        """The router's pick among ready replicas, waiting for one to become ready until ``until`` (loop time)."""
+        gw, loop = self.gateway, asyncio.get_running_loop()
+        router = gw.routers[self.pool.name]
+        while True:
+            views = [v for v in gw.endpoints.snapshot(self.pool.name) if v.ready]
+            decision = router.route(views, dataclasses.replace(self.info, now=gw.clock()))
+            if decision is not None:
+                return decision.endpoint
+            remaining = until - loop.time()
+            if remaining <= 0:
+                return None
+            await gw.pool_changed(self.pool.name, remaining)
+
+    def _settle(self, segment: Segment) -> None:
+        """Usage of the whole stream for the quota, the metrics and the access log."""
+        out, usage = self.out, segment.relay.usage
+        if usage.completion_tokens is not None:
+            # The last engine counted the text sent back to it as prompt; it was completion.
+            out.completion_tokens = usage.completion_tokens + segment.offset
+            out.prompt_tokens = None if usage.prompt_tokens is None else max(0, usage.prompt_tokens - segment.offset)
+        elif self.transcript is not None:
+            out.completion_tokens = self.transcript.tokens
+        else:  # broken stream: each relayed event carried about one token
+            out.completion_tokens = segment.relay.events
+        prompt = out.prompt_tokens if out.prompt_tokens is not None else self.parsed.prompt_tokens
+        out.used_tokens = prompt + (out.completion_tokens or 0)
+        if self.resuming:
+            outcome = "failed" if out.error else "completed"
+            self.gateway.metrics.child(self.gateway.metrics.resumed_streams, out.model, outcome).inc()

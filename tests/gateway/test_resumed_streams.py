@@ -1,0 +1,279 @@
+"""Streams that survive an engine's death: SIGKILLed simulators under real streams through the gateway, resumed
+on another replica (or on the same one once its agent restarted it), seamless for the `openai` client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from fleet.ports import free_port
+from fleet.promtext import counter_value, parse
+from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
+from gateway.quota.memory import MemoryQuota
+from gateway.service import Gateway
+from tests.agent.conftest import AgentProc
+from tests.gateway.conftest import SimFactory, serve, settings_for
+from tests.support.procs import Procs
+from tests.support.stacks import KEYS, MODEL, write_stack
+from tests.support.wait import async_wait_for
+
+RESUME = {"pools.0.resumeStreams": True, "pools.0.engine.maxNumSeqs": 64}
+ROUND_ROBIN = {"gateway.routing.picker": {"name": "round-robin"}}
+MAX_TOKENS = 64
+
+
+class RecordingQuota(QuotaBackend):
+    """The in-memory quota, recording every settlement (``release``) the gateway makes."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryQuota(clock=time.monotonic)
+        self.settled: list[int] = []
+
+    async def acquire(self, tenant: str, limits: QuotaLimits, request_id: str, tokens: int) -> Reservation:
+        return await self.inner.acquire(tenant, limits, request_id, tokens)
+
+    async def release(self, reservation: Reservation, used_tokens: int) -> None:
+        self.settled.append(used_tokens)
+        await self.inner.release(reservation, used_tokens)
+
+
+@dataclass
+class Seen:
+    """One stream as the client saw it."""
+
+    kind: str
+    prompt: str
+    replica: str = ""
+    ids: set[str] = field(default_factory=set)
+    created: set[int] = field(default_factory=set)
+    roles: int = 0
+    parts: list[str] = field(default_factory=list)
+    finish: str | None = None
+    usage: tuple[int, int] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def body(self) -> dict[str, Any]:
+        if self.kind == "chat":
+            return {"model": MODEL, "messages": [{"role": "user", "content": self.prompt}], "max_tokens": MAX_TOKENS}
+        return {"model": MODEL, "prompt": self.prompt, "max_tokens": MAX_TOKENS}
+
+
+def _client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0, timeout=60)
+
+
+async def _stream(client: openai.AsyncOpenAI, seen: Seen) -> None:
+    """Run one stream to its end, recording what arrived (an error event raises `openai.APIError`)."""
+    options: Any = {"include_usage": True}
+    if seen.kind == "chat":
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": seen.prompt}],
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            stream_options=options,
+        )
+    else:
+        raw = await client.completions.with_raw_response.create(
+            model=MODEL, prompt=seen.prompt, max_tokens=MAX_TOKENS, stream=True, stream_options=options
+        )
+    seen.replica = raw.headers["x-llmfleet-replica"]
+    async for chunk in raw.parse():
+        seen.ids.add(chunk.id)
+        seen.created.add(chunk.created)
+        if chunk.usage is not None:
+            seen.usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+        for choice in chunk.choices:
+            if seen.kind == "chat":
+                delta = choice.delta
+                seen.roles += delta.role is not None
+                text = delta.content
+            else:
+                text = choice.text
+            if text:
+                seen.parts.append(text)
+            seen.finish = choice.finish_reason or seen.finish
+
+
+async def _references(engine_url: str, streams: list[Seen]) -> dict[tuple[str, str], tuple[str, int]]:
+    """The uninterrupted answers to the streams' requests, straight from an engine: (text, prompt tokens) by
+    (kind, prompt)."""
+    bodies = {(s.kind, s.prompt): s.body() for s in streams}
+    async with httpx.AsyncClient(base_url=engine_url, trust_env=False, timeout=30) as http:
+
+        async def answer(kind: str, body: dict[str, Any]) -> tuple[str, int]:
+            data = (await http.post("/v1/chat/completions" if kind == "chat" else "/v1/completions", json=body)).json()
+            choice = data["choices"][0]
+            return choice["message"]["content"] if kind == "chat" else choice["text"], data["usage"]["prompt_tokens"]
+
+        answers = await asyncio.gather(*(answer(key[0], body) for key, body in bodies.items()))
+    return dict(zip(bodies, answers, strict=True))
+
+
+def _count(gw: Gateway, name: str, labels: dict[str, str] | None = None) -> float:
+    try:
+        return counter_value(parse(gw.metrics.render().decode()), name, labels)
+    except KeyError:
+        return 0.0
+
+
+async def _engine_counts(engine_url: str) -> tuple[float, float]:
+    """The engine's own counters: (requests finished, tokens generated)."""
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        samples = parse((await http.get(engine_url + "/metrics")).text)
+    return counter_value(samples, "vllm:request_success"), counter_value(samples, "vllm:generation_tokens")
+
+
+async def _until_under_way(engine_url: str, *, streams: int, tokens: int, running: asyncio.Future[Any]) -> None:
+    """Wait until the engine has generated ``tokens`` tokens for each of ``streams`` new requests on average, none
+    of them finished (the engine's own counters: a client reading through the gateway lags behind it)."""
+    finished_before, generated_before = await _engine_counts(engine_url)
+
+    async def under_way() -> bool:
+        if running.done():
+            await running  # raises what ended the streams early
+        finished, generated = await _engine_counts(engine_url)
+        assert finished == finished_before, "a stream finished before the engine died"
+        return generated - generated_before >= streams * tokens
+
+    await async_wait_for(under_way, timeout_s=30, what=f"{streams} streams under way on {engine_url}")
+
+
+async def _recorded(gw: Gateway, requests: int) -> None:
+    """Wait until the gateway recorded ``requests`` requests: a handler records its request after the client has
+    read the last byte."""
+    await async_wait_for(
+        lambda: _count(gw, "llmfleet_gateway_requests") == requests, timeout_s=10, what=f"{requests} recorded"
+    )
+
+
+def _check_seamless(streams: list[Seen], references: dict[tuple[str, str], tuple[str, int]]) -> None:
+    """Each stream is exactly the uninterrupted answer: one id, one role delta, no gap, no repeat, full usage."""
+    for seen in streams:
+        text, prompt_tokens = references[seen.kind, seen.prompt]
+        assert len(seen.ids) == 1 and len(seen.created) == 1, (seen.ids, seen.created)
+        assert seen.roles == (1 if seen.kind == "chat" else 0)
+        assert seen.text == text, f"{seen.prompt!r}: the resumed text has a gap or a repeat"
+        assert (seen.finish, seen.usage) == ("length", (prompt_tokens, MAX_TOKENS))
+
+
+async def test_forty_streams_survive_a_sigkilled_engine_on_the_other_replica(sims: SimFactory) -> None:
+    # Slow engines (half real time), so that every stream is still under way when one dies; a fast third one
+    # answers the reference requests.
+    slow = ["--max-num-seqs", "64"]
+    victim, survivor, reference = sims(slow, slow, ["--time-scale", "50"], time_scale=0.5)
+    settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+    quota = RecordingQuota()
+    async with serve(settings, quota=quota) as (url, gw):
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas ready")
+        # Prompts of different lengths start their answers at different positions; every fourth is a completion.
+        streams = [Seen("completion" if i % 4 == 3 else "chat", "Story:" + " more" * (i % 7)) for i in range(40)]
+        references = asyncio.ensure_future(_references(reference.url, streams))
+        client = _client(url)
+        try:
+            running = asyncio.gather(*(_stream(client, s) for s in streams))
+            await _until_under_way(victim.url, streams=20, tokens=10, running=running)
+            victim.kill()
+            await asyncio.wait_for(running, timeout=30)
+        finally:
+            await client.close()
+        await _recorded(gw, 40)
+        on_victim = [s for s in streams if s.replica == "qwen-7b-static-0"]
+        assert len(on_victim) == 20
+        assert _count(gw, "llmfleet_gateway_resumed_streams", {"outcome": "completed"}) == 20
+        assert _count(gw, "llmfleet_gateway_resumed_streams", {"outcome": "failed"}) == 0
+        assert _count(gw, "llmfleet_gateway_requests", {"status": "200"}) == 40
+        assert len(quota.settled) == 40
+        assert _count(gw, "llmfleet_gateway_ejections", {"replica": "qwen-7b-static-0"}) == 1  # failed, as before
+    _check_seamless(streams, await references)
+    # The quota was settled once per stream, with both parts' tokens.
+    assert sorted(quota.settled) == sorted(s.usage[0] + s.usage[1] for s in streams if s.usage)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "replicas", "resumed"),
+    [
+        pytest.param({}, 1, 1, id="no-replica-ready-in-time"),
+        pytest.param({"gateway.retries.maxAttempts": 1}, 2, 1, id="out-of-attempts"),
+        pytest.param({"pools.0.resumeStreams": False}, 2, 0, id="pool-does-not-resume"),
+    ],
+)
+async def test_a_stream_that_is_not_resumed_ends_with_the_error_event(
+    sims: SimFactory, overrides: dict[str, Any], replicas: int, resumed: int
+) -> None:
+    """``resumed``: whether the broken stream counts as a resume that failed (a pool that resumes streams)."""
+    # Every replica dies once a request has 5 tokens: with two, the second is ready when the first dies.
+    dying = sims(*[["--fault-die-mid-stream-after-tokens", "5"]] * replicas, time_scale=5.0)
+    settings = settings_for([d.url for d in dying], **{**RESUME, "gateway.timeouts.firstTokenS": 1, **overrides})
+    async with serve(settings) as (url, gw):
+        await async_wait_for(
+            lambda: gw.endpoints.routable("qwen-7b") == replicas, timeout_s=10, what="the replicas ready"
+        )
+        client = _client(url)
+        seen = Seen("chat", "Tell me a story.")
+        try:
+            with pytest.raises(openai.APIError, match="mid-stream|closed the stream"):
+                await _stream(client, seen)
+        finally:
+            await client.close()
+        assert seen.parts  # tokens arrived, then the explicit error: never a silent truncation
+        await _recorded(gw, 1)
+        assert _count(gw, "llmfleet_gateway_requests", {"status": "502"}) == 1
+        assert _count(gw, "llmfleet_gateway_resumed_streams", {"outcome": "failed"}) == resumed
+    assert sum(d.process.poll() is None for d in dying) == replicas - 1  # the second replica was never tried
+
+
+def _start_agent(procs: Procs, tmp_path: Path, engine_port: int) -> AgentProc:
+    """``llmfleet agent`` running one simulated engine on ``engine_port``, restarting it quickly when it dies."""
+    stack = write_stack(
+        tmp_path / "Pulumi.agenttest.yaml",
+        "local-sim",
+        **{"pools.0.engine.sim.timeScale": 2.0, "pools.0.engine.sim.startupSeconds": 0.2},
+    )
+    port = free_port()
+    argv = [
+        "agent", "--stack", str(stack), "--pool", "qwen-7b", "--port", str(port), "--replica", "r0",
+        "--control-plane", "none", "--engine-port", str(engine_port), "--log-dir", str(tmp_path / "r0"),
+        "--probe-interval", "0.2", "--backoff-base", "0.1", "--backoff-max", "0.5",
+    ]  # fmt: skip
+    agent = procs.add(AgentProc.start(argv, tmp_path / "agent.log", name="agent", url=f"http://127.0.0.1:{port}"))
+    agent.wait_http("/readyz", timeout_s=40)
+    agent.status()  # records the engine's pid, so the test's end kills it too
+    return agent
+
+
+@pytest.mark.slow
+async def test_streams_on_a_lone_replica_resume_on_its_restarted_engine(procs: Procs, tmp_path: Path) -> None:
+    engine_url = f"http://127.0.0.1:{free_port()}"
+    agent = await asyncio.to_thread(_start_agent, procs, tmp_path, int(engine_url.rsplit(":", 1)[1]))
+    first = agent.status()
+    settings = settings_for([engine_url], **RESUME, **{"gateway.timeouts.firstTokenS": 20})
+    async with serve(settings) as (url, gw):
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 1, timeout_s=10, what="the engine ready")
+        streams = [Seen("completion" if i == 4 else "chat", f"Question {i}?" + " and" * i) for i in range(5)]
+        client = _client(url)
+        try:
+            running = asyncio.gather(*(_stream(client, s) for s in streams))
+            await _until_under_way(engine_url, streams=5, tokens=10, running=running)
+            os.kill(first["engine_pid"], signal.SIGKILL)
+            await asyncio.wait_for(running, timeout=40)
+        finally:
+            await client.close()
+        await _recorded(gw, 5)
+        assert _count(gw, "llmfleet_gateway_resumed_streams", {"outcome": "completed"}) == 5
+        assert _count(gw, "llmfleet_gateway_requests", {"status": "200"}) == 5
+    second = agent.status()
+    assert second["restarts"] == 1 and second["engine_pid"] != first["engine_pid"]
+    _check_seamless(streams, await _references(engine_url, streams))
