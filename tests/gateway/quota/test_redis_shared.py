@@ -84,6 +84,10 @@ async def test_quota_is_exact_across_two_gateways(
 
         for url in (admin_url(first), admin_url(second)):  # both gateways see the replica before the burst
             await async_wait_for(functools.partial(routable, url), timeout_s=10, what=f"{url} routing to the replica")
+        # The tenant's buckets start full: a run less than a minute ago on this Redis would have drained them.
+        client = Redis.from_url(redis_url)
+        await client.delete(*(f"llmfleet:quota:{{gold}}:{part}" for part in ("rps", "tpm", "conc")))
+        await client.aclose()
         results = await asyncio.gather(*(send(session, (first.url, second.url)[i % 2]) for i in range(200)))
     statuses = [status for status, _ in results]
     assert statuses.count(200) == allowed, collections_summary(statuses)
