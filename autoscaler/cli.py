@@ -8,9 +8,9 @@ actuator (the local actuator drains and stops every agent it started), then the 
 
 **Restarts** (docs/operations.md, "Control plane restart"). Before serving, the restart leases are loaded from the
 actuator's lease store (`autoscaler.lease_stores`: Lease objects on a cluster, ``<state dir>/leases.json``
-locally). ``--state-dir`` defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither,
-nothing persists. No pool is scaled or listed to gateways until the agents alive have reported
-(`autoscaler.startup`).
+locally) and the local actuator adopts the agents recorded in ``<state dir>/local-agents.json``. ``--state-dir``
+defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither, nothing persists. No pool
+is scaled or listed to gateways until the agents alive have reported (`autoscaler.startup`).
 
 ``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.control_auth`); the default
 is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
