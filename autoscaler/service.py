@@ -2,7 +2,8 @@
 
     POST   /v1/reports                        LoadReport from an agent             -> 200 Accepted
     POST   /v1/gateway-reports                GatewayReport from a gateway (its admission queue and request
-                                              rate per pool)                        -> 200 Accepted
+                                              rate per pool)                 -> 200 GatewayAccepted (its share
+                                              of the pool's admission capacity, `autoscaler.shares`)
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
                                               503 while a control plane that just started is still hearing from
@@ -43,12 +44,14 @@ from autoscaler.lease_stores import LeaseStore
 from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
+from autoscaler.shares import admission_shares, grantable
 from fleet.control_api import create_control_app, error_response, errors
 from fleet.control_auth import Caller, ControlAuth, Kind, same_host
 from fleet.spec import FleetSpec
 from fleet.wire import (
     Accepted,
     DecisionsResponse,
+    GatewayAccepted,
     GatewayReport,
     LeaseGrant,
     LeaseRequest,
@@ -74,6 +77,7 @@ class ControlPlane:
     loop: ControlLoop | None = None
     metrics: CollectorRegistry = field(default_factory=CollectorRegistry)
     gateways: GatewayRegistry | None = None  # None: a fresh one with the registry's stale limit
+    granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
 
     def __post_init__(self) -> None:
         if self.gateways is None:
@@ -95,6 +99,13 @@ class ControlPlane:
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         return cls(spec, registry, leases, clock, loop)
+
+    def admission_capacity(self, pool: str, now: float) -> int:
+        """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
+        queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
+        spec = next(p for p in self.spec.pools if p.name == pool)
+        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
+        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
 
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
@@ -154,18 +165,29 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
 
     @app.post(
         "/v1/gateway-reports",
-        response_model=Accepted,
+        response_model=GatewayAccepted,
         responses=errors(400, 401, 403, 404),
         dependencies=[gateway_only],
     )
-    async def post_gateway_report(report: GatewayReport) -> Accepted | JSONResponse:
-        """A gateway's admission queue and request rates for one pool."""
+    async def post_gateway_report(report: GatewayReport) -> GatewayAccepted | JSONResponse:
+        """A gateway's admission queue and request rates for one pool; the answer carries its admission share."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        gateways.record(report, cp.clock())
+        now = cp.clock()
+        gateways.record(report, now)
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
-        return Accepted(accepted=True, stale_after_s=gateways.stale_after_s)
+        live = {s.report.gateway: s.report for s in gateways.seen(report.pool, now) if not s.stale}
+        capacity = cp.admission_capacity(report.pool, now)
+        share = None  # no capacity to divide yet: the gateway keeps its floor
+        if capacity > 0:
+            target = admission_shares({g: r.demand for g, r in live.items()}, capacity)[report.gateway]
+            held = {g: max(cp.granted.get((report.pool, g), 0.0), r.in_flight / capacity) for g, r in live.items()}
+            share = grantable(report.gateway, target, held)
+            cp.granted[(report.pool, report.gateway)] = share
+        return GatewayAccepted(
+            accepted=True, stale_after_s=gateways.stale_after_s, admission_share=share, gateways=len(live)
+        )
 
     @app.get("/v1/pools", response_model=PoolsResponse, responses=errors())
     async def get_pools() -> PoolsResponse:

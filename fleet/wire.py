@@ -7,7 +7,8 @@ gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
 agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
                          DELETE /v1/leases/restart/{pool}/{replica}   -> Released
 
-Both report endpoints answer `Accepted`. The operators' views of the control plane (`PoolsResponse`,
+Both report endpoints answer `Accepted`; a gateway's report is answered with `GatewayAccepted`, which carries the
+gateway's share of the pool's admission capacity. The operators' views of the control plane (`PoolsResponse`,
 `LeasesResponse`, `DecisionsResponse`) are here too, so its OpenAPI document names every body it sends.
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "Accepted",
     "AgentState",
     "DecisionsResponse",
+    "GatewayAccepted",
     "GatewayReport",
     "LeaseGrant",
     "LeaseRequest",
@@ -75,6 +77,10 @@ class GatewayReport(Wire):
     admitted_per_s: float = Field(ge=0.0)
     window_s: float = Field(default=0.0, ge=0.0)
     ts: float = Field(description="gateway wall-clock time of the report, seconds since the epoch")
+    demand: dict[int, int] = Field(
+        default_factory=dict,
+        description="requests in flight or waiting at this gateway, by tenant priority (the capacity shares' input)",
+    )
 
 
 class ReplicaInfo(Wire):
@@ -113,6 +119,15 @@ class Accepted(Wire):
 
     accepted: bool
     stale_after_s: float
+
+
+class GatewayAccepted(Accepted):
+    """The answer to a gateway's report: ``admission_share`` is the fraction of the pool's admission capacity this
+    gateway may admit (`autoscaler.shares`), None when the control plane knows no capacity for the pool yet;
+    ``gateways`` counts the live gateways it was divided among."""
+
+    admission_share: float | None = Field(default=None, ge=0.0, le=1.0)
+    gateways: int = Field(default=1, ge=1)
 
 
 class Released(Wire):

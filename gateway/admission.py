@@ -8,12 +8,15 @@ queue.perReplicaThreshold), so backpressure scales with the pool). Beyond that, 
 * bounded: when ``max_waiting`` requests wait, a newcomer evicts the newest waiter of a strictly lower priority
   (that one gets 429), otherwise the newcomer gets 429 at once (`QueueFull`);
 * timed: a waiter still queued after ``timeout_s`` gets 503 (`QueueTimeout`), retryable by the client.
+
+`demand` counts requests in flight or waiting by priority: what the gateway reports so the control plane can
+divide the pool's capacity among gateways (`autoscaler.shares`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,12 +39,13 @@ class Slot:
 
     admission: Admission
     waited_s: float
+    priority: int = 0
     released: bool = field(default=False)
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.admission._release()
+            self.admission._release(self.priority)
 
 
 class Admission:
@@ -54,6 +58,14 @@ class Admission:
         self.waiting = 0
         self._bands: dict[int, OrderedDict[str, deque[_Waiter]]] = {}
         self._seq = 0
+        self._running: Counter[int] = Counter()  # in flight by priority
+
+    def demand(self) -> dict[int, int]:
+        """Requests in flight or waiting, by priority (priorities with none left out)."""
+        out = Counter(self._running)
+        for priority, tenants in self._bands.items():
+            out[priority] += sum(len(queue) for queue in tenants.values())
+        return {p: n for p, n in sorted(out.items()) if n > 0}
 
     def set_capacity(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
@@ -62,8 +74,8 @@ class Admission:
     async def acquire(self, tenant: str, priority: int) -> Slot:
         """Wait for a slot; QueueFull (429) when the queue is full, QueueTimeout (503) after ``timeout_s``."""
         if self.waiting == 0 and self.in_flight < self.capacity:
-            self.in_flight += 1
-            return Slot(self, 0.0)
+            self._take(priority)
+            return Slot(self, 0.0, priority)
         if self.waiting >= self.max_waiting and not self._evict_below(priority):
             raise QueueFull(
                 f"admission queue full ({self.waiting} waiting); retry later", retry_after=self._retry_after()
@@ -79,8 +91,8 @@ class Admission:
         except BaseException as exc:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
                 if isinstance(exc, TimeoutError):  # granted at the deadline: keep it
-                    return Slot(self, self._clock() - start)
-                self._release()  # granted but the caller went away
+                    return Slot(self, self._clock() - start, priority)
+                self._release(priority)  # granted but the caller went away
                 raise
             if not waiter.future.done():
                 self._remove(waiter)
@@ -91,19 +103,24 @@ class Admission:
                     retry_after=self._retry_after(),
                 ) from None
             raise
-        return Slot(self, self._clock() - start)
+        return Slot(self, self._clock() - start, priority)
 
     def _retry_after(self) -> float:
         return min(30.0, 1.0 + self.waiting / max(1, self.capacity))
 
-    def _release(self) -> None:
+    def _take(self, priority: int) -> None:
+        self.in_flight += 1
+        self._running[priority] += 1
+
+    def _release(self, priority: int) -> None:
         self.in_flight -= 1
+        self._running[priority] -= 1
         self._pump()
 
     def _pump(self) -> None:
         while self.waiting and self.in_flight < self.capacity:
             waiter = self._pop_next()
-            self.in_flight += 1
+            self._take(waiter.priority)
             waiter.future.set_result(None)
 
     def _pop_next(self) -> _Waiter:

@@ -94,6 +94,7 @@ def create_app(
                 clock,
                 settings.spec.control_plane.report_interval_s,
                 credential=settings.control_credential,
+                on_share=gateway.shares.update,
             )
             tasks.append(asyncio.create_task(reporter.run()))
         yield

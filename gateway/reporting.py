@@ -2,6 +2,8 @@
 
     gateway -> control plane   POST /v1/gateway-reports   fleet.wire.GatewayReport, one per pool, every
                                                           controlPlane.reportIntervalS
+                               <- 200                     fleet.wire.GatewayAccepted: this gateway's share of
+                                                          the pool's admission capacity (`gateway.shares`)
 
 Requests waiting in the gateway's admission queue are in no engine, so no agent reports them; without this the
 autoscaler would see at most ``queue.perReplicaThreshold`` waiting per replica while hundreds wait here.
@@ -25,7 +27,7 @@ import os
 import secrets
 import socket
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -33,7 +35,7 @@ import aiohttp
 from fleet.clock import Clock
 from fleet.control_auth import ClientCredential, Kind
 from fleet.push import Backoff, push_loop
-from fleet.wire import GatewayReport
+from fleet.wire import GatewayAccepted, GatewayReport
 from gateway.admission import Admission
 
 __all__ = ["GatewayReporter", "PoolTraffic", "default_gateway_id"]
@@ -81,7 +83,10 @@ class GatewayReporter:
         window_s: float = 10.0,
         max_backoff_s: float = 30.0,
         credential: ClientCredential | None = None,
+        on_share: Callable[[str, float | None], None] = lambda pool, share: None,
     ) -> None:
+        """``on_share(pool, share)`` receives the admission share each accepted report is answered with."""
+        self.on_share = on_share
         self.credential = credential or ClientCredential.from_env(Kind.GATEWAY)
         self.url = control_plane.rstrip("/") + "/v1/gateway-reports"
         self.session = session
@@ -113,6 +118,7 @@ class GatewayReporter:
                     admitted_per_s=round(admitted, 4),
                     window_s=round(span, 3),
                     ts=ts,
+                    demand=admission.demand(),
                 )
             )
         return out
@@ -129,10 +135,11 @@ class GatewayReporter:
                     headers={"Content-Type": "application/json", **self._auth()},
                     timeout=timeout,
                 ) as resp:
-                    await resp.read()
+                    body = await resp.read()
                     if resp.status != 200:
                         raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 self.pushed += 1
+                self.on_share(report.pool, _share(body))
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if ok and self.backoff.failures == 0:
                     log.warning("gateway report to %s failed (%s); retrying with backoff", self.url, exc)
@@ -146,3 +153,11 @@ class GatewayReporter:
 
     async def run(self) -> None:
         await push_loop(self.push_once, self.backoff, self.clock)
+
+
+def _share(body: bytes) -> float | None:
+    """The admission share in a control plane's answer; None when it has none (or is older and sends none)."""
+    try:
+        return GatewayAccepted.model_validate_json(body).admission_share
+    except ValueError:
+        return None

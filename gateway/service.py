@@ -142,6 +142,15 @@ class Gateway:
         from gateway.reporting import PoolTraffic
 
         self.traffic = {p.name: PoolTraffic() for p in spec.pools}  # reported to the control plane
+        from gateway.shares import CapacityShares
+
+        self.shares = CapacityShares(  # this gateway's part of each pool's capacity, as the control plane divides it
+            controlled=self.dynamic,
+            floor=1.0 / self.config.replicas,
+            hold_s=spec.control_plane.stale_after_s,
+            clock=clock,
+            on_change=self._capacity_changed,
+        )
         self.endpoints = EndpointSet(spec.pools, clock, on_change=self._capacity_changed, on_eject=self._ejected)
         routing = self.config.routing
         filters = list(routing.filters)
@@ -173,7 +182,7 @@ class Gateway:
         spec = self.settings.spec.pool(pool)
         routable = self.endpoints.routable(pool)
         per_replica = spec.engine.max_num_seqs + self.config.queue.per_replica_threshold
-        self.admission[pool].set_capacity(routable * per_replica)
+        self.admission[pool].set_capacity(self.shares.capacity(pool, routable * per_replica))
         self.metrics.child(self.metrics.ready, pool).set(routable)
         changed = self._changes.pop(pool, None)
         if changed is not None:

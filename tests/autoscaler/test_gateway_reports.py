@@ -110,3 +110,22 @@ async def test_gateway_report_errors_use_openai_error_json(served: Served, body:
     response = await served.http.post("/v1/gateway-reports", json=body)
     assert response.status_code == status
     assert response.json()["error"]["code"] == status
+
+
+async def test_each_gateway_is_answered_with_its_share_of_the_pools_admission_capacity(served: Served) -> None:
+    async def share(gateway: str, **load: Any) -> tuple[float | None, int]:
+        body = gateway_report(gateway, ts=served.clock.now, **load).model_dump(mode="json")
+        answer = (await served.http.post("/v1/gateway-reports", json=body)).json()
+        return answer["admission_share"], answer["gateways"]
+
+    assert await share("gw-a", demand={5: 100}) == (None, 1)  # no ready replica: no capacity to divide yet
+    for replica in ("r1", "r2"):
+        await post_replica(served, replica)
+    # Two ready replicas x (maxNumSeqs 64 + perReplicaThreshold 16) = 160: each gateway keeps 8 in reserve, gw-a's
+    # 100 requests fit in the 144 left, and the last 44 are split evenly.
+    assert await share("gw-b") == (pytest.approx(30 / 160), 2)
+    assert await share("gw-a", demand={5: 100}) == (pytest.approx(130 / 160), 2)
+    served.clock.now += STALE_S + 1  # gw-b goes silent: gw-a gets the whole pool
+    await post_replica(served, "r1")
+    await post_replica(served, "r2")
+    assert await share("gw-a", demand={5: 100}) == (pytest.approx(1.0), 1)
