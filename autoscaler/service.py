@@ -26,8 +26,10 @@ the event loop, never in a thread pool; the only I/O they do is the lease calls'
 Writes need a control credential (`fleet.control_auth`, given as ``create_app(cp, auth)``): reports from an agent,
 gateway reports from a gateway, leases from an agent; 401 without a valid one, 403 for another kind. A report whose
 ``engine_url`` host is not the caller's own address (`fleet.control_auth.same_host`) is refused with 403 and never
-reaches the registry, so no pod can point gateways at another host. Reads stay open. ``ControlAuth(None)`` (the
-default) accepts every caller, as ``--auth none`` does.
+reaches the registry, so no pod can point gateways at another host. A lease call is refused with 403 unless the
+replica it names last reported from the caller's address: an agent takes and gives back its own replica's lease
+only, so no pod can hold a pool's leases to block its restarts, or release another replica's. Reads stay open.
+``ControlAuth(None)`` (the default) accepts every caller, as ``--auth none`` does.
 """
 
 from __future__ import annotations
@@ -141,6 +143,19 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
     def unknown_pool(name: str) -> JSONResponse:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")
 
+    def not_its_replica(caller: Caller | None, pool: str, replica: str) -> JSONResponse | None:
+        """403 unless ``caller`` (None: auth off) is the agent of ``replica``: the one that reported it from its
+        own address."""
+        if caller is None:
+            return None
+        last = next((s.report for s in cp.registry.seen(pool, cp.clock()) if s.report.replica == replica), None)
+        if last is None or not same_host(last.engine_url, caller.ip):
+            message = (
+                f"replica {replica!r} of {pool} has not reported from {caller.ip}: an agent holds its own lease only"
+            )
+            return error_response(403, message, "replica", type_="permission_error")
+        return None
+
     def store_down(exc: LeaseStoreError) -> JSONResponse:
         message = f"restart leases cannot be kept right now ({exc}); retry later"
         return error_response(503, message, None, type_="service_unavailable")
@@ -227,13 +242,14 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         "/v1/leases/restart",
         response_model=LeaseGrant,
         responses=errors(400, 401, 403, 404, 409, 503),
-        dependencies=[agent_only],
     )
-    async def post_lease(req: LeaseRequest) -> LeaseGrant | JSONResponse:
+    async def post_lease(req: LeaseRequest, caller: Caller | None = agent_only) -> LeaseGrant | JSONResponse:
         """A planned-restart lease; 409 while the pool's ``maxUnavailable`` leases are held by others, 503 when the
         lease store cannot be written (no lease is granted that a restart would forget)."""
         if req.pool not in pools:
             return unknown_pool(req.pool)
+        if (refusal := not_its_replica(caller, req.pool, req.replica)) is not None:
+            return refusal
         try:
             result = await cp.leases.acquire_and_save(req.pool, req.replica, cp.clock(), req.ttl_s)
         except LeaseStoreError as exc:
@@ -252,12 +268,13 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         "/v1/leases/restart/{pool}/{replica}",
         response_model=Released,
         responses=errors(401, 403, 404, 503),
-        dependencies=[agent_only],
     )
-    async def delete_lease(pool: str, replica: str) -> Released | JSONResponse:
+    async def delete_lease(pool: str, replica: str, caller: Caller | None = agent_only) -> Released | JSONResponse:
         """Give a restart lease back (``released`` is False when it was not held)."""
         if pool not in pools:
             return unknown_pool(pool)
+        if (refusal := not_its_replica(caller, pool, replica)) is not None:
+            return refusal
         try:
             return Released(released=await cp.leases.release_and_save(pool, replica, cp.clock()))
         except LeaseStoreError as exc:

@@ -93,10 +93,13 @@ def test_gateway_reports_need_a_gateway_credential(cp: Proc) -> None:
     assert cp.post("/v1/gateway-reports", json=body, headers=bearer("gateway")).status_code == 200
 
 
-def test_leases_need_an_agent_credential(cp: Proc) -> None:
+def test_leases_need_an_agent_credential_and_a_replica_that_reported_from_the_callers_address(cp: Proc) -> None:
     request = {"pool": POOL, "replica": "r-lease"}
     assert cp.post("/v1/leases/restart", json=request).status_code == 401
     assert cp.post("/v1/leases/restart", json=request, headers=bearer("gateway")).status_code == 403
+    refused = cp.post("/v1/leases/restart", json=request, headers=bearer("agent"))
+    assert refused.status_code == 403 and refused.json()["error"]["param"] == "replica"  # it never reported
+    assert post_report(cp, "r-lease", bearer("agent"))[0] == 200
     assert cp.post("/v1/leases/restart", json=request, headers=bearer("agent")).status_code == 200
     leases = cp.get("/v1/leases").json()
     assert "r-lease" in str(leases)

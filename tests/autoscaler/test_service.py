@@ -3,12 +3,15 @@ OpenAPI document held to the contract in docs/architecture.md."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
+from autoscaler.service import create_app
 from fleet.control_api import MAX_BODY_BYTES
+from fleet.control_auth import ControlAuth, SharedSecret
 from fleet.wire import LeaseGrant, ReplicaList
 from tests.autoscaler.builders import report
-from tests.autoscaler.conftest import Served
+from tests.autoscaler.conftest import Clock, Served, build_control_plane
 from tests.contracts import declared_routes, documented_routes, error_schemas
 
 POOL = "qwen-7b"
@@ -206,3 +209,25 @@ def test_victims_are_launching_first_then_least_loaded_never_unknown() -> None:
     )
     assert pick_victims(ctx, 3) == ("new", "idle", "light")
     assert pick_victims(ctx, 9) == ("new", "idle", "light", "busy", "silent")
+
+
+async def test_an_agent_takes_and_gives_back_only_the_lease_of_the_replica_it_reported_from_its_address() -> None:
+    cp, _, dry = build_control_plane(Clock())
+    app = create_app(cp, ControlAuth(SharedSecret("s3cret")))
+    headers = {"Authorization": "Bearer agent:s3cret"}
+
+    def client(ip: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(ip, 40000)), base_url="http://cp")
+
+    body = report("r-a", engine_url="http://10.0.0.7:8001").model_dump(mode="json")
+    lease = {"pool": "qwen-7b", "replica": "r-a"}
+    async with client("10.0.0.7") as own, client("10.0.0.8") as other:
+        assert (await own.post("/v1/reports", json=body, headers=headers)).status_code == 200
+        taken = await other.post("/v1/leases/restart", json=lease, headers=headers)
+        assert (taken.status_code, taken.json()["error"]["type"]) == (403, "permission_error")
+        assert (await own.post("/v1/leases/restart", json=lease, headers=headers)).status_code == 200
+        released = await other.delete("/v1/leases/restart/qwen-7b/r-a", headers=headers)
+        assert released.status_code == 403
+        released = await own.delete("/v1/leases/restart/qwen-7b/r-a", headers=headers)
+        assert released.json() == {"released": True}
+    await dry.close()

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,10 @@ async def test_a_killed_control_plane_restarts_without_duplicates_lost_leases_or
             assert {status for status, _ in answers} <= {200, 503} and answers[-1] == (200, [holder]), answers
             leases = (await http.get("/v1/leases")).json()
             assert leases["holders"] == {POOL: {holder: expires_at}}
+            # The other replica is starting on this host (its engine not up): its agent has reported it.
+            report = {**(await http.get(f"/v1/pools/{POOL}/replicas")).json()["replicas"][0]["last_report"]}
+            report.update(replica=other, state="starting", engine_url="http://127.0.0.1:9", ts=time.time())
+            assert (await http.post("/v1/reports", json=report)).status_code == 200
             refused = await http.post("/v1/leases/restart", json={"pool": POOL, "replica": other, "ttl_s": 300})
             assert refused.status_code == 409, refused.text
 
