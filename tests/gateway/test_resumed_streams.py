@@ -4,9 +4,11 @@ on another replica (or on the same one once its agent restarted it), seamless fo
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from tests.agent.conftest import AgentProc
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.procs import Procs
 from tests.support.stacks import KEYS, MODEL, write_stack
-from tests.support.wait import async_wait_for
+from tests.support.wait import async_wait_for, wait_for
 
 RESUME = {"pools.0.resumeStreams": True, "pools.0.engine.maxNumSeqs": 64}
 ROUND_ROBIN = {"gateway.routing.picker": {"name": "round-robin"}}
@@ -129,26 +131,37 @@ def _count(gw: Gateway, name: str, labels: dict[str, str] | None = None) -> floa
         return 0.0
 
 
-async def _engine_counts(engine_url: str) -> tuple[float, float]:
+_COUNTERS = ("vllm:request_success_total", "vllm:generation_tokens_total")
+
+
+def _engine_counts(http: httpx.Client, engine_url: str) -> tuple[float, float]:
     """The engine's own counters: (requests finished, tokens generated)."""
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        samples = parse((await http.get(engine_url + "/metrics")).text)
+    lines = [line for line in http.get(engine_url + "/metrics").text.splitlines() if line.startswith(_COUNTERS)]
+    samples = parse("\n".join(lines))
     return counter_value(samples, "vllm:request_success"), counter_value(samples, "vllm:generation_tokens")
 
 
-async def _until_under_way(engine_url: str, *, streams: int, tokens: int, running: asyncio.Future[Any]) -> None:
-    """Wait until the engine has generated ``tokens`` tokens for each of ``streams`` new requests on average, none
-    of them finished (the engine's own counters: a client reading through the gateway lags behind it)."""
-    finished_before, generated_before = await _engine_counts(engine_url)
+async def _kill_when_under_way(
+    engine_url: str, kill: Callable[[], object], *, streams: int, tokens: int, running: asyncio.Future[Any]
+) -> None:
+    """``kill`` the engine once it generated ``tokens`` tokens for each of ``streams`` new streams on average and
+    finished none of them (the engine's own counters: a client reading through the gateway lags behind it). The
+    watch runs in a thread, so that a busy event loop cannot delay the kill."""
+    with httpx.Client(trust_env=False, timeout=2) as http:
+        finished_before, generated_before = _engine_counts(http, engine_url)
 
-    async def under_way() -> bool:
-        if running.done():
-            await running  # raises what ended the streams early
-        finished, generated = await _engine_counts(engine_url)
-        assert finished == finished_before, "a stream finished before the engine died"
-        return generated - generated_before >= streams * tokens
+        def under_way() -> bool:
+            assert not running.done(), "the streams ended before the engine died"
+            finished, generated = _engine_counts(http, engine_url)
+            assert finished == finished_before, "a stream finished before the engine died"
+            if generated - generated_before < streams * tokens:
+                return False
+            kill()
+            return True
 
-    await async_wait_for(under_way, timeout_s=30, what=f"{streams} streams under way on {engine_url}")
+        await asyncio.to_thread(
+            wait_for, under_way, timeout_s=30, interval_s=0.01, what=f"{streams} streams under way on {engine_url}"
+        )
 
 
 async def _recorded(gw: Gateway, requests: int) -> None:
@@ -170,10 +183,10 @@ def _check_seamless(streams: list[Seen], references: dict[tuple[str, str], tuple
 
 
 async def test_forty_streams_survive_a_sigkilled_engine_on_the_other_replica(sims: SimFactory) -> None:
-    # Slow engines (half real time), so that every stream is still under way when one dies; a fast third one
-    # answers the reference requests.
+    # Engines in real time, so that every stream is still under way when one dies; a fast third one answers the
+    # reference requests.
     slow = ["--max-num-seqs", "64"]
-    victim, survivor, reference = sims(slow, slow, ["--time-scale", "50"], time_scale=0.5)
+    victim, survivor, reference = sims(slow, slow, ["--time-scale", "50"], time_scale=1.0)
     settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
     quota = RecordingQuota()
     async with serve(settings, quota=quota) as (url, gw):
@@ -184,8 +197,7 @@ async def test_forty_streams_survive_a_sigkilled_engine_on_the_other_replica(sim
         client = _client(url)
         try:
             running = asyncio.gather(*(_stream(client, s) for s in streams))
-            await _until_under_way(victim.url, streams=20, tokens=10, running=running)
-            victim.kill()
+            await _kill_when_under_way(victim.url, victim.kill, streams=20, tokens=10, running=running)
             await asyncio.wait_for(running, timeout=30)
         finally:
             await client.close()
@@ -240,7 +252,7 @@ def _start_agent(procs: Procs, tmp_path: Path, engine_port: int) -> AgentProc:
     stack = write_stack(
         tmp_path / "Pulumi.agenttest.yaml",
         "local-sim",
-        **{"pools.0.engine.sim.timeScale": 2.0, "pools.0.engine.sim.startupSeconds": 0.2},
+        **{"pools.0.engine.sim.timeScale": 1.0, "pools.0.engine.sim.startupSeconds": 0.2},
     )
     port = free_port()
     argv = [
@@ -266,8 +278,8 @@ async def test_streams_on_a_lone_replica_resume_on_its_restarted_engine(procs: P
         client = _client(url)
         try:
             running = asyncio.gather(*(_stream(client, s) for s in streams))
-            await _until_under_way(engine_url, streams=5, tokens=10, running=running)
-            os.kill(first["engine_pid"], signal.SIGKILL)
+            kill = functools.partial(os.kill, first["engine_pid"], signal.SIGKILL)
+            await _kill_when_under_way(engine_url, kill, streams=5, tokens=10, running=running)
             await asyncio.wait_for(running, timeout=40)
         finally:
             await client.close()
