@@ -126,6 +126,7 @@ class Gateway:
         self.clock = clock
         self.wall = wall
         self.metrics = metrics or GatewayMetrics()
+        self.metrics.watch_quota(quota)  # the quota store's health, when the backend has a shared store
         self.access_log = AccessLog() if settings.access_log else None
         self.keys = KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes)
         self.pools: dict[str, PoolSpec] = {}

@@ -140,3 +140,18 @@ async def test_readiness_and_metrics_answer_on_the_admin_port_only(shared_sim: P
                     assert resp.headers["x-request-id"]
             async with session.get(admin_url + "/readyz") as resp:
                 assert (await resp.json())["routable_replicas"] == {"qwen-7b": 1, "small": 0}
+
+
+async def test_a_dead_quota_redis_shows_on_the_admin_metrics_and_fail_open_still_answers(shared_sim: Proc) -> None:
+    dead = "redis://127.0.0.1:9/0"  # the discard port: nothing listens
+    settings = settings_for([shared_sim.url], **{"gateway.quotaBackend": "redis", "gateway.redisUrl": dead})
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    headers = {"Authorization": f"Bearer {KEYS['gold']}"}
+    async with serve_with_admin(settings) as (url, admin, gateway), aiohttp.ClientSession() as session:
+        await async_wait_for(lambda: gateway.endpoints.routable("qwen-7b") == 1, timeout_s=10, what="routable")
+        async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+        async with session.get(admin + "/metrics") as resp:
+            text = await resp.text()
+    assert "llmfleet_gateway_quota_store_up 0.0" in text
+    assert 'llmfleet_gateway_quota_store_down_requests_total{decision="local"} 1.0' in text
