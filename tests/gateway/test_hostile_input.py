@@ -163,12 +163,11 @@ async def test_the_models_repository_id_reaches_the_engine_as_its_served_name(sh
     assert status == 200, payload
 
 
-async def test_an_unreachable_quota_store_is_a_503_with_retry_after_not_a_500(shared_sim: Any) -> None:
+async def test_an_unreachable_quota_store_failing_closed_is_a_503_with_retry_after_not_a_500(shared_sim: Any) -> None:
     from fleet.ports import free_port
 
-    settings = settings_for(
-        [shared_sim.url], **{"gateway.quotaBackend": "redis", "gateway.redisUrl": f"redis://127.0.0.1:{free_port()}/0"}
-    )
+    redis = {"gateway.redisUrl": f"redis://127.0.0.1:{free_port()}/0", "gateway.quotaStoreDown": "fail-closed"}
+    settings = settings_for([shared_sim.url], **{"gateway.quotaBackend": "redis", **redis})
     async with serve(settings) as (url, _):
         status, headers, payload = await _post_raw(url, json.dumps(CHAT).encode(), GOLD)
     assert status == 503 and int(headers["Retry-After"]) >= 1
