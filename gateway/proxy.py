@@ -148,6 +148,7 @@ class SseRelay:
     events: int = 0
     done: bool = False
     usage: Usage = field(default_factory=Usage)
+    error_code: int | None = None  # the code of an error event the engine sent in-band (5xx when it gave none)
 
     def feed(self, data: bytes) -> bytes:
         """Append upstream bytes; return the complete events to send on (possibly b"")."""
@@ -159,9 +160,24 @@ class SseRelay:
         self.events += complete.count(b"\n\n")
         if b"[DONE]" in complete:
             self.done = True
+        if b'"error"' in complete:
+            self._spot_error(complete)
         if b'"usage"' in complete:
             complete = self._take_usage(complete)
         return complete
+
+    def _spot_error(self, complete: bytes) -> None:
+        for event in complete.split(b"\n\n"):
+            if not (event.startswith(b"data:") and b'"error"' in event):
+                continue
+            try:
+                payload = json.loads(event[5:])
+            except ValueError:
+                continue
+            error = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(error, dict):
+                code = error.get("code")
+                self.error_code = code if isinstance(code, int) and 400 <= code < 600 else 500
 
     def _take_usage(self, complete: bytes) -> bytes:
         kept: list[bytes] = []

@@ -80,6 +80,7 @@ class Outcome:
     done_s: float | None = None
     upstream_s: float = 0.0
     error: str | None = None
+    stream_status: int | None = None  # what a stream that failed after its 200 headers counts as (`gateway.streams`)
 
 
 class Attempt:
@@ -240,9 +241,9 @@ class Gateway:
         wall = self.wall()
         try:
             response = await self._complete(request, kind, out)
-            # A stream that broke after its first byte went out as 200 with an error event; the SLOs count it as
-            # what it was, an engine failure.
-            out.status = BROKEN_STREAM_STATUS if out.error == "stream_broken" else response.status
+            # A stream that failed after its first byte went out as 200 with an error event; the SLOs count it as
+            # what it was: an engine failure, or the client's error when the engine said so.
+            out.status = out.stream_status or response.status
             return response
         except GatewayError as exc:
             out.status, out.error = exc.status, exc.code
@@ -442,9 +443,6 @@ def _client_error(exc: UpstreamError) -> GatewayError:
     if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
         return ServiceUnavailable("no replica could take the request", retry_after=1.0)
     return UpstreamFailed("the engine failed before answering")
-
-
-BROKEN_STREAM_STATUS = 502  # the status metrics and the access log record for a stream broken mid-way
 
 
 def new_request_id() -> str:

@@ -36,6 +36,8 @@ from gateway.routing.base import EndpointView, RequestInfo
 if TYPE_CHECKING:
     from gateway.service import Attempt, Gateway, Outcome
 
+BROKEN_STREAM_STATUS = 502  # what the metrics and the access log record for a stream that failed mid-way
+
 __all__ = ["Segment", "StreamSession"]
 
 log = logging.getLogger("llmfleet.gateway")
@@ -95,12 +97,12 @@ class StreamSession:
                 if failure is None:
                     failure = await self._pump(response, segment, deadline)
                 if failure is None:
-                    gw.endpoints.succeeded(segment.attempt.ep)
+                    self._ended(segment)
                     break
                 gw.account(segment.attempt.ep, UpstreamBroken(failure))
                 resumed = await self._resume(segment, failure, deadline)
                 if resumed is None:
-                    out.error = "stream_broken"
+                    out.error, out.stream_status = "stream_broken", BROKEN_STREAM_STATUS
                     await response.write(sse_error_event(failure))
                     break
                 segment = resumed
@@ -110,6 +112,18 @@ class StreamSession:
             segment.close()
             self._settle(segment)
         return response
+
+    def _ended(self, segment: Segment) -> None:
+        """The engine ended the stream with ``[DONE]``; after an error event of its own, the request failed."""
+        gw, code = self.gateway, segment.relay.error_code
+        if code is None:
+            gw.endpoints.succeeded(segment.attempt.ep)
+        elif code < 500:  # the engine refused the client's request: the replica is fine
+            gw.endpoints.succeeded(segment.attempt.ep)
+            self.out.error, self.out.stream_status = "engine_error_event", code
+        else:
+            gw.account(segment.attempt.ep, UpstreamBroken(f"the engine sent an error event ({code})"))
+            self.out.error, self.out.stream_status = "engine_error_event", BROKEN_STREAM_STATUS
 
     async def _write(self, response: web.StreamResponse, chunk: bytes) -> str | None:
         """Send complete events on (through the transcript when resuming); the failure found in them, if any."""

@@ -110,3 +110,23 @@ async def test_when_every_attempt_fails_the_client_gets_one_503_after_max_attemp
             await client.close()
         assert info.value.status_code == 503
         assert _metric(gw, "llmfleet_gateway_retries") == 1  # two attempts: the first and one retry, no third
+
+
+async def test_an_engine_error_event_after_200_counts_as_a_failure_and_ejects_the_replica(sims: SimFactory) -> None:
+    # The engine crashes while streaming: it sends an in-band error event and [DONE], then exits.
+    (crashing,) = sims(["--fault-crash-at-seconds", "1.0", "--fault-exit-delay", "5"], time_scale=1.0)
+    async with serve(settings_for([crashing.url])) as (url, gw):
+        client = _client(url)
+        try:
+            stream = await _stream_chat(client, 2000)
+            with pytest.raises(openai.APIError):
+                async for _ in stream:
+                    pass
+        finally:
+            await client.close()
+        (endpoint,) = gw.endpoints.members("qwen-7b")
+        failures = endpoint.failures
+    samples = parse(gw.metrics.render().decode())
+    assert counter_value(samples, "llmfleet_gateway_requests", {"status": "502"}) == 1
+    assert counter_value(samples, "llmfleet_gateway_requests", {"status": "200"}) == 0
+    assert failures == 1
