@@ -1,7 +1,9 @@
 """ControlLoop: every ``autoscaling.intervalS``, turn each pool's reports into a decision and act on it.
 
-    reports (registry) + gateway reports + actuator view -> ScalingContext -> policy -> guard-rails -> Decision
-                                                                                       -> actuator
+    reports (registry) + gateway reports + actuator view -> autoscaler.step.decide -> Decision -> actuator
+
+`autoscaler.step.decide` (context, demand window, policy, guard-rails) is the one decision step; the fleet
+simulation calls it too, so a simulated pool is scaled by exactly this code.
 
 ``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
 until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
@@ -21,34 +23,18 @@ from dataclasses import asdict
 from typing import Any
 
 from autoscaler.actuators import Actuator, FleetView
-from autoscaler.context import ReplicaLoad, ScalingContext, build_context
-from autoscaler.decisions import Decision, Hold, ScaleDown, ScaleUp
-from autoscaler.guardrails import apply_guardrails
+from autoscaler.context import ReplicaLoad
+from autoscaler.decisions import Decision, Hold
 from autoscaler.policies import make_policy
-from autoscaler.registry import GatewayRegistry, GatewaySeen, ReplicaRegistry, ReplicaSeen
+from autoscaler.registry import GatewayRegistry, ReplicaRegistry, ReplicaSeen
 from autoscaler.startup import StartupHold
+from autoscaler.step import DemandHistory, decide, gateway_demand, pick_victims
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["ControlLoop", "gateway_demand", "pick_victims", "planned_qps"]
 
 log = logging.getLogger("llmfleet.autoscaler.loop")
-
-
-def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
-    """The ``count`` replicas to remove: failed ones first, then ones still launching (no traffic, nothing to
-    drain), then ready ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale,
-    no metrics) come last: they are never taken for idle ones."""
-    candidates = [r for r in ctx.replicas if r.state not in ("draining", "stopped")]
-
-    def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
-        if r.state == "failed" and not r.stale:
-            return (-1, 0.0, 0.0, r.replica)  # broken: serves nothing, goes first
-        unknown = r.stale or (r.state == "ready" and not r.has_metrics)
-        rank = 3 if unknown else 0 if r.state == "launching" else 1 if r.state != "ready" else 2
-        return (rank, r.load, r.kv_usage if r.kv_usage is not None else 1.0, r.replica)
-
-    return tuple(r.replica for r in sorted(candidates, key=order)[:count])
 
 
 def _gist(reason: str) -> str:
@@ -69,16 +55,6 @@ def _load(seen: ReplicaSeen) -> ReplicaLoad:
         tokens_per_s=r.tokens_per_s,
         report_age_s=round(seen.age_s, 3),
     )
-
-
-def gateway_demand(seen: list[GatewaySeen]) -> tuple[float | None, float | None, int]:
-    """(waiting, request rate, stale gateways) over one pool's gateway reports: the sums over fresh reports, or
-    None for both when no gateway reported recently (unknown, not zero)."""
-    fresh = [g.report for g in seen if not g.stale]
-    stale = len(seen) - len(fresh)
-    if not fresh:
-        return None, None, stale
-    return float(sum(r.waiting for r in fresh)), sum(r.arrived_per_s for r in fresh), stale
 
 
 def planned_qps(spec: FleetSpec, pool: PoolSpec) -> float | None:
@@ -112,7 +88,7 @@ class ControlLoop:
         self.decisions: deque[Decision] = deque(maxlen=history)
         self.last: dict[str, Decision] = {}
         self._state: dict[str, dict[str, Any]] = {}
-        self._demand: dict[str, deque[tuple[float, float]]] = {}
+        self._demand: dict[str, DemandHistory] = {}
         self._stop = asyncio.Event()
         self.startup = StartupHold(clock(), startup_hold_s)
 
@@ -127,54 +103,33 @@ class ControlLoop:
         loads += [ReplicaLoad(f"pending-{i}", "launching") for i in range(max(0, view.target - live))]
         return tuple(loads)
 
-    def context(self, pool: PoolSpec, replicas: tuple[ReplicaLoad, ...], now: float) -> ScalingContext:
-        return build_context(
-            pool,
-            self.spec.autoscaling,
-            replicas,
-            now,
-            gateway=gateway_demand(self.gateways.seen(pool.name, now)),
-            per_replica_qps=self.per_replica_qps.get(pool.name),
-            demand_history=tuple(self._demand.get(pool.name, ())),
-            state=self._state.get(pool.name, {}),
-        )
-
     async def decide(self, pool: PoolSpec, now: float) -> Decision:
-        """One pool, one tick: a decision (not yet applied)."""
+        """One pool, one tick: a decision (not yet applied), by `autoscaler.step.decide`."""
         view = await self.actuator.current(pool)
-        ctx = self.context(pool, self.replicas(pool, view, now), now)
+        replicas = self.replicas(pool, view, now)
         reported = {s.report.replica for s in self.registry.seen(pool.name, now)}
         if not self.startup.settle(pool.name, now, view.replicas, reported):
             reason = (
                 f"starting: waiting up to {self.startup.remaining(now):.1f} s more for the agents' reports "
                 "before scaling"
             )
-            inputs = {"replicas": [asdict(r) for r in ctx.replicas], "reported": sorted(reported)}
-            return Hold(pool.name, ctx.current, ctx.current, reason, now, inputs, self.policy.name)
-        if ctx.has_metrics:
-            window = self._demand.setdefault(pool.name, deque())
-            window.append((now, ctx.demand))
-            horizon = max(pool.cold_start_seconds, 3 * self.spec.autoscaling.interval_s)
-            while window and now - window[0][0] > horizon:
-                window.popleft()
-        proposal = self.policy.propose(ctx)
-        verdict = apply_guardrails(ctx, proposal, self.spec.autoscaling)
-        self._state[pool.name] = {**verdict.state, **dict(proposal.state)}
-        common: dict[str, Any] = {
-            "pool": pool.name,
-            "current": ctx.current,
-            "target": verdict.target,
-            "reason": verdict.reason,
-            "at": now,
-            "inputs": {**verdict.inputs, "replicas": [asdict(r) for r in ctx.replicas]},
-            "policy": self.policy.name,
-        }
-        if verdict.target > ctx.current:
-            return ScaleUp(**common)
-        if verdict.target < ctx.current:
-            victims = pick_victims(ctx, ctx.current - verdict.target)
-            return ScaleDown(**common, victims=victims, drain=True)
-        return Hold(**common)
+            inputs = {"replicas": [asdict(r) for r in replicas], "reported": sorted(reported)}
+            current = sum(1 for r in replicas if r.state not in ("draining", "stopped"))
+            return Hold(pool.name, current, current, reason, now, inputs, self.policy.name)
+        step = decide(
+            pool,
+            self.spec.autoscaling,
+            self.policy,
+            replicas,
+            now,
+            gateway=gateway_demand(self.gateways.seen(pool.name, now)),
+            per_replica_qps=self.per_replica_qps.get(pool.name),
+            demand_history=self._demand.get(pool.name, ()),
+            state=self._state.get(pool.name, {}),
+        )
+        self._state[pool.name] = step.state
+        self._demand[pool.name] = step.demand_history
+        return step.decision
 
     def record(self, decision: Decision) -> bool:
         """Keep ``decision`` in the log unless it repeats the previous hold's reason; True when kept."""

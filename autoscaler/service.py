@@ -47,6 +47,7 @@ from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
 from autoscaler.shares import admission_shares, grantable
+from fleet.capacity import admission_capacity
 from fleet.control_api import create_control_app, error_response, errors
 from fleet.control_auth import Caller, ControlAuth, Kind, same_host
 from fleet.spec import FleetSpec
@@ -107,7 +108,7 @@ class ControlPlane:
         queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
         spec = next(p for p in self.spec.pools if p.name == pool)
         ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
-        return ready * (spec.engine.max_num_seqs + self.spec.gateway.queue.per_replica_threshold)
+        return admission_capacity(ready, spec.engine.max_num_seqs, self.spec.gateway.queue.per_replica_threshold)
 
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""

@@ -3,9 +3,9 @@
 No processes and no HTTP: each replica is an `engine_sim.scheduler.Scheduler` (the same continuous-batching
 object the simulated engine serves from, timed by the calibrated `fleet.perf.StepTimeModel`), the gateway is
 `gateway.routing.base.Router` built from the stack's filters/scorers/picker over `EndpointView` snapshots, and the
-control loop is `autoscaler.policies` + `autoscaler.guardrails.apply_guardrails` + `autoscaler.loop.pick_victims`
-over `ScalingContext` snapshots. A launched replica becomes ready ``coldStartSeconds`` later; a replica chosen to
-go stops taking traffic at once and stops when its last request finishes (drain).
+control loop is `simulate.control.Controller`: the live loop's own decision step (`autoscaler.step.decide`) over
+the replicas' last scrapes and the gateway's last report. A launched replica becomes ready ``coldStartSeconds``
+later; a replica chosen to go stops taking traffic at once and stops when its last request finishes (drain).
 
 Events: arrivals (Poisson, a seeded day-shaped trace: quiet, ramp, plateau, drop, burst, quiet), engine step
 ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and the agents' reports see; the
@@ -48,27 +48,27 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 # bench/engine_sim.py would shadow the engine_sim package: put the repository root first.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.context import ReplicaLoad, build_context  # noqa: E402
-from autoscaler.guardrails import apply_guardrails  # noqa: E402
-from autoscaler.loop import gateway_demand, pick_victims, planned_qps  # noqa: E402
+from autoscaler.context import ReplicaLoad  # noqa: E402
+from autoscaler.decisions import ScaleDown, ScaleUp  # noqa: E402
+from autoscaler.loop import planned_qps  # noqa: E402
 from autoscaler.policies import make_policy  # noqa: E402
-from autoscaler.registry import GatewaySeen  # noqa: E402
 from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan  # noqa: E402
-from fleet.capacity import model_facts, plan_pool, pool_gpu  # noqa: E402
+from fleet.capacity import admission_capacity, model_facts, plan_pool, pool_gpu  # noqa: E402
 from fleet.commands.registries import all_registries  # noqa: E402
 from fleet.loader import load_spec  # noqa: E402
 from fleet.spec import AutoscalingSpec, FleetSpec, PluginRef, PoolSpec  # noqa: E402
 from fleet.wire import GatewayReport  # noqa: E402
 from gateway.reporting import PoolTraffic  # noqa: E402
 from gateway.routing.base import EndpointView, RequestInfo, Router  # noqa: E402
+from simulate.control import Controller  # noqa: E402
 
 SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
 TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
@@ -180,7 +180,14 @@ class FleetSim:
         self.autoscaling: AutoscalingSpec = spec.autoscaling.model_copy(
             update={"policy": PluginRef(name=config.policy), "predictive": config.predictive}
         )
-        self.policy = make_policy(config.policy)
+        self.controller = Controller(
+            pool=pool,
+            autoscaling=self.autoscaling,
+            policy=make_policy(config.policy),
+            per_replica_qps=planned_qps(spec, pool) if config.gateway_reports else None,
+            stale_after_s=spec.control_plane.stale_after_s,
+            gateway_reports=config.gateway_reports,
+        )
         eng = pool.engine
         self.engine_config = EngineConfig(
             model=pool.model,
@@ -199,8 +206,6 @@ class FleetSim:
         self.events: list[tuple[float, int, str, Any]] = []
         self.seq = itertools.count()
         self.names = itertools.count()
-        self.state: dict[str, Any] = {}
-        self.demand: deque[tuple[float, float]] = deque()
         self.result = Result(config)
         token_rng = random.Random(seed + 1)
         self.tokens = [token_rng.randrange(1000, 30000) for _ in range(1 << 16)]
@@ -217,7 +222,6 @@ class FleetSim:
         # the gateway's report to the control plane (as gateway.reporting.GatewayReporter builds it)
         self.traffic = PoolTraffic(samples=deque([(0.0, 0, 0)]))
         self.gw_report: GatewayReport | None = None
-        self.per_replica_qps = planned_qps(spec, pool)
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -290,7 +294,7 @@ class FleetSim:
 
     def admission_capacity(self) -> int:
         routable = sum(1 for r in self.replicas if r.state == "ready")
-        return routable * (self.pool.engine.max_num_seqs + self.queue_cfg.per_replica_threshold)
+        return admission_capacity(routable, self.pool.engine.max_num_seqs, self.queue_cfg.per_replica_threshold)
 
     def on_arrival(self, now: float, a: Arrival) -> None:
         self.result.requests += 1
@@ -406,45 +410,21 @@ class FleetSim:
         return tuple(out)
 
     def on_tick(self, now: float, _: Any) -> None:
-        cfg, pool = self.autoscaling, self.pool
-        replicas = self.loads()
-        gateway: tuple[float | None, float | None, int] = (None, None, 0)
-        if self.config.gateway_reports and self.gw_report is not None:
-            age = now - self.gw_report.ts
-            gateway = gateway_demand([GatewaySeen(self.gw_report, self.gw_report.ts, age, False)])
-        ctx = build_context(
-            pool,
-            cfg,
-            replicas,
-            now,
-            gateway=gateway,
-            per_replica_qps=self.per_replica_qps if self.config.gateway_reports else None,
-            demand_history=tuple(self.demand),
-            state=self.state,
-        )
-        if ctx.has_metrics:  # as autoscaler.loop.ControlLoop.decide keeps its window
-            self.demand.append((now, ctx.demand))
-            horizon = max(pool.cold_start_seconds, 3 * cfg.interval_s)
-            while self.demand and now - self.demand[0][0] > horizon:
-                self.demand.popleft()
-            ctx = replace(ctx, demand_history=tuple(self.demand))
-        proposal = self.policy.propose(ctx)
-        verdict = apply_guardrails(ctx, proposal, cfg)
-        self.state = {**verdict.state, **dict(proposal.state)}
-        if verdict.target > ctx.current:
+        decision = self.controller.step(now, self.loads(), self.gw_report)
+        if isinstance(decision, ScaleUp):
             self.result.actions += 1
-            for _ in range(verdict.target - ctx.current):
+            for _ in range(decision.target - decision.current):
                 self.launch(now)
-        elif verdict.target < ctx.current:
+        elif isinstance(decision, ScaleDown):
             self.result.actions += 1
-            for name in pick_victims(ctx, ctx.current - verdict.target):
+            for name in decision.victims:
                 r = next(x for x in self.replicas if x.name == name)
                 if r.state == "launching" or r.in_flight == 0:
                     self.stop(r, now)
                 else:
                     r.state = "draining"
         self.result.peak_replicas = max(self.result.peak_replicas, len(self.live()))
-        self.push(now + cfg.interval_s, "tick")
+        self.push(now + self.autoscaling.interval_s, "tick")
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -268,3 +268,9 @@ def _replicas_per_node(spec: FleetSpec, pool: PoolSpec) -> tuple[int, int]:
         return 1, pool.engine.tensor_parallel_size
     instance = INSTANCES[spec.node_group(pool.node_group).instance_type]
     return instance.gpu_count // pool.engine.tensor_parallel_size, instance.gpu_count
+
+
+def admission_capacity(ready_replicas: int, max_num_seqs: int, per_replica_threshold: int) -> int:
+    """Requests a pool admits in flight: ready replicas x (``maxNumSeqs`` + ``queue.perReplicaThreshold``), a
+    batch each plus a short engine queue; the gateways, the control plane and the simulation all use it."""
+    return max(0, ready_replicas) * (max_num_seqs + per_replica_threshold)

@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from fleet.capacity import admission_capacity
 from fleet.spec import PluginRef, PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS, KeyRing
 from gateway.body import Kind, ParsedRequest, parse_body
@@ -183,8 +184,8 @@ class Gateway:
     def _capacity_changed(self, pool: str) -> None:
         spec = self.settings.spec.pool(pool)
         routable = self.endpoints.routable(pool)
-        per_replica = spec.engine.max_num_seqs + self.config.queue.per_replica_threshold
-        self.admission[pool].set_capacity(self.shares.capacity(pool, routable * per_replica))
+        capacity = admission_capacity(routable, spec.engine.max_num_seqs, self.config.queue.per_replica_threshold)
+        self.admission[pool].set_capacity(self.shares.capacity(pool, capacity))
         self.metrics.child(self.metrics.ready, pool).set(routable)
         changed = self._changes.pop(pool, None)
         if changed is not None:

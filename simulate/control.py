@@ -1,0 +1,68 @@
+"""The simulation's control step: the live loop's decision step (`autoscaler.step.decide`) on simulated reports.
+
+The simulator hands it what the control plane would hold at a tick: one `ReplicaLoad` per replica (its last
+scrape, or ``launching``) and the gateway's last report. It keeps the policy state and the demand window between
+ticks exactly as `autoscaler.loop.ControlLoop` does, so a report sequence gets the same decisions here and live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.context import ReplicaLoad
+from autoscaler.decisions import Decision
+from autoscaler.loop import planned_qps
+from autoscaler.policies import ScalingPolicy, make_policy
+from autoscaler.registry import GatewaySeen
+from autoscaler.step import DemandHistory, decide, gateway_demand
+from fleet.spec import AutoscalingSpec, FleetSpec, PoolSpec
+from fleet.wire import GatewayReport
+
+__all__ = ["Controller"]
+
+
+@dataclass
+class Controller:
+    """One pool's scaler: ``step(now, replicas, gateway)`` -> the decision the live loop would take."""
+
+    pool: PoolSpec
+    autoscaling: AutoscalingSpec
+    policy: ScalingPolicy
+    per_replica_qps: float | None
+    stale_after_s: float
+    gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
+    state: dict[str, Any] = field(default_factory=dict)
+    demand: DemandHistory = ()
+
+    @classmethod
+    def for_pool(cls, spec: FleetSpec, pool: PoolSpec, *, gateway_reports: bool = True) -> Controller:
+        """The scaler the stack configures (``autoscaling.policy``, ``predictive``) for ``pool``."""
+        autoscaling = spec.autoscaling
+        return cls(
+            pool=pool,
+            autoscaling=autoscaling,
+            policy=make_policy(autoscaling.policy.name, autoscaling.policy.params),
+            per_replica_qps=planned_qps(spec, pool) if gateway_reports else None,
+            stale_after_s=spec.control_plane.stale_after_s,
+            gateway_reports=gateway_reports,
+        )
+
+    def step(self, now: float, replicas: tuple[ReplicaLoad, ...], gateway: GatewayReport | None = None) -> Decision:
+        seen: list[GatewaySeen] = []
+        if self.gateway_reports and gateway is not None:
+            age = max(0.0, now - gateway.ts)
+            seen.append(GatewaySeen(gateway, gateway.ts, age, age > self.stale_after_s))
+        step = decide(
+            self.pool,
+            self.autoscaling,
+            self.policy,
+            replicas,
+            now,
+            gateway=gateway_demand(seen),
+            per_replica_qps=self.per_replica_qps,
+            demand_history=self.demand,
+            state=self.state,
+        )
+        self.state, self.demand = step.state, step.demand_history
+        return step.decision
