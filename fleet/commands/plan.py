@@ -1,4 +1,9 @@
-"""``llmfleet plan --stack NAME``: the capacity plan of every pool, as a table, with warnings in plain words."""
+"""``llmfleet plan --stack NAME``: the capacity plan of every pool and the GPU capacity it pays for, as tables.
+
+Per pool: memory, per-replica QPS, replicas and how busy they are at peak. Per node group: nodes, paid and used
+GPUs, paid-GPU utilisation, node-hours and monthly cost at the pools' min and at peak; under the 70% target,
+the options that would raise it. Warnings come in plain words.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from fleet.capacity import PoolPlan, plan_pool
 from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import load_spec
+from fleet.paid_capacity import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
+from fleet.spec import FleetSpec
 
 __all__ = ["add_arguments", "render_plan", "run"]
 
@@ -27,22 +34,61 @@ def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     plans = [plan_pool(loaded.spec, pool) for pool in loaded.spec.pools]
+    groups = plan_groups(loaded.spec, plans)
     if args.json:
-        print(json.dumps({"stack": loaded.name, "pools": [asdict(p) for p in plans]}, indent=2))
+        print(json.dumps(_as_json(loaded.name, loaded.spec, plans, groups), indent=2))
         return 0
     print(f"stack {loaded.name} ({loaded.spec.target}, {', '.join(loaded.spec.availability_zones)})")
-    print(render_plan(plans))
+    print(render_plan(plans, groups, loaded.spec))
     for warning in loaded.warnings:
         print(f"warning: {warning.path}: {warning.message}")
     return 0
 
 
-def render_plan(plans: list[PoolPlan]) -> str:
+def _point_json(point: PaidPoint) -> dict[str, object]:
+    return {
+        **asdict(point),
+        "nodes": point.nodes,
+        "paid_gpus": point.paid_gpus,
+        "paid_utilisation": point.paid_utilisation,
+        "node_hours_month": point.node_hours_month,
+        "monthly_cost_usd": point.monthly_cost_usd,
+    }
+
+
+def _as_json(stack: str, spec: FleetSpec, plans: list[PoolPlan], groups: list[GroupPlan]) -> dict[str, object]:
+    return {
+        "stack": stack,
+        "pools": [{**asdict(p), "replica_utilisation_peak": _replica_utilisation(p)} for p in plans],
+        "node_groups": [
+            {
+                **{k: v for k, v in asdict(g).items() if k not in ("at_min", "at_peak")},
+                "at_min": _point_json(g.at_min),
+                "at_peak": _point_json(g.at_peak),
+                "options": [asdict(o) for o in paid_options(spec, g)],
+            }
+            for g in groups
+        ],
+        "paid_gpu_utilisation_target": PAID_GPU_UTILISATION_TARGET,
+    }
+
+
+def _replica_utilisation(plan: PoolPlan) -> float | None:
+    """Peak load / what the peak replicas carry at their SLO (None when a replica carries nothing)."""
+    capacity = plan.replicas_peak * plan.per_replica_qps
+    return plan.peak_qps / capacity if capacity > 0 else None
+
+
+def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    width = max(len(k) for k, _ in rows)
+    return [f"\n{title}", *(f"  {k:<{width}}  {v}" for k, v in rows)]
+
+
+def render_plan(plans: list[PoolPlan], groups: list[GroupPlan] | None = None, spec: FleetSpec | None = None) -> str:
+    """The pools' table, then the node groups' paid capacity (with options when ``spec`` is given)."""
     lines: list[str] = []
-    total_min = total_peak = 0.0
     for plan in plans:
-        total_min += plan.monthly_cost_min_usd
-        total_peak += plan.monthly_cost_peak_usd
+        utilisation = _replica_utilisation(plan)
         rows = [
             ("model", plan.model),
             ("gpu x per replica", f"{plan.gpu} x {plan.gpus_per_replica}"),
@@ -60,16 +106,65 @@ def render_plan(plans: list[PoolPlan]) -> str:
                 "replicas min/needed/peak/max",
                 f"{plan.replicas_min} / {plan.replicas_needed} / {plan.replicas_peak} / {plan.replicas_max}",
             ),
-            ("gpus at peak", str(plan.gpus_peak)),
-            ("nodes per az at peak", f"{plan.nodes_per_az_peak} x {len(plan.zones)} zones"),
+            ("gpus used min/peak", f"{plan.replicas_min * plan.gpus_per_replica} / {plan.gpus_peak}"),
             (
-                "monthly cost min/peak",
-                f"${plan.monthly_cost_min_usd:,.0f} / ${plan.monthly_cost_peak_usd:,.0f}",
+                "replica utilisation at peak",
+                "n/a"
+                if utilisation is None
+                else f"{utilisation:.0%} ({plan.peak_qps:g} qps on {plan.replicas_peak} x {plan.per_replica_qps:.1f})",
             ),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines.append(f"\npool {plan.pool}")
-        lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+        lines += _table(f"pool {plan.pool}", rows)
         lines += [f"  note: {n}" for n in plan.notes]
+    groups = groups if groups is not None else []
+    for group in groups:
+        lines += _render_group(group, spec)
+    total_min = sum(g.at_min.monthly_cost_usd for g in groups)
+    total_peak = sum(g.at_peak.monthly_cost_usd for g in groups)
     lines.append(f"\ntotal monthly cost min/peak: ${total_min:,.0f} / ${total_peak:,.0f}")
     return "\n".join(lines)
+
+
+def _render_group(group: GroupPlan, spec: FleetSpec | None) -> list[str]:
+    low, peak = group.at_min, group.at_peak
+    if group.instance_type is None:
+        title = f"gpus of the existing cluster ({group.gpu}, paid by the GPU)"
+        head: list[tuple[str, str]] = []
+    else:
+        title = f"node group {group.group}"
+        head = [
+            ("instance x zones", f"{group.instance_type} ({group.gpus_per_node} x {group.gpu}) x {len(group.zones)}"),
+            ("capacity type", f"{group.capacity_type}, ${peak.gpu_hour_usd:.2f} per GPU-hour"),
+            ("nodes per zone min..max", f"{group.min_nodes_per_az} .. {group.max_nodes_per_az}"),
+            ("nodes min/peak", f"{low.nodes} ({_zones(low)}) / {peak.nodes} ({_zones(peak)})"),
+        ]
+    rows = [
+        ("pools", ", ".join(group.pools) or "(none)"),
+        *head,
+        ("paid gpus min/peak", f"{low.paid_gpus} / {peak.paid_gpus}"),
+        ("used gpus min/peak", f"{low.used_gpus} / {peak.used_gpus}"),
+        (
+            "paid-gpu utilisation min/peak",
+            f"{low.paid_utilisation:.0%} / {peak.paid_utilisation:.0%} "
+            f"(target {PAID_GPU_UTILISATION_TARGET:.0%} at peak)",
+        ),
+        (
+            f"{'node' if group.instance_type else 'gpu'}-hours a month min/peak",
+            f"{low.node_hours_month:,.0f} / {peak.node_hours_month:,.0f}",
+        ),
+        ("monthly cost min/peak", f"${low.monthly_cost_usd:,.0f} / ${peak.monthly_cost_usd:,.0f}"),
+    ]
+    lines = _table(title, rows)
+    lines += [f"  note: {n}" for n in group.notes]
+    options = paid_options(spec, group) if spec is not None else []
+    if options:
+        lines.append(
+            f"  paid-gpu utilisation at peak is {peak.paid_utilisation:.0%}, under the "
+            f"{PAID_GPU_UTILISATION_TARGET:.0%} target ({peak.idle_gpus} of {peak.paid_gpus} paid GPUs idle). Options:"
+        )
+        lines += [f"    - {o.text}" for o in options]
+    return lines
+
+
+def _zones(point: PaidPoint) -> str:
+    return "+".join(str(n) for n in point.nodes_per_zone)
