@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
@@ -113,15 +114,19 @@ async def test_when_every_attempt_fails_the_client_gets_one_503_after_max_attemp
 
 
 async def test_an_engine_error_event_after_200_counts_as_a_failure_and_ejects_the_replica(sims: SimFactory) -> None:
-    # The engine crashes while streaming: it sends an in-band error event and [DONE], then exits.
-    (crashing,) = sims(["--fault-crash-at-seconds", "1.0", "--fault-exit-delay", "5"], time_scale=1.0)
+    # The engine crashes while streaming (a second request kills it): it sends the stream an in-band error event and
+    # [DONE], then exits.
+    (crashing,) = sims(["--fault-crash-after-requests", "1", "--fault-exit-delay", "5"], time_scale=1.0)
     async with serve(settings_for([crashing.url])) as (url, gw):
         client = _client(url)
         try:
             stream = await _stream_chat(client, 2000)
             with pytest.raises(openai.APIError):
                 async for _ in stream:
-                    pass
+                    async with aiohttp.ClientSession() as session:  # straight to the engine: the fatal request
+                        body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+                        async with session.post(crashing.url + "/v1/completions", json=body) as resp:
+                            await resp.read()
         finally:
             await client.close()
         (endpoint,) = gw.endpoints.members("qwen-7b")
