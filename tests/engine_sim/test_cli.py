@@ -60,7 +60,8 @@ def test_port_refuses_connections_while_loading_then_serves(spawn_sim: SpawnSim)
 
 
 def test_sigterm_with_a_shutdown_timeout_lets_in_flight_streams_finish(spawn_sim: SpawnSim) -> None:
-    sim = spawn_sim("--startup-seconds", "0", "--time-scale", "4", "--shutdown-timeout", "20")
+    # Slow enough (a few seconds) that the stream is still running while the checks below are made.
+    sim = spawn_sim("--startup-seconds", "0", "--time-scale", "0.5", "--shutdown-timeout", "20")
     lines, reader = _sigterm_mid_stream(sim, max_tokens=150)
     sim.wait_log("shutdown triggered", timeout_s=20)
     late = httpx.post(f"{sim.url}/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 2})
