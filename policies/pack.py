@@ -22,6 +22,7 @@ from policies.gpu import (
 )
 from policies.images import images_from_stack_registries, images_pinned_by_digest
 from policies.network import network_default_deny, only_gateway_public
+from policies.paid_capacity import paid_gpu_utilisation
 from policies.pod_security import engines_run_as_non_root
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
@@ -53,6 +54,7 @@ POLICIES: list[Policy] = [
     cluster_endpoint_restricted,
     allowed_instance_types,
     monthly_cost_ceiling,
+    paid_gpu_utilisation,
     images_pinned_by_digest,
     images_from_stack_registries,
     cluster_prerequisites_installed,

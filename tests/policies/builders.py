@@ -165,10 +165,13 @@ def capacity_block_template(zone: str, env: str = "prod", instance: str = "p4de.
     return Res(type=template.type, props=props, name=f"nodes-a100-{zone}")
 
 
-def spec_configmap(env: str = "prod", cost: dict[str, float] | None = None) -> Res:
-    """The ``llmfleet-spec`` ConfigMap with the stack file's ``llmfleet:cost`` block (prod's by default)."""
+def spec_configmap(
+    env: str = "prod", cost: dict[str, float] | None = None, document: dict[str, Any] | None = None
+) -> Res:
+    """The ``llmfleet-spec`` ConfigMap with the stack file's ``llmfleet:cost`` block (prod's by default), or with
+    a whole stack ``document`` (`tests.support.stacks.stack_document`)."""
     block = {"gpuHourUsd": 2.5, "monthlyCeilingUsd": 250_000} if cost is None else cost
-    document = {"config": {"llmfleet:environment": env, "llmfleet:cost": block}}
+    document = document or {"config": {"llmfleet:environment": env, "llmfleet:cost": block}}
     props = {
         "metadata": {
             "name": contract.SPEC_CONFIGMAP,

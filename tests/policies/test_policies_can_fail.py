@@ -69,6 +69,7 @@ BY_STACK: dict[str, tuple[str, dict[str, Any]]] = {
     "prod-capacity-buffer": ("prod", {"pools.0.workload.capacityBuffer": 0.1}),
     "allowed-instance-types": ("prod", {"cpuNodeGroup.instanceType": "m5.xlarge"}),
     "monthly-cost-ceiling": ("prod", {"cost.monthlyCeilingUsd": 80_000}),  # prod's GPUs peak at $87,600
+    "paid-gpu-utilisation": ("prod", {}),  # prod as shipped: 6 of its 24 paid GPUs used at peak
     "cluster-endpoint-restricted": ("staging", {"cluster.publicEndpointCidrs": ["0.0.0.0/0"]}),
 }
 

@@ -36,6 +36,7 @@ from tests.policies.builders import (
     spec_configmap,
     sse,
 )
+from tests.support.stacks import stack_document
 
 Case = Callable[[], list[Res]]
 
@@ -216,6 +217,15 @@ CASES: dict[str, tuple[Case, Case]] = {
             *(capacity_block_template(z) for z in ZONES),
         ],
     ),
+    "paid-gpu-utilisation": (
+        # 700 QPS: 20 replicas on one 8-GPU node per zone, 20 of 24 paid GPUs used at peak (83%).
+        lambda: [
+            spec_configmap(document=stack_document("prod", **{"pools.0.workload.peakQps": 700})),
+            *(gpu_group(z) for z in ZONES),
+        ],
+        # Prod as shipped: 6 replicas at peak on the 24 GPUs of one p4de per zone (25%).
+        lambda: [spec_configmap(document=stack_document("prod")), *(gpu_group(z) for z in ZONES)],
+    ),
 }
 
 BY_NAME = {p.name: p for p in POLICIES}
@@ -244,9 +254,9 @@ def test_policy_fails_its_failing_case_and_states_the_risk(name: str) -> None:
         assert all(v.urn for v in violations)
 
 
-def test_capacity_buffer_is_advisory_and_the_rest_mandatory() -> None:
+def test_capacity_buffer_and_paid_gpu_utilisation_are_advisory_and_the_rest_mandatory() -> None:
     advisory = {p.name for p in POLICIES if p.enforcement_level is not None and p.enforcement_level.value == "advisory"}
-    assert advisory == {"prod-capacity-buffer"}
+    assert advisory == {"prod-capacity-buffer", "paid-gpu-utilisation"}
 
 
 @pytest.mark.parametrize(

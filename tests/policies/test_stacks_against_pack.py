@@ -21,11 +21,17 @@ from tests.support.stacks import stack_document, write_stack
 
 CLOUD_STACKS = [s for s in list_stacks() if load_spec(s).spec.target != "local"]
 
+# Advisories the shipped stacks carry on purpose: one small pool on 8-GPU p4de nodes per zone leaves most paid
+# GPUs idle, and the catalogue has no A100 instance type with fewer GPUs (docs/cloud.md, "Paid capacity").
+SHIPPED_ADVISORIES = {"prod": ["paid-gpu-utilisation"], "staging": ["paid-gpu-utilisation"]}
+
 
 @pytest.mark.parametrize("stack", CLOUD_STACKS)
-def test_every_shipped_stack_passes_the_pack_without_any_violation(stack: str) -> None:
+def test_every_shipped_stack_passes_the_pack_with_only_its_known_advisories(stack: str) -> None:
     run = stack_run(stack)
-    assert evaluate([r for r in run.resources if r.custom], POLICIES) == []
+    violations = evaluate([r for r in run.resources if r.custom], POLICIES)
+    assert not [v for v in violations if v.mandatory]
+    assert sorted(v.policy for v in violations) == SHIPPED_ADVISORIES.get(stack, [])
 
 
 def _one_zone_prod() -> OfflineRun:
@@ -64,7 +70,7 @@ def test_broken_prod_fails_with_exactly_the_named_violations() -> None:
 def test_cli_passes_a_shipped_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policy", "check", "--stack", "prod"]) == 0
     out = capsys.readouterr().out
-    assert "0 mandatory, 0 advisory" in out
+    assert "0 mandatory, 1 advisory" in out and "paid-gpu-utilisation" in out
 
 
 def test_cli_reports_a_local_stack_has_nothing_to_check(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +93,7 @@ def test_cli_file_override_fails_on_mandatory_violations_with_a_table(
     header = [line for line in lines if line.startswith("LEVEL")][0]
     assert header.split() == ["LEVEL", "POLICY", "RESOURCE", "MESSAGE"]
     assert "gpu-capacity-spans-zones" in out and "prod-min-replicas" in out and "prod-capacity-buffer" in out
-    assert "2 mandatory, 1 advisory violation(s)" in out
+    assert "2 mandatory, 2 advisory violation(s)" in out  # prod-capacity-buffer, paid-gpu-utilisation
 
 
 def test_cli_advisory_only_exits_zero_and_policy_config_applies(
@@ -95,13 +101,16 @@ def test_cli_advisory_only_exits_zero_and_policy_config_applies(
 ) -> None:
     stack_file = write_stack(tmp_path / "Pulumi.prod.yaml", "prod", **{"pools.0.workload.capacityBuffer": 0.1})
     assert main(["policy", "check", "--stack", "prod", "--file", str(stack_file)]) == 0
-    assert "0 mandatory, 1 advisory" in capsys.readouterr().out
+    assert "0 mandatory, 2 advisory" in capsys.readouterr().out  # prod-capacity-buffer, paid-gpu-utilisation
 
     config = tmp_path / "policy-config.json"
     config.write_text(json.dumps({"monthly-cost-ceiling": {"monthlyCeilingUsd": {"prod": 10_000}}}))
     assert main(["policy", "check", "--stack", "prod", "--policy-config", str(config), "--json"]) == 1
-    (violation,) = json.loads(capsys.readouterr().out)
-    assert violation["policy"] == "monthly-cost-ceiling" and violation["level"] == "mandatory"
+    violations = json.loads(capsys.readouterr().out)
+    assert sorted((v["policy"], v["level"]) for v in violations) == [
+        ("monthly-cost-ceiling", "mandatory"),
+        ("paid-gpu-utilisation", "advisory"),
+    ]
 
 
 def test_cli_invalid_stack_file_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
