@@ -26,6 +26,7 @@ from fleet.capacity import (
 )
 from fleet.catalog import GIB, GPUS, INSTANCES, MODELS, ec2_instance_types
 from fleet.errors import Problem
+from fleet.paid_capacity import plan_groups
 from fleet.perf import kv_bytes_per_token
 from fleet.plugins import (
     ACTUATOR,
@@ -69,6 +70,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += _check_zones_and_groups(spec)
     for index, pool in enumerate(spec.pools):
         problems += _check_pool(spec, index, pool)
+    problems += _check_cost(spec)
     problems += _check_unique(spec)
     problems += _check_tenants(spec)
     problems += _check_gateway(spec)
@@ -251,14 +253,18 @@ def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem
     for note in plan.notes:
         if "cannot reach" in note:
             yield _warn(f"{path}.workload.peakQps", note)
-    ceiling = spec.cost.monthly_ceiling_usd
-    if ceiling is not None and plan.monthly_cost_peak_usd > ceiling:
-        yield _warn(
-            f"{path}.replicas.max",
-            f"peak cost ${plan.monthly_cost_peak_usd:,.0f}/month is above cost.monthlyCeilingUsd",
-        )
     if math.isclose(engine.gpu_memory_utilization, 0.98):
         yield _warn(f"{path}.engine.gpuMemoryUtilization", "0.98 leaves no room for other processes on the GPU")
+
+
+def _check_cost(spec: FleetSpec) -> Iterator[Problem]:
+    """The whole fleet's GPU nodes at peak against the ceiling: pools sharing a node group count its nodes once."""
+    ceiling = spec.cost.monthly_ceiling_usd
+    if ceiling is None:
+        return
+    peak = sum(g.at_peak.monthly_cost_usd for g in plan_groups(spec))
+    if peak > ceiling:
+        yield _warn("cost.monthlyCeilingUsd", f"the GPU nodes cost ${peak:,.0f}/month at peak, above the ceiling")
 
 
 def _check_unique(spec: FleetSpec) -> Iterator[Problem]:

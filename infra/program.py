@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleet import contract
-from fleet.capacity import plan_pool
+from fleet.paid_capacity import plan_groups
 from fleet.spec import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import engine_api_key
@@ -66,11 +66,12 @@ class FleetInputs:
 
 
 def monthly_cost(spec: FleetSpec) -> dict[str, float]:
-    """The capacity plan's GPU cost per month, at the pools' minimum and at peak."""
-    plans = [plan_pool(spec, pool) for pool in spec.pools]
+    """What the GPU nodes cost per month at the pools' minimum and at peak: whole nodes per zone, pools sharing a
+    node group counted once (`fleet.paid_capacity`)."""
+    groups = plan_groups(spec)
     return {
-        "min": round(sum(p.monthly_cost_min_usd for p in plans), 2),
-        "peak": round(sum(p.monthly_cost_peak_usd for p in plans), 2),
+        "min": round(sum(g.at_min.monthly_cost_usd for g in groups), 2),
+        "peak": round(sum(g.at_peak.monthly_cost_usd for g in groups), 2),
     }
 
 

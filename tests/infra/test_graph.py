@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fleet import contract
-from fleet.capacity import plan_pool
+from fleet.paid_capacity import plan_groups
 from fleet.loader import list_stacks, load_spec
 from fleet.spec import FleetSpec
 from infra.offline import OfflineRun, RecordedResource
@@ -49,7 +49,7 @@ def test_every_cloud_stack_builds_namespace_spec_and_one_pool_deployment_per_poo
     namespaces = [r.props["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")]
     assert namespaces == [spec.cluster.namespace]
     assert run.outputs["monthlyCostUsd"]["peak"] == pytest.approx(
-        sum(plan_pool(spec, p).monthly_cost_peak_usd for p in spec.pools)
+        sum(g.at_peak.monthly_cost_usd for g in plan_groups(spec))
     )
 
 
