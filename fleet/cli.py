@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("fleet.local.status", "show pools, replicas and recent scaling decisions"),
     "load": ("fleet.local.load", "send a realistic request mix through the gateway"),
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
+    "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
 }
 
 

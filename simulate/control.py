@@ -36,9 +36,16 @@ class Controller:
     demand: DemandHistory = ()
 
     @classmethod
-    def for_pool(cls, spec: FleetSpec, pool: PoolSpec, *, gateway_reports: bool = True) -> Controller:
-        """The scaler the stack configures (``autoscaling.policy``, ``predictive``) for ``pool``."""
-        autoscaling = spec.autoscaling
+    def for_pool(
+        cls,
+        spec: FleetSpec,
+        pool: PoolSpec,
+        *,
+        gateway_reports: bool = True,
+        autoscaling: AutoscalingSpec | None = None,
+    ) -> Controller:
+        """The scaler ``autoscaling`` (default: the stack's ``autoscaling``: policy, predictive) configures."""
+        autoscaling = autoscaling or spec.autoscaling
         return cls(
             pool=pool,
             autoscaling=autoscaling,

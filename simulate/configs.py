@@ -1,0 +1,80 @@
+"""The configurations a simulation compares: routing x scaling, each built from the real plugins by name.
+
+Routing (`gateway.routing` plugins; filters are always the stack's):
+
+* ``round-robin`` and ``random``: those pickers, no scorers;
+* ``p2c``: the ``p2c`` picker over the stack's load scorers (its scorers without the affinity ones);
+* ``p2c+prefix``: the same plus ``prefix-affinity`` (the stack's own reference when it has one, else weight 1).
+
+Scaling (`autoscaler.policies` through `simulate.control.Controller`, the live loop's decision step):
+
+* ``fixed``: no scaler: the pool runs the capacity plan's replica count for the trace's peak, from the start;
+* ``threshold``, ``target-tracking``: those policies, ``autoscaling.predictive`` off;
+* ``target-tracking+predictive``: ``target-tracking`` with the predictive term on.
+
+A policy takes the stack's ``autoscaling.policy.params`` when the stack names that policy. ``stack`` stands for
+what the stack itself configures (``p2c+prefix`` for a stack routing with prefix affinity and p2c).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.spec import FleetSpec, PluginRef, PoolSpec
+from gateway.routing.base import Router
+from simulate.control import Controller
+
+__all__ = ["ROUTINGS", "SCALINGS", "Config", "make_controller", "make_router", "stack_config"]
+
+ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix")
+SCALINGS = ("fixed", "threshold", "target-tracking", "target-tracking+predictive")
+AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous-affinity"})
+
+
+@dataclass(frozen=True)
+class Config:
+    routing: str
+    scaling: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.routing} / {self.scaling}"
+
+
+def stack_config(spec: FleetSpec) -> Config:
+    """The stack's own routing and scaling, named as in ROUTINGS and SCALINGS (nearest match)."""
+    routing = spec.gateway.routing
+    names = {s.name for s in routing.scorers}
+    if routing.picker.name in ("round-robin", "random"):
+        route = routing.picker.name
+    else:
+        route = "p2c+prefix" if "prefix-affinity" in names else "p2c"
+    policy = spec.autoscaling.policy.name
+    scale = policy + ("+predictive" if spec.autoscaling.predictive and policy == "target-tracking" else "")
+    return Config(route, scale if scale in SCALINGS else "target-tracking")
+
+
+def make_router(spec: FleetSpec, routing: str, seed: int) -> Router:
+    if routing not in ROUTINGS:
+        raise ValueError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
+    r = spec.gateway.routing
+    picker = "p2c" if routing.startswith("p2c") else routing
+    scorers = [s for s in r.scorers if s.name not in AFFINITY_SCORERS] if picker == "p2c" else []
+    if routing == "p2c+prefix":
+        own = [s for s in r.scorers if s.name == "prefix-affinity"]
+        scorers.append(own[0] if own else PluginRef(name="prefix-affinity"))
+    params = dict(r.picker.params) if r.picker.name == picker else {}
+    return Router.from_refs(r.filters, scorers, PluginRef(name=picker, params={**params, "seed": seed}))
+
+
+def make_controller(spec: FleetSpec, pool: PoolSpec, scaling: str) -> Controller | None:
+    """The scaler for ``scaling``; None for ``fixed``."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"unknown scaling {scaling!r}; choose from {', '.join(SCALINGS)}")
+    if scaling == "fixed":
+        return None
+    name = scaling.removesuffix("+predictive")
+    own = spec.autoscaling.policy
+    ref = own if own.name == name else PluginRef(name=name)
+    autoscaling = spec.autoscaling.model_copy(update={"policy": ref, "predictive": scaling.endswith("+predictive")})
+    return Controller.for_pool(spec, pool, autoscaling=autoscaling)

@@ -1,0 +1,380 @@
+"""FleetSim: one pool replaying one trace under one routing x scaling configuration, discrete-event, virtual time.
+
+No processes and no HTTP. Each replica is an `engine_sim.scheduler.Scheduler` (the continuous-batching object the
+simulated engine serves from, timed by the calibrated `fleet.perf.StepTimeModel`, with its paged KV cache and
+prefix cache); the gateway is `gateway.routing.base.Router` built from the configuration's plugins over
+`EndpointView` snapshots, admitting as `gateway.admission.Admission` does (up to
+`fleet.capacity.admission_capacity` in flight, the rest wait FIFO up to ``queue.timeoutS`` (then 503), at most
+``queue.maxWaiting`` (then 429)); the control loop is `simulate.control.Controller`, the live loop's own decision
+step. A launched replica becomes ready ``coldStartSeconds`` later; a replica chosen to go stops taking traffic
+at once and stops when its last request finishes (drain).
+
+Events: arrivals, engine step ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and
+the agents' reports see; the gateway's in-flight count is always live; the gateway's report, rates from
+`gateway.reporting.PoolTraffic`, goes out at the same time), queue timeouts and control-loop ticks.
+
+Prompts are token ids built from the trace: a request's 512-token prefix blocks (Mooncake ``hash_ids``) become
+the same ids wherever they recur, so the engines' prefix caches and the prefix-affinity scorer see exactly the
+trace's reuse; a request without prefix blocks shares nothing. Requests whose prompt + output exceed the pool's
+``maxModelLen`` are dropped before the replay (vLLM refuses them) and counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.context import ReplicaLoad
+from autoscaler.decisions import ScaleDown, ScaleUp
+from engine_sim.config import EngineConfig
+from engine_sim.scheduler import Scheduler, SimRequest, StepPlan
+from fleet.capacity import admission_capacity, model_facts, pool_gpu
+from fleet.spec import FleetSpec, PoolSpec
+from fleet.wire import GatewayReport
+from gateway.reporting import PoolTraffic
+from gateway.routing.base import EndpointView, RequestInfo, Router
+from simulate.control import Controller
+from simulate.kvpool import build_replica_scheduler
+from simulate.trace import PREFIX_BLOCK_TOKENS, TraceRequest
+
+__all__ = ["SCRAPE_S", "FleetSim", "Result", "prompt_text", "prompt_tokens", "quantile"]
+
+SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
+TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
+UNIQUE_BASE = 1 << 40  # token ids of prompts that share nothing: one id per request, far from block ids
+TEXT_BLOCKS = 16  # prefix blocks rendered as text for the prefix-affinity scorer (~4 characters per token)
+
+
+def prompt_tokens(request: TraceRequest, index: int) -> list[int]:
+    """Token ids of ``request``'s prompt: block i of its prefix blocks is ``[id] * 512``; no blocks: unique."""
+    if not request.prefix_blocks:
+        return [UNIQUE_BASE + index] * request.prompt_tokens
+    out: list[int] = []
+    for block in request.prefix_blocks:
+        out.extend([block] * PREFIX_BLOCK_TOKENS)
+        if len(out) >= request.prompt_tokens:
+            break
+    if len(out) < request.prompt_tokens:  # more tokens than blocks: the tail is the request's own
+        out.extend([UNIQUE_BASE + index] * (request.prompt_tokens - len(out)))
+    return out[: request.prompt_tokens]
+
+
+def prompt_text(request: TraceRequest) -> str:
+    """The prompt as the gateway's prefix scorer reads it: 2,048 characters per 512-token block (the first
+    ``TEXT_BLOCKS``), or a text of the request's own."""
+    if not request.prefix_blocks:
+        return f"<{request.rid}>" * 64
+    return "".join(f"[block {b:>12}]".ljust(2048, ".") for b in request.prefix_blocks[:TEXT_BLOCKS])
+
+
+@dataclass
+class Replica:
+    name: str
+    scheduler: Scheduler
+    launched_at: float
+    state: str = "launching"  # launching -> ready -> draining -> stopped
+    stopped_at: float | None = None
+    plan: StepPlan | None = None
+    in_flight: int = 0
+    # the last scrape: (running, waiting, kv_usage, ttft_p99_s, tokens_per_s), taken at ``scraped_at``
+    scraped: tuple[float, float, float, float | None, float] = (0.0, 0.0, 0.0, None, 0.0)
+    scraped_at: float | None = None
+    gen_tokens_at_scrape: int = 0
+    ttfts: deque[tuple[float, float]] = field(default_factory=deque)
+
+
+@dataclass
+class Result:
+    name: str
+    requests: int = 0
+    completed: int = 0
+    unrouted: int = 0
+    rejected: int = 0  # gateway queue full (429) or timed out (503)
+    ttfts: array[float] = field(default_factory=lambda: array("d"))
+    itls: array[float] = field(default_factory=lambda: array("d"))
+    replica_s: float = 0.0
+    busy_s: float = 0.0
+    preemptions: int = 0
+    peak_replicas: int = 0
+    actions: int = 0
+    wall_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prefix-cache hits at each request's first admission
+    end_s: float = 0.0  # virtual time the last request finished
+    # (t, replicas billed, gateway queue, TTFT p99 of the last interval) per control tick, for the plot
+    timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
+
+
+class FleetSim:
+    """One pool, one router, one scaler (None: the pool's replicas stay as started), one trace."""
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        pool: PoolSpec,
+        router: Router,
+        controller: Controller | None,
+        trace: Sequence[TraceRequest],
+        *,
+        name: str = "",
+        initial_replicas: int | None = None,
+    ) -> None:
+        self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
+        self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
+        self.interval_s = spec.autoscaling.interval_s
+        eng = pool.engine
+        self.engine_config = EngineConfig(
+            model=pool.model,
+            facts=model_facts(pool),
+            served_model_name=pool.served_model_name or pool.model,
+            gpu_profile=pool_gpu(spec, pool).name,
+            tensor_parallel_size=eng.tensor_parallel_size,
+            gpu_memory_utilization=eng.gpu_memory_utilization,
+            max_model_len=eng.max_model_len,
+            max_num_seqs=eng.max_num_seqs,
+            max_num_batched_tokens=eng.max_num_batched_tokens,
+            enable_prefix_caching=eng.enable_prefix_caching,
+        )
+        self.model = self.engine_config.served_model_name
+        self.replicas: list[Replica] = []
+        self.by_name: dict[str, Replica] = {}
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = itertools.count()
+        self.names = itertools.count()
+        self.result = Result(name)
+        self.queue_cfg = spec.gateway.queue
+        self.gw_queue: deque[tuple[int, TraceRequest]] = deque()
+        self.gw_queued: set[str] = set()
+        self.gw_in_flight = 0
+        self.arrived_at: dict[str, float] = {}
+        self.traffic = PoolTraffic(samples=deque([(0.0, 0, 0)]))
+        self.gw_report: GatewayReport | None = None
+        self.tick_ttfts: list[float] = []
+
+    # -- event plumbing ------------------------------------------------------------------------------------
+    def push(self, t: float, kind: str, payload: Any = None) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), kind, payload))
+
+    def launch(self, now: float, ready: bool = False) -> None:
+        name = f"{self.pool.name}-{next(self.names)}"
+        replica = Replica(name, build_replica_scheduler(self.engine_config, started_at=now), launched_at=now)
+        self.replicas.append(replica)
+        self.by_name[name] = replica
+        if ready:
+            replica.state = "ready"
+        else:
+            self.push(now + self.pool.cold_start_seconds, "ready", replica)
+
+    def live(self) -> list[Replica]:
+        return [r for r in self.replicas if r.state != "stopped"]
+
+    def run(self) -> Result:
+        start = time.perf_counter()
+        end = self.trace[-1].t if self.trace else 0.0
+        for _ in range(self.initial):
+            self.launch(0.0, ready=True)
+        for i, a in enumerate(self.trace):
+            self.push(a.t, "arrival", (i, a))
+        self.push(0.0, "scrape")
+        self.push(self.interval_s, "tick")
+        handlers: dict[str, Callable[[float, Any], None]] = {
+            "arrival": self.on_arrival,
+            "step": self.on_step,
+            "ready": self.on_ready,
+            "scrape": self.on_scrape,
+            "tick": self.on_tick,
+            "queue-timeout": self.on_queue_timeout,
+        }
+        now = 0.0
+        while self.events:
+            now, _, kind, payload = heapq.heappop(self.events)
+            if kind in ("scrape", "tick") and now > end and not self.gw_queued and not self.gw_in_flight:
+                continue  # the trace is over and every request has finished: let the clock stop
+            handlers[kind](now, payload)
+        for r in self.replicas:
+            stop = r.stopped_at if r.stopped_at is not None else now
+            self.result.replica_s += stop - r.launched_at
+            self.result.busy_s += r.scheduler.stats.busy_seconds
+            self.result.preemptions += r.scheduler.stats.preemptions
+        self.result.wall_s = time.perf_counter() - start
+        self.result.end_s = now
+        return self.result
+
+    # -- the gateway ---------------------------------------------------------------------------------------
+    def endpoint_view(self, r: Replica, now: float) -> EndpointView:
+        running, waiting, kv, _, _ = r.scraped
+        return EndpointView(
+            id=r.name,
+            url=f"sim://{r.name}",
+            pool=self.pool.name,
+            model=self.model,
+            ready=r.state == "ready",
+            ejected=False,
+            metrics_age_s=None if r.scraped_at is None else now - r.scraped_at,
+            running=running,
+            waiting=waiting,
+            kv_usage=kv,
+            in_flight=r.in_flight,
+            max_num_seqs=self.pool.engine.max_num_seqs,
+        )
+
+    def admission_capacity(self) -> int:
+        routable = sum(1 for r in self.replicas if r.state == "ready")
+        return admission_capacity(routable, self.pool.engine.max_num_seqs, self.queue_cfg.per_replica_threshold)
+
+    def on_arrival(self, now: float, item: tuple[int, TraceRequest]) -> None:
+        _, a = item
+        self.result.requests += 1
+        self.arrived_at[a.rid] = a.t
+        self.traffic.arrived += 1
+        if not self.gw_queue and self.gw_in_flight < self.admission_capacity():
+            self.dispatch(now, item)
+        elif len(self.gw_queued) >= self.queue_cfg.max_waiting:
+            self.result.rejected += 1
+        else:
+            self.gw_queue.append(item)
+            self.gw_queued.add(a.rid)
+            self.push(now + self.queue_cfg.timeout_s, "queue-timeout", a)
+
+    def on_queue_timeout(self, now: float, a: TraceRequest) -> None:
+        if a.rid in self.gw_queued:
+            self.gw_queued.discard(a.rid)
+            self.result.rejected += 1
+
+    def pump(self, now: float) -> None:
+        """Admit queued requests while the pool has room (a slot freed, a replica became ready)."""
+        capacity = self.admission_capacity()
+        while self.gw_queue and self.gw_in_flight < capacity:
+            item = self.gw_queue.popleft()
+            if item[1].rid in self.gw_queued:
+                self.gw_queued.discard(item[1].rid)
+                self.dispatch(now, item)
+
+    def dispatch(self, now: float, item: tuple[int, TraceRequest]) -> None:
+        index, a = item
+        views = [self.endpoint_view(r, now) for r in self.replicas if r.state == "ready"]
+        info = RequestInfo(a.rid, self.model, "acme", 8, prompt_text(a), None, now)
+        decision = self.router.route(views, info)
+        if decision is None:
+            self.result.unrouted += 1
+            return
+        self.traffic.admitted += 1
+        replica = self.by_name[decision.endpoint.id]
+        replica.scheduler.add(SimRequest(a.rid, prompt_tokens(a, index), max_tokens=a.output_tokens), now)
+        replica.in_flight += 1
+        self.gw_in_flight += 1
+        self.kick(replica, now)
+
+    # -- the engines ---------------------------------------------------------------------------------------
+    def kick(self, r: Replica, now: float) -> None:
+        """Start the replica's next step when it is idle and has work."""
+        if r.plan is None and r.scheduler.has_work():
+            r.plan = r.scheduler.schedule(now)
+            if r.plan is not None:
+                self.push(r.plan.end, "step", r)
+
+    def on_step(self, now: float, r: Replica) -> None:
+        assert r.plan is not None
+        result = r.scheduler.complete(r.plan)
+        r.plan = None
+        res = self.result
+        for ev in result.events:
+            if ev.first:  # the client's TTFT includes the gateway queue; the agent sees the engine's
+                ttft = now - self.arrived_at.pop(ev.request.request_id)
+                res.ttfts.append(ttft)
+                self.tick_ttfts.append(ttft)
+                r.ttfts.append((now, ev.latency))
+                res.prompt_tokens += ev.request.num_prompt_tokens
+                res.cached_tokens += max(0, ev.request.num_cached_tokens)
+            else:
+                res.itls.append(ev.latency)
+            if ev.finished is not None:
+                r.in_flight -= 1
+                self.gw_in_flight -= 1
+                res.completed += 1
+        self.kick(r, now)
+        if self.gw_queue:
+            self.pump(now)
+        if r.state == "draining" and r.in_flight == 0:
+            self.stop(r, now)
+
+    def stop(self, r: Replica, now: float) -> None:
+        r.state, r.stopped_at = "stopped", now
+
+    def on_ready(self, now: float, r: Replica) -> None:
+        if r.state == "launching":
+            r.state = "ready"
+            self.pump(now)
+
+    # -- what the agents and the gateway report ------------------------------------------------------------
+    def on_scrape(self, now: float, _: Any) -> None:
+        for r in self.replicas:
+            if r.state not in ("ready", "draining"):
+                continue
+            while r.ttfts and now - r.ttfts[0][0] > TTFT_WINDOW_S:
+                r.ttfts.popleft()
+            p99 = quantile(sorted(v for _, v in r.ttfts), 0.99) if r.ttfts else None
+            gen = r.scheduler.stats.generation_tokens
+            tps = (gen - r.gen_tokens_at_scrape) / SCRAPE_S
+            r.gen_tokens_at_scrape = gen
+            sched = r.scheduler
+            r.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
+            r.scraped_at = now
+        arrived, admitted, span = self.traffic.rates(now, 10.0)
+        self.gw_report = GatewayReport(
+            gateway="gw-0",
+            pool=self.pool.name,
+            waiting=len(self.gw_queued),
+            in_flight=self.gw_in_flight,
+            arrived_per_s=arrived,
+            admitted_per_s=admitted,
+            window_s=span,
+            ts=now,
+        )
+        self.push(now + SCRAPE_S, "scrape")
+
+    def loads(self, now: float) -> tuple[ReplicaLoad, ...]:
+        out: list[ReplicaLoad] = []
+        for r in self.live():
+            if r.state == "launching" or r.scraped_at is None:
+                out.append(ReplicaLoad(r.name, "launching" if r.state == "launching" else r.state))
+                continue
+            running, waiting, kv, p99, tps = r.scraped
+            out.append(ReplicaLoad(r.name, r.state, False, waiting, running, kv, p99, tps, now - r.scraped_at))
+        return tuple(out)
+
+    def on_tick(self, now: float, _: Any) -> None:
+        if self.controller is not None:
+            decision = self.controller.step(now, self.loads(now), self.gw_report)
+            if isinstance(decision, ScaleUp):
+                self.result.actions += 1
+                for _ in range(decision.target - decision.current):
+                    self.launch(now)
+            elif isinstance(decision, ScaleDown):
+                self.result.actions += 1
+                for name in decision.victims:
+                    r = self.by_name[name]
+                    if r.state == "launching" or r.in_flight == 0:
+                        self.stop(r, now)
+                    else:
+                        r.state = "draining"
+        billed = len(self.live())
+        self.result.peak_replicas = max(self.result.peak_replicas, billed)
+        p99 = quantile(sorted(self.tick_ttfts), 0.99) if self.tick_ttfts else float("nan")
+        self.tick_ttfts = []
+        self.result.timeline.append((now, billed, len(self.gw_queued), p99))
+        self.push(now + self.interval_s, "tick")
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values`` (nearest rank); NaN when empty."""
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]

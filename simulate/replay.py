@@ -1,0 +1,129 @@
+"""A replay: one stack, one trace prepared once (scaled, cut, too-long requests dropped), several configurations.
+
+`prepare` fixes everything the configurations share: the pool as the simulation runs it (its ``workload`` set to
+the trace's measured token mix and peak rate, as an operator would describe this traffic in the stack, so the
+capacity plan and the scaler's request-rate term are the plan for *this* trace), the plan, the yardsticks
+(`simulate.bounds`) and the replica count ``fixed`` runs. `run_config` then simulates one configuration; it
+takes only picklable arguments, so configurations run in parallel processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fleet.capacity import PoolPlan, plan_pool, step_model
+from fleet.commands.registries import all_registries
+from fleet.loader import load_spec
+from fleet.spec import FleetSpec, PoolSpec
+from simulate.bounds import clairvoyant_replica_seconds, infinite_cache_hit_rate, needed_replicas
+from simulate.configs import Config, make_controller, make_router
+from simulate.fleet import FleetSim, Result
+from simulate.trace import TraceRequest
+
+__all__ = ["PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_config"]
+
+PEAK_WINDOW_S = 60.0  # the trace's peak rate: the busiest minute
+
+
+def peak_rate(trace: Sequence[TraceRequest], window_s: float = PEAK_WINDOW_S) -> float:
+    """Requests/s of the busiest ``window_s`` (sliding over arrivals)."""
+    best, lo = 0, 0
+    for hi, r in enumerate(trace):
+        while r.t - trace[lo].t >= window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    span = min(window_s, trace[-1].t - trace[0].t) if trace else 0.0
+    return best / span if span > 0 else float(best)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    stack: str
+    pool: PoolSpec
+    trace: tuple[TraceRequest, ...]
+    plan: PoolPlan
+    too_long: int  # requests dropped: prompt + output above maxModelLen
+    slo_infeasible: int  # requests whose prefill alone, on an idle replica, takes longer than the TTFT SLO
+    fixed_replicas: int
+    bound_replica_s: float
+    cache_ceiling: float
+    needed: tuple[int, ...] = field(default=())
+
+
+def _spec(stack: str) -> FleetSpec:
+    return load_spec(stack, registries=all_registries()).spec
+
+
+def prepare(
+    stack: str,
+    trace: Sequence[TraceRequest],
+    *,
+    pool_name: str | None = None,
+    max_model_len: int | None = None,
+) -> Prepared:
+    spec = _spec(stack)
+    pool = next((p for p in spec.pools if p.name == pool_name), None) if pool_name else spec.pools[0]
+    if pool is None:
+        raise ValueError(f"stack {stack} has no pool {pool_name!r}; pools: {', '.join(p.name for p in spec.pools)}")
+    if max_model_len is not None:
+        pool = pool.model_copy(update={"engine": pool.engine.model_copy(update={"max_model_len": max_model_len})})
+    limit = pool.engine.max_model_len
+    kept = tuple(r for r in trace if r.prompt_tokens + r.output_tokens <= limit)
+    if not kept:
+        raise ValueError(f"every request of the trace is longer than maxModelLen {limit}")
+    ceiling = infinite_cache_hit_rate(kept)
+    workload = pool.workload.model_copy(
+        update={
+            "mean_prompt_tokens": max(1, round(sum(r.prompt_tokens for r in kept) / len(kept))),
+            "mean_output_tokens": max(1, round(sum(r.output_tokens for r in kept) / len(kept))),
+            "peak_qps": peak_rate(kept),
+            "cached_prompt_fraction": min(0.95, ceiling),
+            "per_replica_qps": None,
+        }
+    )
+    pool = pool.model_copy(update={"workload": workload})
+    plan = plan_pool(spec, pool)
+    if plan.per_replica_qps <= 0:
+        raise ValueError(f"the plan gives pool {pool.name} no capacity for this trace: {'; '.join(plan.notes)}")
+    interval = spec.autoscaling.interval_s
+    steps = step_model(spec, pool)
+    slo = pool.slo.ttft_p99_ms / 1000.0
+    chunk = pool.engine.max_num_batched_tokens
+    idle: dict[int, float] = {}
+    for r in kept:
+        if r.prompt_tokens not in idle:
+            idle[r.prompt_tokens] = steps.prefill_seconds(r.prompt_tokens, chunk)
+    infeasible = sum(1 for r in kept if idle[r.prompt_tokens] > slo)
+    needed = needed_replicas(kept, plan.per_replica_qps, interval, pool.replicas.min)
+    bound = clairvoyant_replica_seconds(needed, interval, pool.cold_start_seconds, initial=pool.replicas.min)
+    return Prepared(
+        stack=stack,
+        pool=pool,
+        trace=kept,
+        plan=plan,
+        too_long=len(trace) - len(kept),
+        slo_infeasible=infeasible,
+        fixed_replicas=plan.replicas_peak,
+        bound_replica_s=bound,
+        cache_ceiling=ceiling,
+        needed=tuple(needed),
+    )
+
+
+def run_config(prepared: Prepared, config: Config, seed: int) -> Result:
+    """Simulate ``config`` on the prepared trace."""
+    spec = _spec(prepared.stack)
+    pool = prepared.pool
+    controller = make_controller(spec, pool, config.scaling)
+    initial = prepared.fixed_replicas if controller is None else pool.replicas.min
+    sim = FleetSim(
+        spec,
+        pool,
+        make_router(spec, config.routing, seed),
+        controller,
+        prepared.trace,
+        name=config.name,
+        initial_replicas=initial,
+    )
+    return sim.run()

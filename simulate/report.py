@@ -1,0 +1,102 @@
+"""What a replay prints: one row per configuration, the yardsticks, and (``--plot``) a PNG over time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from simulate.fleet import Result, quantile
+from simulate.replay import Prepared
+
+__all__ = ["Row", "row", "table", "write_plot"]
+
+Row = dict[str, float | int | str]
+
+
+def row(result: Result, prepared: Prepared) -> Row:
+    """The figures of one configuration (times in seconds, shares in [0, 1])."""
+    slo = prepared.pool.slo.ttft_p99_ms / 1000.0
+    ttfts, itls = sorted(result.ttfts), sorted(result.itls)
+    within = sum(1 for v in ttfts if v <= slo)  # a rejected or unrouted request misses the SLO
+    capacity = result.replica_s * prepared.plan.per_replica_qps
+    hit = result.cached_tokens / result.prompt_tokens if result.prompt_tokens else 0.0
+    return {
+        "configuration": result.name,
+        "replica_h": result.replica_s / 3600.0,
+        "x_bound": result.replica_s / prepared.bound_replica_s if prepared.bound_replica_s else math.nan,
+        "peak": result.peak_replicas,
+        "busy": result.busy_s / result.replica_s if result.replica_s else 0.0,
+        "served_per_capacity": result.completed / capacity if capacity else 0.0,
+        "ttft_p50": quantile(ttfts, 0.5),
+        "ttft_p99": quantile(ttfts, 0.99),
+        "itl_p50": quantile(itls, 0.5),
+        "itl_p99": quantile(itls, 0.99),
+        "within_slo": within / result.requests if result.requests else 0.0,
+        "rejected": result.rejected + result.unrouted,
+        "hit": hit,
+        "hit_share": hit / prepared.cache_ceiling if prepared.cache_ceiling else math.nan,
+        "preemptions": result.preemptions,
+        "wall_s": result.wall_s,
+    }
+
+
+def _ms(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v * 1000:.0f}ms"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The comparison table, one line per configuration."""
+    width = max(13, *(len(str(r["configuration"])) for r in rows))
+    header = (
+        f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'srv/cap':>7} "
+        f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'reject':>6} {'hit':>5} "
+        f"{'/ceil':>5} {'preempt':>7} {'wall':>5}"
+    )
+    lines = [header]
+    for r in rows:
+        share = float(r["hit_share"])
+        lines.append(
+            f"{r['configuration']!s:<{width}} {float(r['replica_h']):>6.2f} {float(r['x_bound']):>6.2f} "
+            f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['served_per_capacity']):>7.0%} "
+            f"{_ms(float(r['ttft_p50'])):>8} {_ms(float(r['ttft_p99'])):>7} {_ms(float(r['itl_p50'])):>7} "
+            f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} {int(r['rejected']):>6} "
+            f"{float(r['hit']):>5.0%} {'-' if math.isnan(share) else f'{share:.0%}':>5} "
+            f"{int(r['preemptions']):>7} {float(r['wall_s']):>4.0f}s"
+        )
+    return "\n".join(lines)
+
+
+def write_plot(path: Path, prepared: Prepared, results: Sequence[Result], interval_s: float) -> None:
+    """A PNG: arrivals per second, replicas per configuration against the clairvoyant need, TTFT p99 and the
+    gateway queue per control interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 12), sharex=True)
+    end = max([prepared.trace[-1].t, *(r.end_s for r in results)]) if prepared.trace else 0.0
+    buckets = [0] * (int(end // interval_s) + 1)
+    for req in prepared.trace:
+        buckets[int(req.t // interval_s)] += 1
+    xs = [i * interval_s for i in range(len(buckets))]
+    axes[0].plot(xs, [b / interval_s for b in buckets], color="black", lw=0.8)
+    axes[0].set_ylabel("arrivals / s")
+    need_x = [i * interval_s for i in range(len(prepared.needed))]
+    axes[1].step(need_x, list(prepared.needed), where="post", color="black", lw=1.2, label="needed (clairvoyant)")
+    for r in results:
+        ts = [t for t, *_ in r.timeline]
+        axes[1].step(ts, [n for _, n, _, _ in r.timeline], where="post", lw=0.9, label=r.name)
+        axes[2].plot(ts, [p * 1000 for *_, p in r.timeline], lw=0.8, label=r.name)
+        axes[3].plot(ts, [q for _, _, q, _ in r.timeline], lw=0.8, label=r.name)
+    axes[1].set_ylabel("replicas")
+    axes[1].legend(fontsize=7, ncol=2)
+    axes[2].axhline(prepared.pool.slo.ttft_p99_ms, color="red", ls="--", lw=0.8)
+    axes[2].set_ylabel("TTFT p99 (ms)")
+    axes[2].set_yscale("symlog")
+    axes[3].set_ylabel("gateway queue")
+    axes[3].set_xlabel("virtual seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,67 @@
+"""``llmfleet simulate`` end to end on a small trace: the table, the dropped requests, the plot, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main
+from simulate.cli import configs_for
+from simulate.configs import ROUTINGS, SCALINGS, Config, make_controller, make_router, stack_config
+from tests.support import stacks
+
+
+def write_trace(path: Path) -> None:
+    lines = []
+    for i in range(60):
+        blocks = [1, 2, 3 + i % 3] if i % 2 else []
+        lines.append({"t": i * 0.5, "prompt_tokens": 700 + 10 * i, "output_tokens": 8, "prefix_blocks": blocks})
+    lines.append({"t": 5.0, "prompt_tokens": 9000, "output_tokens": 8})  # above prod's maxModelLen 8192
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_simulate_runs_the_stacks_configuration_and_writes_a_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, png = tmp_path / "t.jsonl", tmp_path / "replay.png"
+    write_trace(trace)
+    argv = ["simulate", "--stack", "prod", "--trace", str(trace), "--jobs", "1"]
+    assert main([*argv, "--plot", str(png), "--time-scale", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "time x0.5" in out
+    assert "dropped: 1 requests (1.6%) longer than maxModelLen 8192" in out
+    rows = [line for line in out.splitlines() if line.startswith("p2c+prefix / target-tracking+predictive ")]
+    assert len(rows) == 1
+    assert "clairvoyant bound" in out and "infinite shared cache hit rate" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_configuration_of_the_factorial_builds_from_the_real_plugins() -> None:
+    spec = stacks.spec("prod")
+    own = stack_config(spec)
+    assert own == Config("p2c+prefix", "target-tracking+predictive")
+    assert configs_for("routing", own) == [Config(r, own.scaling) for r in ROUTINGS]
+    assert configs_for("scaling", own) == [Config(own.routing, s) for s in SCALINGS]
+    assert configs_for(None, own) == [own]
+    every = configs_for("all", own)
+    assert len(set(every)) == 16
+    for config in every:
+        router = make_router(spec, config.routing, seed=1)
+        assert router.picker.name == ("p2c" if config.routing.startswith("p2c") else config.routing)
+        assert any(s.name == "prefix-affinity" for s, _ in router.scorers) == (config.routing == "p2c+prefix")
+        controller = make_controller(spec, spec.pools[0], config.scaling)
+        if config.scaling == "fixed":
+            assert controller is None
+        else:
+            assert controller is not None
+            assert controller.policy.name == config.scaling.removesuffix("+predictive")
+            assert controller.autoscaling.predictive == config.scaling.endswith("+predictive")
+
+
+def test_a_bad_trace_line_exits_2_naming_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"t": 0, "prompt_tokens": 10, "output_tokens": 1}\n{"t": "soon"}\n')
+    assert main(["simulate", "--trace", str(trace)]) == 2
+    assert f"{trace}:2: t must be" in capsys.readouterr().err
