@@ -120,10 +120,11 @@ def parse_generation_request(
     model = body.get("model") or served_names[0]
     if model not in served_names:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-    if kind == "chat":
-        prompt_ids = _chat_prompt(body)
-    else:
-        prompt_ids = _completion_prompt(body.get("prompt"))
+    try:
+        prompt_ids = _chat_prompt(body) if kind == "chat" else _completion_prompt(body.get("prompt"))
+    except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800"); a tokenizer cannot encode it
+        param = "messages" if kind == "chat" else "prompt"
+        raise _bad("the prompt holds a lone UTF-16 surrogate, which is not text", param) from None
     n = _int_field(body, "n")
     if n is not None and n != 1:
         raise _bad("the simulator supports n=1 only", "n")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -141,9 +142,12 @@ class _Routes:
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         try:
-            body = await request.json()
+            # The bytes, as vLLM's server parses them: a charset the client declares is not used (nor looked up).
+            body = json.loads(await request.read())
         except ValueError as exc:
             return error_response(RequestError(400, f"Invalid JSON body: {exc}"))
+        except RecursionError:  # nested past the parser's limit: still the client's error, not the engine's
+            return error_response(RequestError(400, "Invalid JSON body: nested too deeply"))
         s = self.settings
         try:
             gen = parse_generation_request(body, kind, s.served_model_names, s.max_model_len)
