@@ -1,0 +1,121 @@
+"""Malformed input over HTTP: generated OpenAI bodies through the gateway are answered, never with a 5xx.
+
+A gateway in this process in front of one simulator process; each example is one request with a valid tenant
+key. Every answer is a 200 (a JSON completion, or an SSE stream that ends with ``data: [DONE]`` and carries no
+error event) or a 4xx in OpenAI's error shape, whether the gateway refused the body or relayed the engine's
+refusal; and the client's input never counts against the replica (no failure, no ejection). Examples are
+derandomized, so CI runs the same ones every time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+
+from gateway.service import Gateway
+from tests.gateway.conftest import serve, settings_for, sim_args
+from tests.support.openai_bodies import CONTENT_TYPES, Kind, request_bytes
+from tests.support.procs import Proc, Procs
+from tests.support.stacks import KEYS, MODEL
+from tests.support.wait import async_wait_for
+
+POOL = "qwen-7b"
+PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+KEY = f"Bearer {KEYS['gold']}"
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    # One gateway, simulator and client session serve every example of a test, on purpose.
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@dataclass
+class Target:
+    url: str
+    gateway: Gateway
+    session: aiohttp.ClientSession
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """One simulator process for the module: a fast model clock and a short context, as a request without
+    max_tokens may decode all of it."""
+    procs = Procs(tmp_path_factory.mktemp("sim"))
+    try:
+        proc = procs.start(sim_args("--max-model-len", "4096", time_scale=1000.0), name="sim")
+        proc.wait_url("API server")
+        yield proc
+    finally:
+        procs.close()
+
+
+@pytest.fixture
+async def target(sim: Proc) -> AsyncIterator[Target]:
+    async with serve(settings_for([sim.url])) as (url, gateway):
+        await async_wait_for(lambda: gateway.endpoints.routable(POOL) >= 1, timeout_s=10, what="the replica routable")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=40)) as session:
+            yield Target(url, gateway, session)
+
+
+def _check_answer(status: int, content_type: str, body: bytes) -> None:
+    assert status < 500, body[:300]
+    if status >= 400:
+        document = json.loads(body)
+        assert list(document) == ["error"], document
+        error = document["error"]
+        assert sorted(error) == ["code", "message", "param", "type"], error
+        assert isinstance(error["message"], str) and isinstance(error["type"], str), error
+        assert error["param"] is None or isinstance(error["param"], str), error
+        assert error["code"] is None or isinstance(error["code"], int | str), error
+        return
+    assert status == 200, body[:300]
+    if not content_type.startswith("text/event-stream"):
+        assert json.loads(body)["choices"], body[:300]
+        return
+    events = [event[6:] for event in body.decode().split("\n\n") if event.startswith("data: ")]
+    assert events and events[-1] == "[DONE]", body[-300:]
+    for event in events[:-1]:
+        assert "error" not in json.loads(event), event
+
+
+async def _fuzz(target: Target, kind: Kind, raw: bytes, content_type: str) -> None:
+    headers = {"Authorization": KEY, "Content-Type": content_type}
+    async with target.session.post(target.url + PATHS[kind], data=raw, headers=headers) as resp:
+        answer = (resp.status, resp.headers.get("Content-Type", ""), await resp.read())
+    try:
+        _check_answer(*answer)
+    except AssertionError as exc:
+        raise AssertionError(f"request body {raw[:300]!r} ({content_type}): {exc}") from None
+    (endpoint,) = target.gateway.endpoints.members(POOL)
+    assert endpoint.failures == 0 and endpoint.ejections == 0, (raw[:300], endpoint)
+
+
+JSON = "application/json"
+# Pinned so that every run streams at least once, whatever the generated bodies.
+CHAT_STREAM = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 3}
+COMPLETION_STREAM = {"model": MODEL, "prompt": "hi", "stream": True, "max_tokens": 3}
+
+
+@FUZZ
+@given(raw=request_bytes("chat", MODEL), content_type=CONTENT_TYPES)
+@example(raw=json.dumps(CHAT_STREAM).encode(), content_type=JSON)
+async def test_generated_chat_bodies_are_answered_or_refused_with_an_openai_4xx(
+    target: Target, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "chat", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("completion", MODEL), content_type=CONTENT_TYPES)
+@example(raw=json.dumps(COMPLETION_STREAM).encode(), content_type=JSON)
+async def test_generated_completion_bodies_are_answered_or_refused_with_an_openai_4xx(
+    target: Target, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "completion", raw, content_type)
