@@ -6,7 +6,7 @@ Interval i needs ``n_i = max(min, ceil(arrivals_i / (per_replica_qps x interval_
 (`fleet.capacity.plan_pool`). A scaler that knows the whole trace runs replica k (k = 1, 2, ...) exactly over the
 intervals where ``n_i >= k``, launching it a cold start ahead (billed from launch) and, between two such runs,
 keeping it running through a gap shorter than the cold start (cheaper than stopping and launching again). The
-first ``initial`` replicas are running at time 0 (the simulation starts the pool at its minimum). The sum over k
+first ``initial`` replicas are running at time 0 (the simulation starts the scaled pool with them). The sum over k
 is the fewest replica-seconds any scaler could have billed for the trace at the plan's rate: the bound the
 simulated scalers' replica-hours are divided by. It ignores queueing inside an interval, so a scaler can only
 approach it from above with a TTFT SLO to keep.

@@ -9,6 +9,7 @@ takes only picklable arguments, so configurations run in parallel processes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ class Prepared:
     too_long: int  # requests dropped: prompt + output above maxModelLen
     slo_infeasible: int  # requests whose prefill alone, on an idle replica, takes longer than the TTFT SLO
     fixed_replicas: int
+    initial_replicas: int  # ready at t=0 under a scaler
     bound_replica_s: float
     cache_ceiling: float
     needed: tuple[int, ...] = field(default=())
@@ -96,7 +98,11 @@ def prepare(
             idle[r.prompt_tokens] = steps.prefill_seconds(r.prompt_tokens, chunk)
     infeasible = sum(1 for r in kept if idle[r.prompt_tokens] > slo)
     needed = needed_replicas(kept, plan.per_replica_qps, interval, pool.replicas.min)
-    bound = clairvoyant_replica_seconds(needed, interval, pool.cold_start_seconds, initial=pool.replicas.min)
+    # The pool was serving before the trace began: it starts with what the first cold start's worth of the trace
+    # needs (no scaler could have more ready by then), and so does the bound.
+    lead = needed[: math.ceil(pool.cold_start_seconds / interval) + 1]
+    initial = min(pool.replicas.max, max([pool.replicas.min, *lead]))
+    bound = clairvoyant_replica_seconds(needed, interval, pool.cold_start_seconds, initial=initial)
     return Prepared(
         stack=stack,
         pool=pool,
@@ -105,6 +111,7 @@ def prepare(
         too_long=len(trace) - len(kept),
         slo_infeasible=infeasible,
         fixed_replicas=plan.replicas_peak,
+        initial_replicas=initial,
         bound_replica_s=bound,
         cache_ceiling=ceiling,
         needed=tuple(needed),
@@ -116,7 +123,7 @@ def run_config(prepared: Prepared, config: Config, seed: int) -> Result:
     spec = _spec(prepared.stack)
     pool = prepared.pool
     controller = make_controller(spec, pool, config.scaling)
-    initial = prepared.fixed_replicas if controller is None else pool.replicas.min
+    initial = prepared.fixed_replicas if controller is None else prepared.initial_replicas
     sim = FleetSim(
         spec,
         pool,

@@ -6,6 +6,7 @@ import random
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.kv import Block, BlockPool
+from engine_sim.scheduler import SimRequest
 from fleet.capacity import model_facts
 from simulate.kvpool import LazyBlockPool, build_replica_scheduler
 from tests.support import stacks
@@ -48,3 +49,30 @@ def test_replica_scheduler_is_the_engine_scheduler_over_the_lazy_pool() -> None:
     assert ours.config == theirs.config and ours.started_at == theirs.started_at
     assert ours.kv.pool.num_blocks == theirs.kv.pool.num_blocks == ours.kv.pool.num_free
     assert isinstance(ours.kv.pool, LazyBlockPool)
+
+
+def test_a_replica_scheduler_serves_a_workload_exactly_as_the_engine_scheduler_does() -> None:
+    pool = stacks.spec("prod").pools[0]
+    engine = EngineConfig(
+        model=pool.model,
+        facts=model_facts(pool),
+        served_model_name="m",
+        max_model_len=4096,
+        num_gpu_blocks_override=600,
+    )
+    runs = []
+    for build in (build_scheduler, build_replica_scheduler):
+        sched = build(engine, 0.0)
+        rng = random.Random(3)
+        now, log = 0.0, []
+        for i in range(40):  # shared heads, long enough to fill the cache and preempt
+            head = [rng.randrange(4)] * rng.choice([16, 200, 700])
+            sched.add(SimRequest(f"r{i}", head + [1000 + i] * rng.randrange(1, 300), max_tokens=30), now)
+        while sched.has_work():
+            result = sched.step(now)
+            assert result is not None
+            now = result.plan.end
+            log += [(e.request.request_id, e.token_id, e.latency, e.request.num_cached_tokens) for e in result.events]
+        runs.append((log, sched.stats))
+    assert runs[0] == runs[1]
+    assert runs[0][1].prefix_hits > 0 and runs[0][1].preemptions > 0
