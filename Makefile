@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/autoscaling.py
 	$(BIN)/python bench/fleet_sim.py
 	$(BIN)/python bench/control_plane_intake.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
