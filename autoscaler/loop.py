@@ -16,9 +16,10 @@ a restarted control plane first hears from the agents that are alive.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from typing import Any
 
@@ -91,14 +92,25 @@ class ControlLoop:
         self._demand: dict[str, DemandHistory] = {}
         self._stop = asyncio.Event()
         self.startup = StartupHold(clock(), startup_hold_s)
+        # Replicas holding a restart lease (set by `autoscaler.service.ControlPlane.build`): their agents drain them
+        # for a planned restart, so they come back; counted as capacity on its way, never replaced or removed.
+        self.restarting: Callable[[str, float], Collection[str]] = lambda pool, now: ()
 
     def replicas(self, pool: PoolSpec, view: FleetView, now: float) -> tuple[ReplicaLoad, ...]:
         """Merge the actuator's view with the registry: the actuator says which replicas exist (when it can),
         the reports say how they are doing; a launched replica with no report yet is 'launching'."""
+        holders = set(self.restarting(pool.name, now))
         seen = {s.report.replica: s for s in self.registry.seen(pool.name, now)}
+
+        def load(s: ReplicaSeen) -> ReplicaLoad:
+            found = _load(s)
+            if found.state == "draining" and found.replica in holders:  # a planned restart, not a departure
+                return dataclasses.replace(found, state="restarting")
+            return found
+
         if view.replicas is not None:
-            return tuple(_load(seen[r]) if r in seen else ReplicaLoad(r, "launching") for r in view.replicas)
-        loads = [_load(s) for s in seen.values() if s.report.state != "stopped"]
+            return tuple(load(seen[r]) if r in seen else ReplicaLoad(r, "launching") for r in view.replicas)
+        loads = [load(s) for s in seen.values() if s.report.state != "stopped"]
         live = sum(1 for r in loads if r.state != "draining")
         loads += [ReplicaLoad(f"pending-{i}", "launching") for i in range(max(0, view.target - live))]
         return tuple(loads)

@@ -101,6 +101,8 @@ class ControlPlane:
         pools = {p.name: p for p in spec.pools}
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
+        if loop is not None:
+            loop.restarting = leases.holders  # a replica draining for its planned restart is not replaced
         return cls(spec, registry, leases, clock, loop)
 
     def admission_capacity(self, pool: str, now: float) -> int:

@@ -231,3 +231,14 @@ async def test_an_agent_takes_and_gives_back_only_the_lease_of_the_replica_it_re
         released = await own.delete("/v1/leases/restart/qwen-7b/r-a", headers=headers)
         assert released.json() == {"released": True}
     await dry.close()
+
+
+async def test_a_replica_draining_for_its_planned_restart_is_not_replaced(served: Served) -> None:
+    await post(served, "a", state="draining")  # its agent drains it to restart it in the restart window
+    assert (await served.http.post("/v1/leases/restart", json={"pool": POOL, "replica": "a"})).status_code == 200
+    [planned] = await served.loop.tick()
+    assert planned.kind == "hold", planned.reason
+    await served.http.delete(f"/v1/leases/restart/{POOL}/a")
+    await post(served, "a", state="draining")
+    [leaving] = await served.loop.tick()
+    assert leaving.kind == "scale-up", leaving.reason  # draining with no lease: it is going, and is replaced
