@@ -1,6 +1,7 @@
 """Yardsticks a simulated configuration is measured against: what no scaler and no router could beat.
 
-**Clairvoyant replica-seconds.** Cut the trace into intervals of ``interval_s`` (the control loop's period).
+**Clairvoyant replica-seconds.** Cut the trace into intervals of ``interval_s`` (a minute in a replay:
+`simulate.replay.BOUND_INTERVAL_S`).
 Interval i needs ``n_i = max(min, ceil(arrivals_i / (per_replica_qps x interval_s)))`` replicas, where
 ``per_replica_qps`` is the capacity plan's at-SLO rate per replica for the trace's token mix
 (`fleet.capacity.plan_pool`). A scaler that knows the whole trace runs replica k (k = 1, 2, ...) exactly over the

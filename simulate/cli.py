@@ -23,7 +23,7 @@ from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
-from simulate.replay import Prepared, prepare, run_config
+from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_config
 from simulate.report import row, table, write_plot
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
 
@@ -91,7 +91,7 @@ def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
     )
     lines.append(
         f"yardsticks: clairvoyant bound {p.bound_replica_s / 3600:.2f} replica-hours (peak need "
-        f"{max(p.needed, default=0)}); infinite shared cache hit rate {p.cache_ceiling:.1%}"
+        f"{max(p.needed, default=0)} over a minute); infinite shared cache hit rate {p.cache_ceiling:.1%}"
     )
     return "\n".join(lines)
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         "of the infinite shared cache's rate"
     )
     if args.plot is not None:
-        write_plot(args.plot, prepared, results, spec.autoscaling.interval_s)
+        write_plot(args.plot, prepared, results, spec.autoscaling.interval_s, BOUND_INTERVAL_S)
         print(f"plot: {args.plot}")
     print(f"wall: {time.perf_counter() - started:.0f}s")
     return 0

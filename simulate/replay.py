@@ -22,9 +22,13 @@ from simulate.configs import Config, make_controller, make_router
 from simulate.fleet import FleetSim, Result
 from simulate.trace import TraceRequest
 
-__all__ = ["PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_config"]
+__all__ = ["BOUND_INTERVAL_S", "PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_config"]
 
 PEAK_WINDOW_S = 60.0  # the trace's peak rate: the busiest minute
+# The bound's intervals: a minute, as the plan's peak rate. Within it a replica's batch absorbs a burst above its
+# at-SLO rate (the rate is where decode speed meets the SLO, not where the batch is full), so shorter intervals
+# would count a ten-second burst as replicas no scaler needs.
+BOUND_INTERVAL_S = PEAK_WINDOW_S
 
 
 def peak_rate(trace: Sequence[TraceRequest], window_s: float = PEAK_WINDOW_S) -> float:
@@ -88,7 +92,7 @@ def prepare(
     plan = plan_pool(spec, pool)
     if plan.per_replica_qps <= 0:
         raise ValueError(f"the plan gives pool {pool.name} no capacity for this trace: {'; '.join(plan.notes)}")
-    interval = spec.autoscaling.interval_s
+    interval = BOUND_INTERVAL_S
     steps = step_model(spec, pool)
     slo = pool.slo.ttft_p99_ms / 1000.0
     chunk = pool.engine.max_num_batched_tokens

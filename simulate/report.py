@@ -67,7 +67,9 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_plot(path: Path, prepared: Prepared, results: Sequence[Result], interval_s: float) -> None:
+def write_plot(
+    path: Path, prepared: Prepared, results: Sequence[Result], interval_s: float, bound_interval_s: float
+) -> None:
     """A PNG: arrivals per second, replicas per configuration against the clairvoyant need, TTFT p99 and the
     gateway queue per control interval."""
     import matplotlib
@@ -83,7 +85,7 @@ def write_plot(path: Path, prepared: Prepared, results: Sequence[Result], interv
     xs = [i * interval_s for i in range(len(buckets))]
     axes[0].plot(xs, [b / interval_s for b in buckets], color="black", lw=0.8)
     axes[0].set_ylabel("arrivals / s")
-    need_x = [i * interval_s for i in range(len(prepared.needed))]
+    need_x = [i * bound_interval_s for i in range(len(prepared.needed))]
     axes[1].step(need_x, list(prepared.needed), where="post", color="black", lw=1.2, label="needed (clairvoyant)")
     for r in results:
         ts = [t for t, *_ in r.timeline]

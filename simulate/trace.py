@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 PREFIX_BLOCK_TOKENS = 512  # tokens per Mooncake hash id
+MAX_COPY_GAP_S = 10.0  # a rate-scaled copy lands at most this long after its original
 
 
 class TraceError(ValueError):
@@ -139,18 +140,21 @@ def scale_trace(
 ) -> list[TraceRequest]:
     """The trace with ``time_scale`` x its timestamps (0.1 replays an hour in 6 minutes: the same requests at 10x
     the rate) and ``rate_scale`` x its requests per second with the same time shape: each request is replayed
-    ``floor(rate_scale)`` times, plus once more with probability ``frac(rate_scale)`` (below 1: thinned), copies
-    spread uniformly within 1 s after the original (seeded)."""
+    ``floor(rate_scale)`` times, plus once more with probability ``frac(rate_scale)`` (below 1: thinned), each copy
+    at a uniformly drawn time between the original and the next arrival (at most ``MAX_COPY_GAP_S`` later), so
+    copies fill the gaps instead of piling up as bursts the trace did not have (seeded)."""
     if rate_scale <= 0 or time_scale <= 0:
         raise ValueError("--rate-scale and --time-scale must be positive")
     rng = random.Random(seed)
     out: list[TraceRequest] = []
     whole, frac = int(rate_scale), rate_scale - int(rate_scale)
-    for r in trace:
+    ordered = sorted(trace, key=lambda r: r.t)
+    for j, r in enumerate(ordered):
         copies = whole + (1 if rng.random() < frac else 0)
         t = r.t * time_scale
+        gap = min(MAX_COPY_GAP_S, (ordered[j + 1].t * time_scale - t) if j + 1 < len(ordered) else 0.0)
         for i in range(copies):
-            at = t if i == 0 else t + rng.random()
+            at = t if i == 0 else t + rng.random() * gap
             out.append(replace(r, t=at, rid=r.rid if i == 0 else f"{r.rid}.{i}"))
     out.sort(key=lambda r: r.t)
     return out
