@@ -4,7 +4,9 @@ A launcher is a small class registered by name (the pool's ``engine.kind``) thro
 It has one verb, `argv` (pure: pool spec -> argument list), and a shared `start` that runs the command in its
 own process group with its output appended to a log file. The agent SIGTERMs only the engine's main process
 (vLLM's API server coordinates the drain of its engine-core children) and SIGKILLs the whole group when the
-grace runs out, so no orphaned GPU worker survives its supervisor.
+grace runs out, so no orphaned GPU worker survives its supervisor. On Linux the engine is also SIGTERMed by the
+kernel when the agent dies, SIGKILL included (``PR_SET_PDEATHSIG``): an engine never outlives the agent that would
+report, drain and restart it.
 
 The engine's environment is the agent's minus the control credentials (an engine never calls the control plane),
 with the engine key ``$LLMFLEET_ENGINE_API_KEY`` handed over as ``$VLLM_API_KEY``, which vLLM and the simulator
@@ -16,8 +18,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,9 +160,14 @@ class Launcher(abc.ABC):
         """Start the engine in a new session (its own process group), logs appended to ``log_path``."""
         argv = self.argv()
         log_path = self.config.log_path
+        agent = os.getpid()
         if log_path is None:
             process = await asyncio.create_subprocess_exec(
-                *argv, env=self.environment(), stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+                *argv,
+                env=self.environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=lambda: _dies_with(agent),
             )
             return EngineProcess(process)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,8 +181,22 @@ class Launcher(abc.ABC):
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=lambda: _dies_with(agent),
             )
         return EngineProcess(process)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with(parent: int) -> None:
+    """Run in the engine's process before exec: ask for SIGTERM when ``parent`` (the agent) dies, and act on it at
+    once if the agent died between the fork and here."""
+    if sys.platform != "linux":
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def make_launcher(pool: PoolSpec, config: LaunchConfig) -> Launcher:

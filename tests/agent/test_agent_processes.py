@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.agent.conftest import AgentProc
+from tests.local.conftest import alive
 from tests.support.procs import Proc
 from tests.support.wait import wait_for
 
@@ -266,3 +267,11 @@ def test_control_plane_down_agent_keeps_serving_and_reporting_resumes(
     start_control_plane(stack, port)
     wait_for(listed, timeout_s=20, what="reports resumed")
     assert agent.status()["control_plane"]["consecutive_report_failures"] == 0
+
+
+def test_an_engine_does_not_outlive_its_agent_killed_with_sigkill(write_stack, start_agent) -> None:
+    agent: AgentProc = start_agent(write_stack())
+    engine = int(agent.status()["engine_pid"])
+    os.kill(agent.process.pid, signal.SIGKILL)  # no drain, no cleanup: the kernel tells the engine
+    agent.process.wait(10)
+    wait_for(lambda: not alive(engine), timeout_s=20, what=f"engine {engine} gone", diagnostics=agent.tail)
