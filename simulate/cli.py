@@ -82,7 +82,8 @@ def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
     if p.slo_infeasible:
         lines.append(
             f"TTFT floor: {p.slo_infeasible} requests ({p.slo_infeasible / len(p.trace):.2%}) cannot meet the "
-            f"{pool.slo.ttft_p99_ms:g}ms TTFT SLO even alone on an idle replica (their prefill takes longer)"
+            f"{pool.slo.ttft_p99_ms:g}ms TTFT SLO alone on an idle replica without a prefix-cache hit "
+            "(their prefill takes longer)"
         )
     lines.append(
         f"plan for this trace: {plan.per_replica_qps:.2f} req/s per replica at the SLO, {plan.replicas_needed} "

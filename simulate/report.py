@@ -96,7 +96,7 @@ def write_plot(
     axes[1].legend(fontsize=7, ncol=2)
     axes[2].axhline(prepared.pool.slo.ttft_p99_ms, color="red", ls="--", lw=0.8)
     axes[2].set_ylabel("TTFT p99 (ms)")
-    axes[2].set_yscale("symlog")
+    axes[2].set_yscale("log")
     axes[3].set_ylabel("gateway queue")
     axes[3].set_xlabel("virtual seconds")
     fig.tight_layout()
