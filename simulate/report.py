@@ -85,8 +85,9 @@ def write_plot(
     xs = [i * interval_s for i in range(len(buckets))]
     axes[0].plot(xs, [b / interval_s for b in buckets], color="black", lw=0.8)
     axes[0].set_ylabel("arrivals / s")
-    need_x = [i * bound_interval_s for i in range(len(prepared.needed))]
-    axes[1].step(need_x, list(prepared.needed), where="post", color="black", lw=1.2, label="needed (clairvoyant)")
+    need_x = [i * bound_interval_s for i in range(len(prepared.needed) + 1)]
+    need = [*prepared.needed, *prepared.needed[-1:]]  # the last interval drawn to its end
+    axes[1].step(need_x[: len(need)], need, where="post", color="black", lw=1.2, label="needed (clairvoyant)")
     for r in results:
         ts = [t for t, *_ in r.timeline]
         axes[1].step(ts, [n for _, n, _, _ in r.timeline], where="post", lw=0.9, label=r.name)
