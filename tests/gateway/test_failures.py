@@ -11,6 +11,7 @@ from fleet.promtext import counter_value, parse
 from gateway.service import Gateway
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
+from tests.support.wait import async_wait_for
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
 
@@ -47,6 +48,8 @@ ROUND_ROBIN = {"gateway.routing.picker": {"name": "round-robin"}}
 async def test_failure_before_the_first_byte_is_served_by_another_replica(sims: SimFactory, fault: list[str]) -> None:
     bad, good = sims(fault, [])
     async with serve(settings_for([bad.url, good.url], **ROUND_ROBIN)) as (url, gw):
+        # Both probed healthy first (a probe that times out on a busy machine would leave the bad one out).
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas routable")
         client = _client(url)
         try:
             for _ in range(2):  # round-robin: one of the first two requests is sent to the bad replica first

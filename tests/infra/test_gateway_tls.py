@@ -43,7 +43,8 @@ def test_dev_gateway_serves_https_itself_from_its_tls_secret() -> None:
     assert args[args.index("--tls-cert") + 1] == f"{contract.TLS_DIR}/tls.crt"
     assert args[args.index("--tls-key") + 1] == f"{contract.TLS_DIR}/tls.key"
     assert {"name": "tls", "secret": {"secretName": spec.gateway.tls.secret_name}} in pod["volumes"]
-    assert all(container[p]["httpGet"]["scheme"] == "HTTPS" for p in ("startupProbe", "readinessProbe"))
+    assert all(container[p]["httpGet"]["scheme"] == "HTTPS" for p in ("startupProbe", "livenessProbe"))
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"  # the admin port: plain, inside the pod network
     service = _gateway(run, SERVICE)
     assert service["metadata"]["annotations"][contract.ANN_TLS] == "gateway"
     assert [p["port"] for p in service["spec"]["ports"]] == [443]
