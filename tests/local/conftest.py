@@ -49,6 +49,8 @@ FAST: dict[str, Any] = {
     "autoscaling": {
         "actuator": "local",
         "intervalS": 0.5,
+        # The envelope releases capacity over 6 cold starts by default; 18 s keeps the scale-in within the tests.
+        "policy": {"name": "target-tracking", "params": {"releaseTimeConstantS": 18}},
         "targetQueuePerReplica": 2,
         "scaleDownStabilizationS": 4,
         "maxScaleUpStep": 2,
