@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fleet import contract
-from fleet.paid_capacity import plan_groups
 from fleet.loader import list_stacks, load_spec
+from fleet.paid_capacity import plan_groups
 from fleet.spec import FleetSpec
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import engine_labels
