@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from bench.chaos_harness import Fleet, Forwarder, alive
+from autoscaler.actuators.local_state import pid_alive
+from bench.chaos_harness import Fleet, Forwarder
 from bench.chaos_load import Load
 
 __all__ = ["Ctx", "Scenario", "scenarios", "stack_overrides"]
@@ -83,7 +84,7 @@ async def engine_sigstop(ctx: Ctx) -> None:
     ctx.mark()
     await asyncio.sleep(hang_s)
     resumed_by = "SIGCONT"
-    if alive(pid):
+    if pid_alive(pid):
         os.kill(pid, signal.SIGCONT)
     else:
         resumed_by = "nothing: the agent had already replaced it"
@@ -119,7 +120,8 @@ async def agent_sigkill(ctx: Ctx) -> None:
     served = Counter(o.replica for o in ctx.load.outcomes if o.sent_at > started and o.replica)
     ctx.notes.append(
         f"agent of {victim.replica} SIGKILLed with {streams} streams under way on its engine; the engine "
-        f"{'kept running, orphaned' if alive(engine) else 'died'}; a replacement was ready {replaced_s:.1f} s after "
+        f"{'kept running, orphaned' if pid_alive(engine) else 'died'}; a replacement was ready {replaced_s:.1f} s "
+        "after "
         f"the kill; requests sent after the kill served so far by {dict(served)}; replicas at the end: {states}"
     )
 
@@ -158,7 +160,7 @@ async def control_plane_sigkill(ctx: Ctx) -> None:
     ctx.notes.append(
         f"control plane SIGKILLed, down {down_s:g} s, restarted on its port and state dir; it listed replicas to "
         f"gateways again {listed_after:.1f} s after it was started; agents alive "
-        f"{sum(alive(a.pid) for a in ctx.fleet.agents())}/{len(ctx.fleet.agents())}"
+        f"{sum(pid_alive(a.pid) for a in ctx.fleet.agents())}/{len(ctx.fleet.agents())}"
     )
 
 
@@ -205,7 +207,7 @@ async def scale_in(ctx: Ctx) -> None:
     started = time.monotonic()
 
     async def gone() -> bool:
-        return not alive(agent.pid)
+        return not pid_alive(agent.pid)
 
     await fleet.until(f"{victim}'s agent to exit", gone, 30)
     drained_s = time.monotonic() - started
@@ -233,7 +235,7 @@ async def rolling_restart(ctx: Ctx) -> None:
     await asyncio.sleep(ctx.after_s)
     history = (await fleet.json("/v1/leases"))["history"]
     events = [f"{h['event']} {h['replica']}" for h in history if h["event"] in ("grant", "release", "refuse")]
-    fates = [f"{a.replica} {'serving' if alive(a.pid) else 'stopped for good'}" for a in originals]
+    fates = [f"{a.replica} {'serving' if pid_alive(a.pid) else 'stopped for good'}" for a in originals]
     listing = (await fleet.json("/v1/pools/qwen-7b/replicas"))["replicas"]
     ctx.notes.append(
         "restart window open, minUptimeHours reached under load, maxUnavailable 1: the leases went "

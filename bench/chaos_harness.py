@@ -32,7 +32,7 @@ from fleet.local.procs import Child
 from fleet.ports import free_port
 from fleet.promtext import counter_value, gauge_value, parse
 
-__all__ = ["BASE", "Fleet", "Forwarder", "GatewayProc", "alive", "stack_document", "sweep"]
+__all__ = ["BASE", "Fleet", "Forwarder", "GatewayProc", "stack_document", "sweep"]
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "qwen-7b"
@@ -92,18 +92,6 @@ def stack_document(overrides: Mapping[str, Any]) -> dict[str, Any]:
     _merge(config, BASE)
     _merge(config, overrides)
     return {"config": {f"llmfleet:{k}": v for k, v in config.items()}}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    return True
 
 
 def sweep(marker: str) -> int:

@@ -86,8 +86,16 @@ def num_gpu_blocks(config: EngineConfig) -> int:
     return blocks
 
 
-def build_scheduler(config: EngineConfig, started_at: float = 0.0) -> Scheduler:
-    pool = BlockPool(num_gpu_blocks(config), enable_caching=config.enable_prefix_caching)
+def build_scheduler(
+    config: EngineConfig,
+    started_at: float = 0.0,
+    *,
+    pool_type: type[BlockPool] = BlockPool,
+    manager_type: type[KVCacheManager] = KVCacheManager,
+) -> Scheduler:
+    """The engine's scheduler for ``config``; ``pool_type``/``manager_type`` let a replay swap in faster KV
+    classes that behave the same (`simulate.kvpool`)."""
+    pool = pool_type(num_gpu_blocks(config), enable_caching=config.enable_prefix_caching)
     timer = StepTimer(
         config.step_model,
         jitter=config.jitter,
@@ -101,4 +109,4 @@ def build_scheduler(config: EngineConfig, started_at: float = 0.0) -> Scheduler:
         max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
     )
-    return Scheduler(sched_config, KVCacheManager(pool), timer, started_at=started_at)
+    return Scheduler(sched_config, manager_type(pool), timer, started_at=started_at)

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from engine_sim.config import EngineConfig, num_gpu_blocks
+from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.kv import Block, BlockPool, KVCacheManager
-from engine_sim.scheduler import Scheduler, SchedulerConfig
-from engine_sim.timing import StepTimer
+from engine_sim.scheduler import Scheduler
 
 __all__ = ["LazyBlockPool", "QuickKVCacheManager", "build_replica_scheduler"]
 
@@ -64,18 +63,4 @@ class QuickKVCacheManager(KVCacheManager):
 
 def build_replica_scheduler(config: EngineConfig, started_at: float = 0.0) -> Scheduler:
     """`engine_sim.config.build_scheduler` over a `LazyBlockPool` and a `QuickKVCacheManager`."""
-    pool = LazyBlockPool(num_gpu_blocks(config), enable_caching=config.enable_prefix_caching)
-    timer = StepTimer(
-        config.step_model,
-        jitter=config.jitter,
-        degradation_per_72h=config.degradation_per_72h,
-        slowdown=config.slowdown,
-        seed=config.seed,
-    )
-    sched_config = SchedulerConfig(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_model_len=config.max_model_len,
-        long_prefill_token_threshold=config.long_prefill_token_threshold,
-    )
-    return Scheduler(sched_config, QuickKVCacheManager(pool), timer, started_at=started_at)
+    return build_scheduler(config, started_at, pool_type=LazyBlockPool, manager_type=QuickKVCacheManager)

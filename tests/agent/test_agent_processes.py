@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from autoscaler.actuators.local_state import pid_alive
 from tests.agent.conftest import AgentProc
-from tests.local.conftest import alive
 from tests.support.procs import Proc
 from tests.support.wait import wait_for
 
@@ -274,4 +274,4 @@ def test_an_engine_does_not_outlive_its_agent_killed_with_sigkill(write_stack, s
     engine = int(agent.status()["engine_pid"])
     os.kill(agent.process.pid, signal.SIGKILL)  # no drain, no cleanup: the kernel tells the engine
     agent.process.wait(10)
-    wait_for(lambda: not alive(engine), timeout_s=20, what=f"engine {engine} gone", diagnostics=agent.tail)
+    wait_for(lambda: not pid_alive(engine), timeout_s=20, what=f"engine {engine} gone", diagnostics=agent.tail)

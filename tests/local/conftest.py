@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from autoscaler.actuators.local_state import pid_alive
 from fleet.local.procs import descendants
 from fleet.ports import free_port
 from tests.support.procs import Proc
@@ -108,16 +109,6 @@ class Fleet:
         )
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError, IndexError):
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    return True
-
-
 def start_fleet(stack: Path, log_dir: Path) -> Fleet:
     """Start ``llmfleet up`` (its output in ``log_dir``/up.log) on free ports; returns at once."""
     gw, admin, cp = free_port(), free_port(), free_port()
@@ -143,7 +134,7 @@ def stop_fleet(fleet: Fleet, timeout_s: float = 40.0) -> tuple[int | None, set[i
         fleet.up.send(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             fleet.up.wait(timeout_s)
-    left = {pid for pid in tree if alive(pid)}
+    left = {pid for pid in tree if pid_alive(pid)}
     return fleet.up.process.returncode, left
 
 
@@ -157,7 +148,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     finally:
         tree = running.tree()
         code, left = stop_fleet(running)
-        for pid in left | {p for p in tree if alive(p)}:  # never leave a process behind, even on failure
+        for pid in left | {p for p in tree if pid_alive(p)}:  # never leave a process behind, even on failure
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         running.up.kill()

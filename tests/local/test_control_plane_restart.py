@@ -24,12 +24,13 @@ from typing import Any
 import httpx
 import pytest
 
+from autoscaler.actuators.local_state import pid_alive
 from fleet.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.local.load import LoadStats, run_load
 from fleet.local.procs import Child
 from fleet.ports import free_port
 from fleet.validate import DEMO_API_KEY
-from tests.local.conftest import FAST, alive, fast_stack
+from tests.local.conftest import FAST, fast_stack
 from tests.support.procs import Proc
 from tests.support.wait import async_wait_for
 
@@ -45,7 +46,7 @@ def agent_pids(stack: Path) -> dict[str, int]:
     """replica -> pid of every agent process started with ``stack``, whoever its parent is now."""
     found: dict[str, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or not alive(int(entry.name)):
+        if not entry.name.isdigit() or not pid_alive(int(entry.name)):
             continue
         with contextlib.suppress(OSError):
             argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0")]
@@ -121,7 +122,7 @@ async def test_a_killed_control_plane_restarts_without_duplicates_lost_leases_or
             expires_at = lease.json()["expires_at"]
 
             await asyncio.to_thread(cp.kill)  # SIGKILL to the control plane's whole process group
-            assert all(alive(pid) for pid in agents.values())  # agents run in sessions of their own
+            assert all(pid_alive(pid) for pid in agents.values())  # agents run in sessions of their own
             served_before = stats.ok
             await until(lambda: stats.ok >= served_before + 2, "requests served with no control plane")
             assert stats.errors == {}, stats.errors
@@ -165,7 +166,7 @@ async def test_a_killed_control_plane_restarts_without_duplicates_lost_leases_or
 
         gateway.stop(timeout_s=20)
         assert cp.stop(timeout_s=30) == 0  # SIGTERM: the restarted control plane drains the adopted agent
-        assert not any(alive(pid) for pid in agents.values())
+        assert not any(pid_alive(pid) for pid in agents.values())
     finally:
         stop.set()
         if load is not None:
