@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     print(table([row(r, prepared) for r in results]))
     print(
         "xbound: replica-hours / the clairvoyant bound; in-SLO: requests whose TTFT (gateway queue + engine) met "
-        "the SLO, rejections count as misses; hit: prompt tokens served from the prefix cache; /ceil: its share "
+        "the SLO, rejections count as misses; feasible: the same among requests outside the TTFT floor (their "
+        "prefill alone fits the SLO); hit: prompt tokens served from the prefix cache; /ceil: its share "
         "of the infinite shared cache's rate"
     )
     if args.plot is not None:

@@ -98,6 +98,10 @@ class Result:
     unrouted: int = 0
     rejected: int = 0  # gateway queue full (429) or timed out (503)
     ttfts: array[float] = field(default_factory=lambda: array("d"))
+    # TTFTs of the requests that could meet the SLO (not in the TTFT floor); with ``floor_requests`` the share
+    # of those within the SLO, the scaler's and router's part apart from the floor
+    feasible_ttfts: array[float] = field(default_factory=lambda: array("d"))
+    floor_requests: int = 0  # arrivals whose prefill alone on an idle replica exceeds the SLO
     itls: array[float] = field(default_factory=lambda: array("d"))
     replica_s: float = 0.0
     busy_s: float = 0.0
@@ -125,7 +129,9 @@ class FleetSim:
         *,
         name: str = "",
         initial_replicas: int | None = None,
+        floor_rids: frozenset[str] = frozenset(),
     ) -> None:
+        self.floor_rids = floor_rids
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
         self.interval_s = spec.autoscaling.interval_s
@@ -232,6 +238,7 @@ class FleetSim:
     def on_arrival(self, now: float, item: tuple[int, TraceRequest]) -> None:
         _, a = item
         self.result.requests += 1
+        self.result.floor_requests += a.rid in self.floor_rids
         self.arrived_at[a.rid] = a.t
         self.traffic.arrived += 1
         if not self.gw_queue and self.gw_in_flight < self.admission_capacity():
@@ -289,6 +296,8 @@ class FleetSim:
             if ev.first:  # the client's TTFT includes the gateway queue; the agent sees the engine's
                 ttft = now - self.arrived_at.pop(ev.request.request_id)
                 res.ttfts.append(ttft)
+                if ev.request.request_id not in self.floor_rids:
+                    res.feasible_ttfts.append(ttft)
                 self.tick_ttfts.append(ttft)
                 r.ttfts.append((now, ev.latency))
                 res.prompt_tokens += ev.request.num_prompt_tokens

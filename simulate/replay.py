@@ -55,6 +55,7 @@ class Prepared:
     bound_replica_s: float
     cache_ceiling: float
     needed: tuple[int, ...] = field(default=())
+    floor_rids: frozenset[str] = field(default=frozenset())  # the ``slo_infeasible`` requests, by id
 
 
 def _spec(stack: str) -> FleetSpec:
@@ -100,7 +101,7 @@ def prepare(
     for r in kept:
         if r.prompt_tokens not in idle:
             idle[r.prompt_tokens] = steps.prefill_seconds(r.prompt_tokens, chunk)
-    infeasible = sum(1 for r in kept if idle[r.prompt_tokens] > slo)
+    floor_rids = frozenset(r.rid for r in kept if idle[r.prompt_tokens] > slo)
     needed = needed_replicas(kept, plan.per_replica_qps, interval, pool.replicas.min)
     # The pool was serving before the trace began: it starts with what the first cold start's worth of the trace
     # needs (no scaler could have more ready by then), and so does the bound.
@@ -113,12 +114,13 @@ def prepare(
         trace=kept,
         plan=plan,
         too_long=len(trace) - len(kept),
-        slo_infeasible=infeasible,
+        slo_infeasible=len(floor_rids),
         fixed_replicas=plan.replicas_peak,
         initial_replicas=initial,
         bound_replica_s=bound,
         cache_ceiling=ceiling,
         needed=tuple(needed),
+        floor_rids=floor_rids,
     )
 
 
@@ -136,5 +138,6 @@ def run_config(prepared: Prepared, config: Config, seed: int) -> Result:
         prepared.trace,
         name=config.name,
         initial_replicas=initial,
+        floor_rids=prepared.floor_rids,
     )
     return sim.run()

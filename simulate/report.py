@@ -19,6 +19,8 @@ def row(result: Result, prepared: Prepared) -> Row:
     slo = prepared.pool.slo.ttft_p99_ms / 1000.0
     ttfts, itls = sorted(result.ttfts), sorted(result.itls)
     within = sum(1 for v in ttfts if v <= slo)  # a rejected or unrouted request misses the SLO
+    feasible = result.requests - result.floor_requests
+    feasible_within = sum(1 for v in result.feasible_ttfts if v <= slo)
     capacity = result.replica_s * prepared.plan.per_replica_qps
     hit = result.cached_tokens / result.prompt_tokens if result.prompt_tokens else 0.0
     return {
@@ -33,12 +35,18 @@ def row(result: Result, prepared: Prepared) -> Row:
         "itl_p50": quantile(itls, 0.5),
         "itl_p99": quantile(itls, 0.99),
         "within_slo": within / result.requests if result.requests else 0.0,
+        # among the requests that could meet the SLO (their prefill alone fits it): the floor set apart
+        "within_slo_feasible": feasible_within / feasible if feasible else math.nan,
         "rejected": result.rejected + result.unrouted,
         "hit": hit,
         "hit_share": hit / prepared.cache_ceiling if prepared.cache_ceiling else math.nan,
         "preemptions": result.preemptions,
         "wall_s": result.wall_s,
     }
+
+
+def _share(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v:.2%}"
 
 
 def _ms(v: float) -> str:
@@ -50,8 +58,8 @@ def table(rows: Sequence[Row]) -> str:
     width = max(13, *(len(str(r["configuration"])) for r in rows))
     header = (
         f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'srv/cap':>7} "
-        f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'reject':>6} {'hit':>5} "
-        f"{'/ceil':>5} {'preempt':>7} {'wall':>5}"
+        f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'feasible':>8} {'reject':>6} "
+        f"{'hit':>5} {'/ceil':>5} {'preempt':>7} {'wall':>5}"
     )
     lines = [header]
     for r in rows:
@@ -60,7 +68,8 @@ def table(rows: Sequence[Row]) -> str:
             f"{r['configuration']!s:<{width}} {float(r['replica_h']):>6.2f} {float(r['x_bound']):>6.2f} "
             f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['served_per_capacity']):>7.0%} "
             f"{_ms(float(r['ttft_p50'])):>8} {_ms(float(r['ttft_p99'])):>7} {_ms(float(r['itl_p50'])):>7} "
-            f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} {int(r['rejected']):>6} "
+            f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} "
+            f"{_share(float(r['within_slo_feasible'])):>8} {int(r['rejected']):>6} "
             f"{float(r['hit']):>5.0%} {'-' if math.isnan(share) else f'{share:.0%}':>5} "
             f"{int(r['preemptions']):>7} {float(r['wall_s']):>4.0f}s"
         )
