@@ -504,6 +504,9 @@ class ObservabilitySpec(Spec):
     prometheus_namespace: Name = "monitoring"
     """Namespace of the Prometheus that scrapes the fleet: the network policies admit its pods to the engines'
     metrics ports (selected by the namespace's `kubernetes.io/metadata.name` label)."""
+    grafana_dashboards: bool = True
+    """Install the fleet's Grafana dashboards as ConfigMaps in `prometheusNamespace`, labelled for the Grafana
+    dashboard sidecar (kube-prometheus-stack); false when that namespace does not exist or runs no Grafana."""
 
 
 class ModelStoreSpec(Spec):
