@@ -13,22 +13,36 @@ from zoneinfo import ZoneInfo
 
 from fleet.spec import RestartWindowSpec
 
-__all__ = ["open_window", "restart_due"]
+__all__ = ["occurrences", "open_window", "restart_due"]
 
 
 def open_window(spec: RestartWindowSpec, now: datetime) -> datetime | None:
     """Start (UTC) of the window occurrence open at ``now`` (timezone-aware), or None when closed."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    zone = ZoneInfo(spec.timezone)
-    local_today = now.astimezone(zone).date()
     # The occurrence that started today or, for a window crossing midnight, yesterday.
-    for days_back in (0, 1):
-        day = local_today - timedelta(days=days_back)
-        start = datetime.combine(day, spec.start, tzinfo=zone).astimezone(UTC)
-        if start <= now < start + timedelta(minutes=spec.duration_minutes):
+    for start, end in occurrences(spec, now - timedelta(days=1), now):
+        if start <= now < end:
             return start
     return None
+
+
+def occurrences(spec: RestartWindowSpec, since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
+    """Every window occurrence, ``(start, end)`` in UTC and oldest first, that overlaps ``[since, until]``
+    (timezone-aware), whether or not restarts are enabled."""
+    if since.tzinfo is None or until.tzinfo is None:
+        raise ValueError("since and until must be timezone-aware")
+    zone = ZoneInfo(spec.timezone)
+    day = since.astimezone(zone).date() - timedelta(days=1)  # a window crossing midnight started the day before
+    last = until.astimezone(zone).date()
+    out = []
+    while day <= last:
+        start = datetime.combine(day, spec.start, tzinfo=zone).astimezone(UTC)
+        end = start + timedelta(minutes=spec.duration_minutes)
+        if start <= until and end > since:
+            out.append((start, end))
+        day += timedelta(days=1)
+    return out
 
 
 def restart_due(spec: RestartWindowSpec, now: datetime, uptime_s: float) -> datetime | None:

@@ -195,6 +195,21 @@ class SloSpec(Spec):
     """End-to-end error rate ceiling."""
 
 
+    budget_window: str = Field(default="30d", pattern=r"^[1-9][0-9]{0,5}[mhd]$")
+    """Error budget window: a whole number of minutes, hours or days (`30d`, `12h`, `90m`), at most 366 days."""
+    freeze_on_exhausted_budget: bool = True
+    """While any of the pool's error budgets is spent, refuse risky changes (planned-restart leases, rollouts)."""
+
+    @property
+    def budget_window_s(self) -> float:
+        """`budget_window` in seconds."""
+        return int(self.budget_window[:-1]) * {"m": 60.0, "h": 3600.0, "d": 86400.0}[self.budget_window[-1]]
+
+    @model_validator(mode="after")
+    def _window_at_most_a_year(self) -> SloSpec:
+        if self.budget_window_s > 366 * 86400.0:
+            raise ValueError(f"budgetWindow {self.budget_window!r} is longer than 366 days")
+        return self
 class WorkloadSpec(Spec):
     mean_prompt_tokens: int = Field(default=200, ge=1, le=1_000_000)
     """Mean prompt length of the traffic."""

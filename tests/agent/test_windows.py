@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.windows import open_window, restart_due
+from agent.windows import occurrences, open_window, restart_due
 from fleet.spec import RestartWindowSpec
 
 
@@ -56,3 +56,18 @@ def test_restart_due_needs_enabled_window_and_min_uptime(spec: RestartWindowSpec
 def test_naive_datetime_is_rejected() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         open_window(window(), datetime(2026, 3, 10, 3, 30))
+
+
+def test_occurrences_list_every_window_overlapping_a_span() -> None:
+    spans = occurrences(window(start="23:00"), utc("2026-03-10T00:30:00"), utc("2026-03-11T23:30:00"))
+    assert [(a.isoformat(), b.isoformat()) for a, b in spans] == [
+        ("2026-03-09T23:00:00+00:00", "2026-03-10T01:00:00+00:00"),  # began the day before, still open
+        ("2026-03-10T23:00:00+00:00", "2026-03-11T01:00:00+00:00"),
+        ("2026-03-11T23:00:00+00:00", "2026-03-12T01:00:00+00:00"),
+    ]
+
+
+def test_occurrences_follow_the_zone_across_a_dst_change() -> None:
+    # Berlin moves from UTC+1 to UTC+2 on 2026-03-29: 03:00 local is 02:00 UTC before, 01:00 UTC after.
+    spans = occurrences(window(timezone="Europe/Berlin"), utc("2026-03-28T00:00:00"), utc("2026-03-29T23:00:00"))
+    assert [a.isoformat() for a, _ in spans] == ["2026-03-28T02:00:00+00:00", "2026-03-29T01:00:00+00:00"]
