@@ -5,20 +5,25 @@ users). The mix: 80% streamed chat completions, 20% non-streamed; prompts of log
 the pool's ``meanPromptTokens`` and a shared system prompt on half the requests (prefix-cache hits);
 ``max_tokens`` around ``meanOutputTokens``. A live progress line shows sent, ok, errors by status and p50/p99
 TTFT (first streamed token); a summary is printed at the end, and written as JSON with ``--summary FILE``.
+
+``--plot FILE.png`` also records the run second by second (`fleet.local.timeseries`: requests sent and completed,
+TTFT and latency p50/p99, errors by status, and the ready replicas per pool polled from the control plane's
+``/v1/pools``, the endpoint ``llmfleet status`` reads) and draws it (`fleet.local.plots`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ import httpx
 
 from fleet.errors import SpecError
 from fleet.loader import load_spec
+from fleet.local.timeseries import Recorder
 from fleet.validate import DEMO_API_KEY
 
 __all__ = ["LoadStats", "add_arguments", "run", "run_load"]
@@ -43,7 +49,8 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 @dataclass
 class LoadStats:
-    """Running totals; ``errors`` maps an HTTP status (or ``"conn"``/``"stream"``) to a count."""
+    """Running totals; ``errors`` maps an HTTP status (or ``"conn"``/``"stream"``) to a count. With a
+    ``recorder``, every request is also recorded with its times (seconds since ``started``)."""
 
     sent: int = 0
     ok: int = 0
@@ -51,6 +58,7 @@ class LoadStats:
     ttft_s: list[float] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    recorder: Recorder | None = None
 
     @property
     def in_flight(self) -> int:
@@ -66,14 +74,29 @@ class LoadStats:
         )
 
     def summary(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("ttft_s", "latency_s", "started")}
-        out["errors"] = dict(self.errors)
+        out: dict[str, Any] = {"sent": self.sent, "ok": self.ok, "errors": dict(self.errors)}
         out["duration_s"] = round(time.monotonic() - self.started, 3)
         for name, values in (("ttft", self.ttft_s), ("latency", self.latency_s)):
             for q in (0.5, 0.9, 0.99):
                 value = _quantile(values, q)
                 out[f"{name}_p{int(q * 100)}_ms"] = None if value is None else round(value * 1000, 1)
         return out
+
+    def since_start(self) -> float:
+        return time.monotonic() - self.started
+
+    def add_error(self, status: str) -> None:
+        self.errors[status] += 1
+        if self.recorder is not None:
+            self.recorder.on_error(self.since_start(), status)
+
+    def add_ok(self, latency_s: float, ttft_s: float | None) -> None:
+        if ttft_s is not None:
+            self.ttft_s.append(ttft_s)
+        self.latency_s.append(latency_s)
+        self.ok += 1
+        if self.recorder is not None:
+            self.recorder.on_ok(self.since_start(), latency_s, ttft_s)
 
 
 def _request(rng: random.Random, model: str, prompt_tokens: int, output_tokens: int) -> dict[str, Any]:
@@ -96,7 +119,7 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stats: LoadStats
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             if response.status_code != 200:
                 await response.aread()
-                stats.errors[str(response.status_code)] += 1
+                stats.add_error(str(response.status_code))
                 return
             first: float | None = None
             done = not body["stream"]
@@ -107,14 +130,11 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stats: LoadStats
                     if line.strip() == "data: [DONE]":
                         done = True
             if not done:
-                stats.errors["stream"] += 1
+                stats.add_error("stream")
                 return
-            if first is not None:
-                stats.ttft_s.append(first)
-            stats.latency_s.append(time.monotonic() - start)
-            stats.ok += 1
+            stats.add_ok(time.monotonic() - start, first)
     except httpx.HTTPError:
-        stats.errors["conn"] += 1
+        stats.add_error("conn")
 
 
 async def run_load(
@@ -150,6 +170,8 @@ async def run_load(
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 stats.sent += 1
+                if stats.recorder is not None:
+                    stats.recorder.on_sent(stats.since_start())
                 next_send += rng.expovariate(rps) if rps > 0 else duration_s
             if on_progress is not None and now >= next_progress:
                 on_progress(stats)
@@ -171,14 +193,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model (default: the first pool's served name)")
     parser.add_argument("--summary", type=Path, default=None, help="also write the summary as JSON here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="OUT.png", help="record the run per second and draw it as a PNG"
+    )
+    parser.add_argument(
+        "--control-plane", default=None, help="where --plot reads ready replicas (default: from the stack)"
+    )
+
+
+async def poll_ready(control_plane: str, stats: LoadStats, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+    """Until ``stop``: every ``interval_s``, record each pool's ready replicas from ``GET /v1/pools`` in
+    ``stats.recorder``. A control plane that does not answer leaves a gap: unknown is not zero."""
+    assert stats.recorder is not None
+    async with httpx.AsyncClient(base_url=control_plane, timeout=min(1.0, interval_s)) as client:
+        while not stop.is_set():
+            try:
+                pools = (await client.get("/v1/pools")).raise_for_status().json()["pools"]
+                stats.recorder.on_ready(stats.since_start(), {p["pool"]: int(p["ready"]) for p in pools})
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+
+async def _recorded(load: Awaitable[LoadStats], control_plane: str, stats: LoadStats) -> LoadStats:
+    """``load``, with the ready replicas polled alongside until it ends."""
+    stop = asyncio.Event()
+    poller = asyncio.create_task(poll_ready(control_plane, stats, stop))
+    try:
+        return await load
+    finally:
+        stop.set()
+        await poller
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        spec = load_spec(args.stack).spec
+        loaded = load_spec(args.stack)
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
+    spec = loaded.spec
     pool = spec.pools[0]
     gateway = args.gateway or f"http://127.0.0.1:{spec.gateway.port}"
     model = args.model or pool.served_name
@@ -193,23 +248,34 @@ def run(args: argparse.Namespace) -> int:
             print(stats.line(), file=sys.stderr, flush=True)
 
     print(f"sending {args.rps:g} req/s for {args.duration:g}s to {gateway} (model {model})", file=sys.stderr)
-    stats = asyncio.run(
-        run_load(
-            gateway,
-            args.key,
-            model,
-            args.rps,
-            args.duration,
-            prompt_tokens=pool.workload.mean_prompt_tokens,
-            output_tokens=pool.workload.mean_output_tokens,
-            seed=args.seed,
-            on_progress=progress,
-        )
+    stats = LoadStats(recorder=Recorder() if args.plot is not None else None)
+    load = run_load(
+        gateway,
+        args.key,
+        model,
+        args.rps,
+        args.duration,
+        prompt_tokens=pool.workload.mean_prompt_tokens,
+        output_tokens=pool.workload.mean_output_tokens,
+        seed=args.seed,
+        on_progress=progress,
+        stats=stats,
     )
+    if args.plot is None:
+        asyncio.run(load)
+    else:
+        control_plane = args.control_plane or spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+        asyncio.run(_recorded(load, control_plane, stats))
     if tty:
         print(file=sys.stderr)
     summary = {"gateway": gateway, "model": model, "rps": args.rps, **stats.summary()}
     print(json.dumps(summary, indent=2))
     if args.summary is not None:
         args.summary.write_text(json.dumps(summary, indent=2) + "\n")
+    if stats.recorder is not None:
+        from fleet.local.plots import write_timeline_png
+
+        title = f"llmfleet load: stack {loaded.name}, {args.rps:g} req/s for {args.duration:g} s"
+        timeline = stats.recorder.timeline(1.0, end_s=stats.since_start())
+        print(f"plot: {write_timeline_png(args.plot, timeline, title)}", file=sys.stderr)
     return 0 if stats.sent and not stats.errors else 1

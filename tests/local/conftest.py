@@ -138,10 +138,10 @@ def stop_fleet(fleet: Fleet, timeout_s: float = 40.0) -> tuple[int | None, set[i
     return fleet.up.process.returncode, left
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    tmp = tmp_path_factory.mktemp("fleet")
-    running = start_fleet(fast_stack(tmp), tmp / "logs")
+@contextlib.contextmanager
+def running_fleet(stack: Path, log_dir: Path) -> Iterator[Fleet]:
+    """A fleet of ``stack``, up (banner printed) while the block runs; stopped after, leaving no process."""
+    running = start_fleet(stack, log_dir)
     try:
         read_until_up(running)
         yield running
@@ -152,3 +152,24 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         running.up.kill()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("fleet")
+    with running_fleet(fast_stack(tmp), tmp / "logs") as running:
+        yield running
+
+
+# The engine fails half of the generation requests (engine_sim/faults.py) with a 500: the replica still warms up
+# (its warm-up request is retried) and serves, while its pool's error budget burns.
+FAULTY = {"pools.0.engine.extraArgs": ["--fault-error-rate", "0.5", "--fault-error-status", "500"]}
+
+
+@pytest.fixture(scope="package")
+def faulty_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """One FAST fleet whose engine fails half the requests (`FAULTY`), shared by the modules that watch a fleet
+    (a local Prometheus included, where ``prometheus`` is on PATH)."""
+    tmp = tmp_path_factory.mktemp("faulty")
+    with running_fleet(fast_stack(tmp, **FAULTY), tmp / "logs") as running:
+        yield running
