@@ -70,13 +70,16 @@ def _is_union_tag(part: int | str) -> bool:
 
 def _model_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = root
+    keyed = False  # the part after a mapping field is a key the user chose (``aliases.<name>``), not a field
     for part in loc:
         if model is None:
             return None
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = _field_by_key(model, part)
         model = _model_of(field.annotation) if field is not None else None
+        keyed = field is not None and typing.get_origin(field.annotation) is dict
     return model
 
 

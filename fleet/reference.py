@@ -71,9 +71,9 @@ def _walk(model: type[BaseModel], prefix: str) -> typing.Iterator[tuple[str, Fie
         path = f"{prefix}{key}" if prefix.endswith(":") else f"{prefix}.{key}"
         nested = _nested_model(info.annotation)
         if nested is not None:
-            is_list = typing.get_origin(info.annotation) is list
+            origin = typing.get_origin(info.annotation)
             yield path, info
-            yield from _walk(nested, path + ("[]" if is_list else ""))
+            yield from _walk(nested, path + ("[]" if origin is list else ".<name>" if origin is dict else ""))
         else:
             yield path, info
 

@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "DRAIN_MARGIN_S",
+    "AliasSpec",
     "AutoscalingSpec",
     "ClusterSpec",
     "ControlPlaneSpec",
@@ -543,6 +544,23 @@ class CostSpec(Spec):
     """Warn (and fail the policy pack) above this monthly cost."""
 
 
+# A name clients send as `model`: what OpenAI model ids and served model names look like.
+_ALIAS_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+AliasName = Annotated[str, Field(pattern=_ALIAS_NAME)]
+Weight = Annotated[int, Field(ge=0, strict=True)]
+
+
+class AliasSpec(Spec):
+    """A model name served by several pools by weight, e.g. ``chat: {pools: {qwen-v1: 95, qwen-v2: 5}}``."""
+
+    pools: dict[str, Weight] = Field(min_length=1)
+    """Pool name -> weight (a non-negative integer): each pool's share of the alias's sessions is weight / sum."""
+    fallback: str | None = None
+    """A pool outside `pools` that takes the requests whose chosen pool has no ready replica."""
+    sticky: Literal["session", "none"] = "session"
+    """session: a conversation (session header, else its leading prompt blocks) keeps its pool; none: per request."""
+
+
 class FleetSpec(Spec):
     """The whole fleet as declared in ``stacks/Pulumi.<env>.yaml`` (keys ``llmfleet:<key>``)."""
 
@@ -566,6 +584,8 @@ class FleetSpec(Spec):
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
     model_store: ModelStoreSpec = Field(default_factory=ModelStoreSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
+    aliases: dict[AliasName, AliasSpec] = Field(default_factory=dict)
+    """Model names served by several pools by weight (canary rollouts), with a fallback pool."""
 
     def pool(self, name: str) -> PoolSpec:
         """The pool called ``name``; KeyError lists the pools that exist."""

@@ -76,6 +76,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += _check_gateway(spec)
     problems += _check_images(spec)
     problems += _check_cluster_access(spec)
+    problems += _check_aliases(spec)
     return problems
 
 
@@ -283,8 +284,67 @@ def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
         served.setdefault(pool.served_name, i)
 
 
+def _check_aliases(spec: FleetSpec) -> Iterator[Problem]:
+    """Aliases name existing pools, and a name a pool serves is an alias only of weights that include that pool
+    (the canary of a served name), so no request for a pool's name is silently sent to another."""
+    pools = {p.name: p for p in spec.pools}
+    known = ", ".join(pools)
+    for alias, entry in spec.aliases.items():
+        path = f"aliases.{alias}"
+        elsewhere = entry.fallback is not None or sum(1 for w in entry.pools.values() if w > 0) > 1
+        for name, weight in entry.pools.items():
+            if name not in pools:
+                yield _err(f"{path}.pools.{name}", f"no such pool; pools: {known}", name)
+            elif weight > 0 and pools[name].replicas.min == 0 and elsewhere:
+                yield _warn(
+                    f"{path}.pools.{name}",
+                    "replicas.min is 0: while the pool has no ready replica its share is served elsewhere (the "
+                    "fallback, the other pools), so it sees no demand to start from; give it replicas.min >= 1",
+                )
+        if sum(entry.pools.values()) == 0:
+            yield _err(f"{path}.pools", "the weights sum to 0: give at least one pool a positive weight")
+        if entry.fallback is not None and entry.fallback not in pools:
+            yield _err(f"{path}.fallback", f"no such pool; pools: {known}", entry.fallback)
+        elif entry.fallback in entry.pools:
+            yield _err(
+                f"{path}.fallback",
+                "one of the alias's pools; name a pool outside them (they are tried after the fallback anyway)",
+                entry.fallback,
+            )
+        yield from _check_alias_demand(spec, path, entry.pools)
+        for pool in spec.pools:
+            if alias in (pool.served_name, pool.model) and pool.name not in entry.pools:
+                yield _err(
+                    path,
+                    f"pool {pool.name!r} serves this name: an alias may take a pool's name only when its pools "
+                    f"include that pool (e.g. pools: {{{pool.name}: 95, <new pool>: 5}})",
+                    alias,
+                )
+
+
+def _check_alias_demand(spec: FleetSpec, path: str, weights: dict[str, int]) -> Iterator[Problem]:
+    """Each pool is sized from its own ``workload.peakQps``: behind an alias, that should be about its weight's share
+    of the alias's peak (taken as the weighted pools' peaks summed), or the canary is sized like the whole."""
+    pools = {p.name: p for p in spec.pools}
+    weighted = {name: w for name, w in weights.items() if w > 0 and name in pools}
+    total_weight = sum(weighted.values())
+    peak = sum(pools[name].workload.peak_qps for name in weighted)
+    if peak <= 0 or total_weight <= 0:
+        return
+    for name, weight in weighted.items():
+        share = peak * weight / total_weight
+        declared = pools[name].workload.peak_qps
+        if declared > 2 * share or declared < share / 2:
+            yield _warn(
+                f"{path}.pools.{name}",
+                f"workload.peakQps {declared:g} is not its weight's share of the alias's peak: {weight} of "
+                f"{total_weight} of {peak:g} QPS (the weighted pools' peaks summed) is {share:.3g}; plan sizes each "
+                "pool from its own peakQps",
+            )
+
+
 def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
-    models = {p.served_name for p in spec.pools}
+    models = {p.served_name for p in spec.pools} | set(spec.aliases)
     names: set[str] = set()
     demo = hash_api_key(DEMO_API_KEY)
     for i, tenant in enumerate(spec.tenants):
@@ -300,7 +360,7 @@ def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
             if model != "*" and model not in models:
                 yield _err(
                     f"{path}.allowedModels[{j}]",
-                    f"no pool serves it; served: {', '.join(sorted(models))}",
+                    f"no pool or alias serves it; served: {', '.join(sorted(models))}",
                     model,
                 )
 
