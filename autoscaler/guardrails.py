@@ -3,13 +3,21 @@
 Order (each step sees the previous one's number; the first that binds is named in the reason):
 
 1. round the proposal up;
-2. predictive term (``autoscaling.predictive``): project demand over the cold-start horizon from its linear
-   trend and raise the proposal by the same factor (never lowers it);
+2. predictive term (``autoscaling.predictive``): project demand over the cold-start horizon from its trend
+   and raise the proposal by the same factor, by at most ``predictiveMaxStep`` replicas (never lowers it). The
+   trend is the Theil-Sen slope (the median of the pairwise slopes) of the demand samples of the last
+   ``predictiveFitS`` (default a cold start), projected from the fitted line's value now, and only once the
+   samples cover that window: a burst of a tick or two moves neither the median slope nor the line, and a
+   trend of three ticks at start-up is not stretched over a cold start. A least-squares fit over the window
+   read each ten-second burst of the Azure code trace as a trend and projected it to the pool's maximum;
 3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
    while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
    zero), nor while a gateway's reports are stale (its queue is unknown). TTFT: P99 above the SLO adds one
-   replica while requests are in the pool, unless capacity is already arriving (cold start), and blocks
-   shrinking while P99 is within 80% of the SLO. Throughput: the policy's own number. A lower
+   replica while requests wait (at least ``ttftQueuePerReplica`` per ready replica, engines and gateways),
+   unless capacity is already arriving (cold start), and P99 within 80% of the SLO blocks shrinking, on the
+   same queueing evidence. Without it the misses are prompts whose prefill alone exceeds the SLO (the TTFT
+   floor: 16% of the Azure code trace's requests), which another replica does not shorten; acting on them
+   added a replica per cold start and never let the pool shrink. Throughput: the policy's own number. A lower
    priority can never undo a higher one, so two triggers never act against each other;
 4. bounds ``[min, max]``;
 5. stabilisation: a scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more", a
@@ -49,17 +57,31 @@ class Verdict:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def demand_trend(history: tuple[tuple[float, float], ...]) -> float:
-    """Least-squares slope (per second) of ``(t, demand)`` samples; 0.0 with fewer than 3 samples."""
+    """Theil-Sen slope (per second) of ``(t, demand)`` samples: the median of the slopes between every two
+    samples, so a minority of outliers (bursts) does not tilt it; 0.0 with fewer than 3 samples."""
     if len(history) < 3:
         return 0.0
-    n = len(history)
-    mean_t = sum(t for t, _ in history) / n
-    mean_v = sum(v for _, v in history) / n
-    var = sum((t - mean_t) ** 2 for t, _ in history)
-    if var == 0:
-        return 0.0
-    return sum((t - mean_t) * (v - mean_v) for t, v in history) / var
+    slopes = [(v2 - v1) / (t2 - t1) for i, (t1, v1) in enumerate(history) for t2, v2 in history[i + 1 :] if t2 != t1]
+    return _median(slopes) if slopes else 0.0
+
+
+def _projection(ctx: ScalingContext, cfg: AutoscalingSpec) -> float | None:
+    """Demand projected a cold start ahead from the trend of the last ``predictiveFitS``; None until the
+    samples cover that window (less one tick: they are taken once a tick)."""
+    fit_s = cfg.predictive_fit_s or ctx.cold_start_s
+    samples = tuple((t, v) for t, v in ctx.demand_history if ctx.now - t <= fit_s)
+    if not samples or ctx.now - samples[0][0] < fit_s - cfg.interval_s:
+        return None
+    slope = demand_trend(samples)
+    level = _median([v + slope * (ctx.now - t) for t, v in samples])  # the fitted line's value now
+    return level + slope * ctx.cold_start_s
 
 
 def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSpec) -> Verdict:
@@ -90,12 +112,12 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
     reason = proposal.reason
 
     # 2. predictive term
-    if cfg.predictive and ctx.demand > 0:
-        slope = demand_trend(ctx.demand_history)
-        projected = ctx.demand + slope * ctx.cold_start_s
+    projected = _projection(ctx, cfg) if cfg.predictive and ctx.demand > 0 else None
+    if projected is not None:
         inputs["projected_demand"] = round(projected, 3)
         if projected > ctx.demand:
             predicted = math.ceil(proposal.desired * projected / ctx.demand - _EPS)
+            predicted = min(predicted, desired + cfg.predictive_max_step)
             if predicted > desired:
                 desired = predicted
                 reason = (
@@ -116,11 +138,17 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
     elif ctx.gateways_stale:
         no_shrink = f"availability: {ctx.gateways_stale} gateway report(s) stale; their queue is unknown, not empty"
     ttft = ctx.ttft_p99_s
-    if ttft is not None and ttft > ctx.ttft_slo_s:
-        over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms"
+    # P99 TTFT is read as queueing only while requests wait; otherwise it is the prefill floor (module docstring).
+    ready = sum(1 for r in ctx.fresh_ready if r.has_metrics)
+    evidence = cfg.ttft_queue_per_replica * max(1, ready)
+    queued = cfg.ttft_queue_per_replica == 0 or (ctx.queue_depth > 0 and ctx.queue_depth >= evidence)
+    if ttft is not None and ttft > 0.8 * ctx.ttft_slo_s and not queued:
+        inputs["ttft_rule"] = f"not queueing: {ctx.queue_depth:g} waiting < {evidence:g}, P99 read as prefill"
+    elif ttft is not None and ttft > ctx.ttft_slo_s:
+        over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms with {ctx.queue_depth:g} waiting"
         no_shrink = no_shrink or over
-        # Add one while requests are in the pool and no capacity is arriving yet (a cold start already under
-        # way is the answer); a lagging P99 over an idle pool adds nothing.
+        # Add one while requests wait and no capacity is arriving yet (a cold start already under way is the
+        # answer); a lagging P99 over an idle pool adds nothing.
         if not ctx.arriving and desired <= capacity and ctx.demand > 0:
             desired = capacity + 1
             reason = f"{over}: add one"

@@ -27,6 +27,7 @@ __all__ = [
     "FleetSpec",
     "GatewaySpec",
     "GatewayTlsSpec",
+    "GatewayTracingSpec",
     "GpuNodeGroupSpec",
     "ImagesSpec",
     "ModelFactsSpec",
@@ -392,6 +393,29 @@ class GatewayTlsSpec(Spec):
     """Who may reach the public listener (the Service's loadBalancerSourceRanges)."""
 
 
+_OTLP_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[^\s?#]*)?$")
+
+
+class GatewayTracingSpec(Spec):
+    """OpenTelemetry spans of every request's phases (docs/gateway.md, Tracing), sent over OTLP/HTTP."""
+
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP collector, e.g. `http://otel-collector:4318` (spans go to its `/v1/traces`); unset: tracing off."""
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Fraction of new traces recorded; a caller's traceparent keeps its own sampling decision."""
+    service_name: str = Field(default="llmfleet-gateway", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    """`service.name` of the gateway's spans."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not _OTLP_URL.match(value):
+            raise ValueError(
+                "expected the http:// or https:// URL of an OTLP/HTTP collector, e.g. http://otel-collector:4318"
+            )
+        return value
+
+
 class GatewaySpec(Spec):
     replicas: int = Field(default=2, ge=1, le=100)
     """Gateway Deployment replicas."""
@@ -421,6 +445,8 @@ class GatewaySpec(Spec):
     drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
     """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
     in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""
+    tracing: GatewayTracingSpec = Field(default_factory=GatewayTracingSpec)
+    """Request spans exported over OTLP/HTTP (docs/gateway.md, Tracing); off unless `otlpEndpoint` is set."""
 
     @model_validator(mode="after")
     def _admin_port_apart(self) -> GatewaySpec:
@@ -484,7 +510,16 @@ class AutoscalingSpec(Spec):
     max_scale_down_step: int = Field(default=1, ge=1, le=1000)
     """Most replicas removed per decision."""
     predictive: bool = False
-    """Add the request-rate trend over the cold-start horizon."""
+    """Add the demand trend over the cold-start horizon."""
+    predictive_fit_s: float | None = Field(default=None, gt=0, le=3600)
+    """Window the predictive trend is fitted over (default: the cold start); the term acts only once the demand
+    samples cover it, so a trend of a few ticks is never projected."""
+    predictive_max_step: int = Field(default=2, ge=0, le=1000)
+    """Most replicas the predictive term adds above the policy's own number."""
+    ttft_queue_per_replica: float = Field(default=1.0, ge=0, le=10_000)
+    """Requests waiting (engines + gateways) per ready replica from which a P99 TTFT over the SLO counts as
+    queueing; below it the misses are prefill more replicas cannot shorten, and the TTFT rule neither adds a
+    replica nor blocks a scale-down. 0: any P99 over the SLO acts."""
 
 
 class ControlPlaneSpec(Spec):

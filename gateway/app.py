@@ -1,6 +1,7 @@
 """App: build the gateway's aiohttp application from settings, with every I/O edge injectable.
 
-    create_app(settings, session_factory=default_session, quota=None, clock=None) -> web.Application
+    create_app(settings, session_factory=default_session, quota=None, clock=None, tracer_provider=None)
+        -> web.Application
     create_admin_app(main) -> web.Application
 
 Public routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz. The admin
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
+from opentelemetry.trace import TracerProvider
 
 from fleet.clock import Clock, SystemClock
 from fleet.openai_error import error_body
@@ -29,6 +31,7 @@ from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter
 from gateway.service import REQUEST_ID, Gateway, may_use, new_request_id
 from gateway.settings import GatewaySettings
+from gateway.tracing import Tracing
 
 __all__ = ["GATEWAY", "create_admin_app", "create_app", "default_session"]
 
@@ -72,16 +75,18 @@ def create_app(
     session_factory: Callable[[], aiohttp.ClientSession] = default_session,
     quota: QuotaBackend | None = None,
     clock: Clock | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> web.Application:
     """The application; the upstream session, quota backend, refresh loop and (with a control plane) the
-    gateway-report loop (`gateway.reporting`) start with it and stop with it. ``clock`` defaults to the system's."""
+    gateway-report loop (`gateway.reporting`) start with it and stop with it. ``clock`` defaults to the system's.
+    ``tracer_provider`` receives the request spans (`gateway.tracing`); None: no spans. Its owner shuts it down."""
     clock = clock or SystemClock()
     app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         session = session_factory()
         backend = quota or quota_backend(settings, clock.monotonic)
-        gateway = Gateway(settings, session, backend, clock.monotonic, clock.time)
+        gateway = Gateway(settings, session, backend, clock.monotonic, clock.time, tracing=Tracing(tracer_provider))
         app[GATEWAY] = gateway
         await gateway.refresher.refresh_once()
         tasks = [asyncio.create_task(_refresh_forever(gateway))]

@@ -16,6 +16,9 @@ admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gatewa
 (the public one: the OpenAI API and /healthz). SIGTERM or SIGINT
 stops accepting, lets in-flight requests finish (up to --shutdown-timeout, which the Pulumi program sets from
 ``gateway.drain``) and exits 0.
+
+With ``gateway.tracing.otlpEndpoint`` set, request spans go to that collector over OTLP/HTTP in batches (the
+``otlp`` extra; exit 2 when it is missing), and the batch left at shutdown is sent before exiting.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.sdk.trace import TracerProvider
 
 from fleet import contract
 from fleet.errors import SpecError
@@ -42,6 +46,7 @@ from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, hashes_from_file, keys_from_secret
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
+from gateway.tracing import TracingUnavailable, provider_for
 
 __all__ = ["add_arguments", "run"]
 
@@ -155,9 +160,10 @@ async def _serve(
     ports: tuple[int, int],
     shutdown_timeout: float,
     tls: ssl.SSLContext | None,
+    tracer_provider: TracerProvider | None = None,
 ) -> None:
     """Serve the public application on ``ports[0]`` and the admin one on ``ports[1]`` until SIGTERM/SIGINT."""
-    app = create_app(settings)
+    app = create_app(settings, tracer_provider=tracer_provider)
     # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
     # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
     runner = web.AppRunner(
@@ -185,6 +191,8 @@ async def _serve(
     await stop.wait()
     await runner.cleanup()  # the admin listener answers until the public one has drained
     await admin.cleanup()
+    if tracer_provider is not None:  # sends the spans still batched (a blocking HTTP call)
+        await asyncio.to_thread(tracer_provider.shutdown)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         tls = _tls_context(args.tls_cert, args.tls_key)
-    except (SpecError, KeyError, ValueError) as exc:
+        tracer_provider = provider_for(settings.spec.gateway.tracing)
+    except (SpecError, KeyError, ValueError, TracingUnavailable) as exc:
         print(f"llmfleet gateway: {exc}", file=sys.stderr)
         return 2
     port = settings.spec.gateway.port if args.port is None else args.port
@@ -208,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet gateway: the admin port must differ from the public port {port}", file=sys.stderr)
         return 2
     host = args.host or ("127.0.0.1" if settings.spec.target == "local" else "0.0.0.0")
-    _run_loop(args.loop, _serve(settings, host, (port, admin_port), args.shutdown_timeout, tls))
+    _run_loop(args.loop, _serve(settings, host, (port, admin_port), args.shutdown_timeout, tls, tracer_provider))
     return 0
 
 

@@ -51,6 +51,7 @@ from gateway.retries import RetryBudget
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from gateway.settings import GatewaySettings
 from gateway.streams import Segment, StreamSession
+from gateway.tracing import RequestSpans, Tracing
 
 __all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use"]
 
@@ -119,6 +120,7 @@ class Gateway:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         metrics: GatewayMetrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         spec = settings.spec
         self.settings = settings
@@ -128,6 +130,7 @@ class Gateway:
         self.clock = clock
         self.wall = wall
         self.metrics = metrics or GatewayMetrics()
+        self.tracing = tracing or Tracing()  # no provider: no-op spans
         self.metrics.watch_quota(quota)  # the quota store's health, when the backend has a shared store
         self.access_log = AccessLog() if settings.access_log else None
         self.keys = KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes)
@@ -240,8 +243,9 @@ class Gateway:
     async def complete(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         out = Outcome(request_id=request[REQUEST_ID], received=self.clock())
         wall = self.wall()
+        spans = self.tracing.start(request.method, request.path, kind, request.headers, out.request_id)
         try:
-            response = await self._complete(request, kind, out)
+            response = await self._complete(request, kind, out, spans)
             # A stream that failed after its first byte went out as 200 with an error event; the SLOs count it as
             # what it was: an engine failure, or the client's error when the engine said so.
             out.status = out.stream_status or response.status
@@ -254,9 +258,14 @@ class Gateway:
             raise
         finally:
             self._record(out, wall)
+            spans.finish(out)
 
-    async def _complete(self, request: web.Request, kind: Kind, out: Outcome) -> web.StreamResponse:
-        tenant = self.keys.authenticate(_authorization(request))
+    async def _complete(
+        self, request: web.Request, kind: Kind, out: Outcome, spans: RequestSpans
+    ) -> web.StreamResponse:
+        with spans.phase("auth") as span:
+            tenant = self.keys.authenticate(_authorization(request))
+            span.set_attribute("llmfleet.tenant", tenant.name)
         out.tenant = tenant.name
         if request.content_type != "application/json":
             raise UnsupportedMediaType(
@@ -266,11 +275,13 @@ class Gateway:
         out.stream = parsed.stream
         pool = self.resolve(parsed.model, tenant)
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
-        limits = QuotaLimits.of(tenant)
-        check_fits(limits, parsed.reserve_tokens)
-        # The concurrency slot is keyed by an id the gateway makes: the client's x-request-id is only echoed and
-        # logged, so requests sharing one cannot share a slot.
-        reservation = await self.quota.acquire(tenant.name, limits, new_request_id(), parsed.reserve_tokens)
+        spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
+        with spans.phase("quota", {"llmfleet.tenant": tenant.name}):
+            limits = QuotaLimits.of(tenant)
+            check_fits(limits, parsed.reserve_tokens)
+            # The concurrency slot is keyed by an id the gateway makes: the client's x-request-id is only echoed
+            # and logged, so requests sharing one cannot share a slot.
+            reservation = await self.quota.acquire(tenant.name, limits, new_request_id(), parsed.reserve_tokens)
         try:
             if not self.dynamic and self.endpoints.routable(pool.name) == 0:
                 raise _no_ready_replica(pool)
@@ -278,14 +289,15 @@ class Gateway:
             self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting + 1)
             traffic.arrived += 1
             try:
-                slot = await admission.acquire(tenant.name, tenant.priority)
+                with spans.phase("queued", {"llmfleet.priority": tenant.priority}):
+                    slot = await admission.acquire(tenant.name, tenant.priority)
             finally:
                 self.metrics.child(self.metrics.queue_depth, pool.served_name).set(admission.waiting)
             traffic.admitted += 1
             out.queued_s = slot.waited_s
             self.metrics.child(self.metrics.queue_wait, pool.served_name, str(tenant.priority)).observe(slot.waited_s)
             try:
-                return await self._attempts(request, parsed, pool, tenant, out)
+                return await self._attempts(request, parsed, pool, tenant, out, spans)
             finally:
                 slot.release()
         finally:
@@ -302,7 +314,13 @@ class Gateway:
         return headers
 
     async def _attempts(
-        self, request: web.Request, parsed: ParsedRequest, pool: PoolSpec, tenant: TenantSpec, out: Outcome
+        self,
+        request: web.Request,
+        parsed: ParsedRequest,
+        pool: PoolSpec,
+        tenant: TenantSpec,
+        out: Outcome,
+        spans: RequestSpans,
     ) -> web.StreamResponse:
         info = RequestInfo(
             request_id=out.request_id,
@@ -318,11 +336,16 @@ class Gateway:
         path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
         router = self.routers[pool.name]
         tried: set[str] = set()
+        retry_reason: str | None = None  # the failure that sent the request to its next replica
         self.budget.on_request()
         while True:
-            decision = router.route([v for v in self.endpoints.snapshot(pool.name) if v.id not in tried], info)
-            if decision is None:
-                raise _no_ready_replica(pool)
+            with spans.phase("route", {"llmfleet.routing.picker": router.picker.name}) as span:
+                decision = router.route([v for v in self.endpoints.snapshot(pool.name) if v.id not in tried], info)
+                if decision is None:
+                    raise _no_ready_replica(pool)
+                span.set_attributes(
+                    {"llmfleet.replica": decision.endpoint.id, "llmfleet.routing.candidates": decision.candidates}
+                )
             tried.add(decision.endpoint.id)
             attempt = self.begin_attempt(decision.endpoint, pool, out)
             out.routed_s = self.clock() - out.received
@@ -330,18 +353,22 @@ class Gateway:
             try:
                 if parsed.stream:
                     deadline = asyncio.get_running_loop().time() + self.timeouts.total_s
-                    relay, first = await open_stream(
-                        self.session,
-                        ep.url + path,
-                        body,
-                        headers,
-                        self.timeouts,
-                        hide_usage=not parsed.client_wants_usage,
-                    )
+                    with spans.upstream(ep.id, pool.name, ep.url, out.attempts, retry_reason) as span:
+                        relay, first = await open_stream(
+                            self.session,
+                            ep.url + path,
+                            body,
+                            spans.headers_for(span, headers),
+                            self.timeouts,
+                            hide_usage=not parsed.client_wants_usage,
+                        )
                     # From here on bytes reach the client: the session owns the attempt, no retry.
-                    session = StreamSession(self, request, parsed, pool, info, path, body, headers, out)
+                    session = StreamSession(self, request, parsed, pool, info, path, body, headers, out, spans)
                     return await session.run(Segment(attempt, relay, first), deadline)
-                answer = await send_json(self.session, ep.url + path, body, headers, self.timeouts)
+                with spans.upstream(ep.id, pool.name, ep.url, out.attempts, retry_reason) as span:
+                    answer = await send_json(
+                        self.session, ep.url + path, body, spans.headers_for(span, headers), self.timeouts
+                    )
                 self.endpoints.succeeded(ep)
                 out.prompt_tokens = answer.usage.prompt_tokens
                 out.completion_tokens = answer.usage.completion_tokens
@@ -359,6 +386,7 @@ class Gateway:
                 self.account(ep, exc)
                 if exc.retryable and out.attempts < self.config.retries.max_attempts and self.budget.try_spend():
                     self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
+                    retry_reason = type(exc).__name__
                     log.info("retrying %s on another replica after %s from %s", out.request_id, exc, ep.id)
                     continue
                 log.warning("%s failed on %s: %s", out.request_id, ep.id, exc)

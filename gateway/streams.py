@@ -32,6 +32,7 @@ from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.proxy import CONNECTION_BROKEN, SseRelay, open_stream, sse_error_event
 from gateway.resume import Transcript, continuation_body
 from gateway.routing.base import EndpointView, RequestInfo
+from gateway.tracing import RequestSpans, fail
 
 if TYPE_CHECKING:
     from gateway.service import Attempt, Gateway, Outcome
@@ -70,6 +71,7 @@ class StreamSession:
     body: bytes
     headers: dict[str, str]
     out: Outcome
+    spans: RequestSpans
     transcript: Transcript | None = None
     resuming: bool = False  # a failure met a stream that can be continued: counted in resumed_streams_total
 
@@ -89,6 +91,7 @@ class StreamSession:
                 "x-llmfleet-replica": segment.attempt.ep.id,
             },
         )
+        streaming = self.spans.begin("streaming", {"llmfleet.replica": segment.attempt.ep.id})
         try:
             await response.prepare(self.request)
             failure = await self._write(response, segment.first)
@@ -108,9 +111,14 @@ class StreamSession:
                 segment = resumed
                 failure = await self._write(response, segment.first)
             await response.write_eof()
+        except BaseException as exc:  # the client went away, or the relay itself failed
+            fail(streaming, exc)
+            raise
         finally:
             segment.close()
             self._settle(segment)
+            attributes = {"gen_ai.usage.output_tokens": out.completion_tokens, "llmfleet.resumes": out.resumes}
+            self.spans.end(streaming, out.error, attributes)
         return response
 
     def _ended(self, segment: Segment) -> None:
@@ -176,15 +184,17 @@ class StreamSession:
                 return None
             self.out.resumes += 1
             attempt = gw.begin_attempt(view, self.pool, self.out)
+            ep = attempt.ep
             try:
-                relay, first = await open_stream(
-                    gw.session,
-                    attempt.ep.url + self.url_path,
-                    body,
-                    self.headers,
-                    gw.timeouts,
-                    hide_usage=not self.parsed.client_wants_usage,
-                )
+                with self.spans.upstream(ep.id, self.pool.name, ep.url, self.out.attempts, "resume") as span:
+                    relay, first = await open_stream(
+                        gw.session,
+                        ep.url + self.url_path,
+                        body,
+                        self.spans.headers_for(span, self.headers),
+                        gw.timeouts,
+                        hide_usage=not self.parsed.client_wants_usage,
+                    )
             except UpstreamError as exc:
                 attempt.close()
                 gw.account(attempt.ep, exc)

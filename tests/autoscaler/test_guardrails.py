@@ -87,24 +87,51 @@ def test_a_failed_replica_is_replaced_and_does_not_block_scale_down() -> None:
 
 
 def test_ttft_breach_adds_a_replica_even_when_throughput_wants_fewer() -> None:
-    ctx = context(ready("a", running=3, ttft=0.5), ready("b", ttft=0.2))
+    ctx = context(ready("a", waiting=4, running=3, ttft=0.5), ready("b", ttft=0.2))
     verdict = guard(ctx, 1, scale_down_stabilization_s=0)
     assert verdict.target == 3 and verdict.reason.startswith("ttft")
 
 
-def test_a_lagging_ttft_over_an_idle_pool_adds_nothing_but_holds_scale_down() -> None:
-    verdict = guard(context(ready("a", ttft=0.5), ready("b")), 1, scale_down_stabilization_s=0)
-    assert verdict.target == 2
+@pytest.mark.parametrize(
+    ("case", "queue_per_replica", "target"),
+    [("no queue: nothing held", 1.0, 1), ("any P99 acts (0): held", 0.0, 2)],
+)
+def test_a_lagging_ttft_over_an_idle_pool_adds_nothing(case: str, queue_per_replica: float, target: int) -> None:
+    cfg = {"scale_down_stabilization_s": 0, "ttft_queue_per_replica": queue_per_replica}
+    assert guard(context(ready("a", ttft=0.5), ready("b")), 1, **cfg).target == target, case
 
 
 def test_ttft_breach_waits_for_arriving_capacity_instead_of_adding_more() -> None:
-    verdict = guard(context(ready("a", ttft=0.5), starting("b")), 1, scale_down_stabilization_s=0)
+    verdict = guard(context(ready("a", waiting=3, ttft=0.5), starting("b")), 1, scale_down_stabilization_s=0)
     assert verdict.target == 2
 
 
 def test_ttft_near_the_slo_blocks_scale_down() -> None:
-    verdict = guard(context(ready("a", ttft=0.28), ready("b")), 1, scale_down_stabilization_s=0)
+    verdict = guard(context(ready("a", waiting=2, ttft=0.28), ready("b")), 1, scale_down_stabilization_s=0)
     assert verdict.target == 2 and "within 20%" in verdict.reason
+
+
+# Busy replicas, P99 at 2 s: with nothing waiting the misses are long prompts' prefill (the TTFT floor).
+FLOOR = [ready(n, running=40, ttft=2.0) for n in "abc"]
+
+
+@pytest.mark.parametrize(
+    ("case", "waiting", "gateway_waiting", "target"),
+    [
+        ("floor-driven P99, nothing waiting: no replica, scale-down not blocked", 0, None, 2),
+        ("floor-driven P99, a stray request waiting: still the floor", 1, None, 2),
+        ("queueing in the engines: one more", 6, None, 4),
+        ("queueing at the gateway: one more", 0, 30.0, 4),
+    ],
+)
+def test_ttft_rule_acts_on_queueing_not_on_the_prefill_floor(
+    case: str, waiting: float, gateway_waiting: float | None, target: int
+) -> None:
+    replicas = [ready("a", waiting=waiting, running=40, ttft=2.0), *FLOOR[1:]]
+    ctx = context(*replicas, gateway_waiting=gateway_waiting)
+    verdict = guard(ctx, 2, scale_down_stabilization_s=0)
+    assert verdict.target == target, (case, verdict.reason)
+    assert ("ttft_rule" in verdict.inputs) == (target == 2), case
 
 
 def test_availability_outranks_throughput_when_below_min() -> None:
@@ -134,3 +161,35 @@ def test_predictive_term_never_scales_down() -> None:
     history = tuple((1000.0 - 10 * i, 2.0 + 4 * i) for i in range(5))[::-1]
     ctx = context(ready("a", waiting=0, running=2), ready("b"), demand_history=history)
     assert guard(ctx, 2, predictive=True).target == 2
+
+
+def test_demand_trend_is_not_tilted_by_one_burst() -> None:
+    flat = tuple((10.0 * i, 20.0) for i in range(15))
+    burst = (*flat[:-1], (140.0, 200.0))
+    assert demand_trend(burst) == pytest.approx(0.0)
+
+
+# Cold start 30 s (the builder's), ticks every 5 s: a window of seven samples, demand now 40.
+def _history(values: list[float], now: float = 1000.0) -> tuple[tuple[float, float], ...]:
+    return tuple((now - 5.0 * (len(values) - 1 - i), v) for i, v in enumerate(values))
+
+
+@pytest.mark.parametrize(
+    ("case", "history", "target"),
+    [
+        ("a burst in the last tick: no trend", _history([20, 20, 20, 20, 20, 20, 40]), 2),
+        ("a rise sustained over the window: ahead of it", _history([10, 15, 20, 25, 30, 35, 40]), 4),
+        ("a rise over less than the window: not yet", _history([30, 35, 40]), 2),
+    ],
+)
+def test_predictive_term_acts_on_a_trend_sustained_over_its_window(case: str, history: tuple, target: int) -> None:
+    ctx = context(ready("a", waiting=10, running=30), demand_history=history)
+    verdict = guard(ctx, 2, predictive=True, interval_s=5.0)
+    assert verdict.target == target, (case, verdict.reason)
+
+
+def test_predictive_term_adds_at_most_its_step() -> None:
+    steep = _history([0.1, 5, 10, 20, 30, 35, 40])
+    ctx = context(ready("a", waiting=10, running=30), demand_history=steep)
+    assert guard(ctx, 2, predictive=True, interval_s=5.0, predictive_max_step=2, max_scale_up_step=8).target == 4
+    assert guard(ctx, 2, predictive=True, interval_s=5.0, predictive_max_step=8, max_scale_up_step=8).target > 4

@@ -62,4 +62,44 @@ def test_capacity_term_scales_ahead_of_the_batch_cliff() -> None:
     ctx = context(*replicas, request_rate=90.0, per_replica_qps=40.0)
     proposal = make_policy("target-tracking").propose(ctx)
     assert proposal.inputs["utilisation_replicas"] < 2 < proposal.inputs["capacity_replicas"] == 3.0
-    assert "90.0 req/s / 40.0x0.75" in proposal.reason
+    assert "90.0 req/s over 30s (now 90.0) / 40.0x0.75" in proposal.reason
+
+
+def rate_ticks(rates: list[float], interval: float = 10.0, **params: Any) -> list[float]:
+    """The capacity term tick after tick (cold start 30 s: the default window) as the gateways report ``rates``."""
+    policy = make_policy("target-tracking", {"releaseTimeConstantS": 0, **params})
+    state: dict[str, Any] = {}
+    out = []
+    for i, rate in enumerate(rates):
+        ctx = context(*IDLE4, now=1000.0 + i * interval, request_rate=rate, per_replica_qps=10.0, state=state)
+        proposal = policy.propose(ctx)
+        state = dict(proposal.state)
+        out.append(proposal.inputs["capacity_replicas"])
+    return out
+
+
+def test_a_ten_second_burst_does_not_move_the_capacity_term() -> None:
+    # 30 req/s on a plan of 10 per replica at 0.75 = 4 replicas; one report of 300 req/s (a ten-second burst).
+    assert rate_ticks([30.0, 30.0, 30.0, 300.0, 30.0, 30.0]) == pytest.approx([4.0] * 6)
+    # the last report alone (window 0), as before: the burst asks for 40 replicas
+    assert max(rate_ticks([30.0, 30.0, 30.0, 300.0, 30.0], rateWindowS=0)) == pytest.approx(40.0)
+
+
+def test_a_sustained_rise_moves_the_capacity_term_within_half_the_window() -> None:
+    terms = rate_ticks([30.0, 30.0, 30.0, 60.0, 60.0, 60.0])
+    assert terms[3] == pytest.approx(4.0)  # one report of the new rate in a 30 s window of three
+    assert terms[4:] == pytest.approx([8.0, 8.0])
+
+
+def test_the_rate_quantile_is_a_parameter_and_old_samples_leave_the_window() -> None:
+    assert rate_ticks([30.0, 300.0, 30.0], rateQuantile=1.0) == pytest.approx([4.0, 40.0, 40.0])
+    # 30 s window, 20 s ticks: the burst two ticks back is out of it
+    assert rate_ticks([30.0, 300.0, 30.0, 30.0], interval=20.0, rateQuantile=1.0)[-1] == pytest.approx(4.0)
+
+
+def test_an_unknown_rate_is_not_read_from_old_samples() -> None:
+    policy = make_policy("target-tracking")
+    first = policy.propose(context(*IDLE4, request_rate=300.0, per_replica_qps=10.0))
+    later = policy.propose(context(*IDLE4, now=1010.0, per_replica_qps=10.0, state=dict(first.state)))
+    assert "capacity_replicas" not in later.inputs
+    assert [r for _, r in later.state["rates"]] == [300.0]
