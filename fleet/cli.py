@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
     "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
 }
+    "gate": ("rollout.cli", "capacity-regression gate: a candidate pool's replica against its baseline's, side by side"),
 
 
 def _top_parser() -> argparse.ArgumentParser:

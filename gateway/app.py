@@ -29,7 +29,7 @@ from fleet.openai_error import error_body
 from gateway.errors import GatewayError
 from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter
-from gateway.service import REQUEST_ID, Gateway, may_use, new_request_id
+from gateway.service import REQUEST_ID, Gateway, may_use, may_use_alias, new_request_id
 from gateway.settings import GatewaySettings
 from gateway.tracing import Tracing
 
@@ -149,6 +149,12 @@ async def _models(request: web.Request) -> web.StreamResponse:
         {"id": pool.served_name, "object": "model", "created": 0, "owned_by": "llmfleet", "root": pool.model}
         for pool in gateway.settings.spec.pools
         if may_use(tenant, pool)
+    ]
+    # An alias is a model like any other to a client; `model` in its answers names the pool that served.
+    data += [
+        {"id": alias.name, "object": "model", "created": 0, "owned_by": "llmfleet"}
+        for alias in gateway.aliases
+        if may_use_alias(tenant, alias.name) and alias.name not in {m["id"] for m in data}
     ]
     return web.json_response({"object": "list", "data": data})
 

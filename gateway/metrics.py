@@ -3,6 +3,7 @@
 Series (prefix ``llmfleet_gateway_``), labelled by tenant, model, status and replica where it makes sense:
 requests_total, ttft_seconds and e2e_seconds (as seen by the gateway), tokens_total{direction=in|out},
 queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
+alias_routed_total{alias,pool} (requests for an alias, by the pool that took them),
 routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
 in_flight{replica}, ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
 quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
@@ -53,6 +54,9 @@ class GatewayMetrics:
         self.retries = Counter(p + "retries", "Retries on another replica", ["model", "reason"], registry=r)
         self.ejections = Counter(p + "ejections", "Replicas ejected", ["pool", "replica"], registry=r)
         self.routed = Counter(p + "routed", "Routing decisions", ["model", "replica"], registry=r)
+        self.alias_routed = Counter(
+            p + "alias_routed", "Requests for an alias, by the pool chosen", ["alias", "pool"], registry=r
+        )
         self.plugin = Histogram(
             p + "routing_plugin_seconds", "Routing plugin latency", ["plugin"], buckets=_FAST, registry=r
         )

@@ -48,12 +48,13 @@ from gateway.metrics import AccessLog, GatewayMetrics
 from gateway.proxy import Timeouts, open_stream, send_json
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.retries import RetryBudget
+from gateway.routing.aliases import AliasTable, WeightedAlias
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from gateway.settings import GatewaySettings
 from gateway.streams import Segment, StreamSession
 from gateway.tracing import RequestSpans, Tracing
 
-__all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use"]
+__all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use", "may_use_alias"]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -69,6 +70,8 @@ class Outcome:
     tenant: str = "-"
     model: str = "-"
     status: int = 0
+    alias: str | None = None  # the alias the client named, when it named one
+    pool: str | None = None
     replica: str | None = None
     attempts: int = 0
     resumes: int = 0  # attempts to continue a broken stream (`gateway.streams`)
@@ -138,6 +141,8 @@ class Gateway:
         for pool in spec.pools:
             self.pools.setdefault(pool.model, pool)
         self.pools.update({p.served_name: p for p in spec.pools})
+        self.aliases = AliasTable()
+        self.set_aliases(AliasTable.from_spec(spec.aliases))
         self.dynamic = settings.control_plane is not None
         self._changes: dict[str, asyncio.Event] = {}  # set, then replaced, when a pool's replicas change
         from gateway.admission import Admission  # local: keeps this module's import list about the request path
@@ -215,14 +220,31 @@ class Gateway:
         if exc.replica_fault:
             self.endpoints.failed(ep, eject_now=isinstance(exc, UpstreamTimeout))
 
+    def set_aliases(self, table: AliasTable) -> None:
+        """Serve ``table``'s aliases from now on (requests already routed keep their pool); ValueError, and the
+        current table kept, when it names a pool this gateway does not know."""
+        known = {p.name for p in self.settings.spec.pools}
+        unknown = sorted({p for alias in table for p in alias.pools} - known)
+        if unknown:
+            raise ValueError(f"aliases name unknown pools {unknown}; pools: {', '.join(sorted(known))}")
+        self.aliases = table
+
     # -- request path --------------------------------------------------------------------------------------
-    def resolve(self, model: str, tenant: TenantSpec) -> PoolSpec:
+    def resolve(self, model: str, tenant: TenantSpec, info: RequestInfo) -> tuple[PoolSpec, WeightedAlias | None]:
+        """The pool that serves ``model``, and the alias it came through: an alias's pool for the request ``info``
+        (`AliasTable.resolve`, preferring pools with a ready replica), else the pool serving that name."""
+        alias = self.aliases.get(model)
+        if alias is not None:
+            if not may_use_alias(tenant, alias.name):
+                raise ModelNotAllowed(f"tenant '{tenant.name}' may not use model '{model}'", param="model")
+            chosen = self.aliases.resolve(alias, info, lambda pool: self.endpoints.routable(pool) > 0)
+            return self.settings.spec.pool(chosen), alias
         pool = self.pools.get(model)
         if pool is None:
             raise ModelNotFound(f"the model '{model}' does not exist", param="model")
         if not may_use(tenant, pool):
             raise ModelNotAllowed(f"tenant '{tenant.name}' may not use model '{model}'", param="model")
-        return pool
+        return pool, None
 
     async def read_body(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes
@@ -273,8 +295,12 @@ class Gateway:
             )
         parsed = parse_body(await self.read_body(request), kind)
         out.stream = parsed.stream
-        pool = self.resolve(parsed.model, tenant)
+        pool, alias = self.resolve(parsed.model, tenant, self._request_info(request, parsed, tenant, out, parsed.model))
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
+        out.pool = pool.name
+        if alias is not None:
+            out.alias = alias.name
+            self.metrics.child(self.metrics.alias_routed, alias.name, pool.name).inc()
         spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
         with spans.phase("quota", {"llmfleet.tenant": tenant.name}):
             limits = QuotaLimits.of(tenant)
@@ -313,6 +339,19 @@ class Gateway:
                 headers[name] = value
         return headers
 
+    def _request_info(
+        self, request: web.Request, parsed: ParsedRequest, tenant: TenantSpec, out: Outcome, model: str
+    ) -> RequestInfo:
+        return RequestInfo(
+            request_id=out.request_id,
+            model=model,
+            tenant=tenant.name,
+            priority=tenant.priority,
+            prompt=parsed.prompt,
+            session_id=request.headers.get(self.config.session_header),
+            now=self.clock(),
+        )
+
     async def _attempts(
         self,
         request: web.Request,
@@ -322,15 +361,7 @@ class Gateway:
         out: Outcome,
         spans: RequestSpans,
     ) -> web.StreamResponse:
-        info = RequestInfo(
-            request_id=out.request_id,
-            model=pool.served_name,
-            tenant=tenant.name,
-            priority=tenant.priority,
-            prompt=parsed.prompt,
-            session_id=request.headers.get(self.config.session_header),
-            now=self.clock(),
-        )
+        info = self._request_info(request, parsed, tenant, out, pool.served_name)
         body = parsed.upstream_body(pool.served_name)
         headers = self._upstream_headers(request, out.request_id)
         path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
@@ -420,6 +451,8 @@ class Gateway:
                     "request_id": out.request_id,
                     "tenant": out.tenant,
                     "model": out.model,
+                    "alias": out.alias,
+                    "pool": out.pool,
                     "replica": out.replica,
                     "status": out.status,
                     "error": out.error,
@@ -440,6 +473,11 @@ def may_use(tenant: TenantSpec, pool: PoolSpec) -> bool:
     """Whether the tenant's ``allowedModels`` admit the pool (by served name or model, or ``*``)."""
     allowed = tenant.allowed_models
     return "*" in allowed or pool.served_name in allowed or pool.model in allowed
+
+
+def may_use_alias(tenant: TenantSpec, alias: str) -> bool:
+    """Whether the tenant's ``allowedModels`` admit the alias (by its name, or ``*``); its pools need no entry."""
+    return "*" in tenant.allowed_models or alias in tenant.allowed_models
 
 
 def _authorization(request: web.Request) -> str | None:
