@@ -12,6 +12,9 @@ locally) and the local actuator adopts the agents recorded in ``<state dir>/loca
 defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither, nothing persists. No pool
 is scaled or listed to gateways until the agents alive have reported (`autoscaler.startup`).
 
+**Error budgets** (docs/operations.md, "Error budget") are counted from the admin /metrics of the gateways that
+report (in memory, since this process started), or read from a Prometheus with ``--prometheus URL``.
+
 ``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.control_auth`); the default
 is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
 warning: then anyone who reaches the port can register an engine.
@@ -28,7 +31,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from autoscaler.actuators import ActuatorEnv, build_actuator
+from autoscaler.budget_sources import make_source
 from autoscaler.lease_stores import LeaseStoreError, build_lease_store
 from autoscaler.loop import ControlLoop
 from autoscaler.plugins import REGISTRIES
@@ -65,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="how writes are authenticated (default: shared-secret with $LLMFLEET_CONTROL_TOKEN, kubernetes in a "
         "cluster, else none)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="URL",
+        help="read the error budgets from this Prometheus (default: count the reporting gateways' /metrics)",
     )
     parser.add_argument(
         "--nodegroup",
@@ -114,7 +126,10 @@ async def serve(args: argparse.Namespace) -> int:
     store = build_lease_store(spec, env, actuator_name)
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     loop = ControlLoop(spec, registry, actuator, clock=time.time, startup_hold_s=hold_for(spec))
-    cp = ControlPlane.build(spec, time.time, loop, store=store)
+    source = None
+    if args.prometheus is not None:
+        source = make_source("prometheus", {"url": args.prometheus}, httpx.AsyncClient())
+    cp = ControlPlane.build(spec, time.time, loop, store=store, budget_source=source)
     try:
         restored = await cp.leases.restore(time.time())
         log.info("restart leases in %s: %d held", store.where(), restored)

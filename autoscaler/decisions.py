@@ -2,6 +2,8 @@
 
 A decision never performs I/O; it records the target, the inputs it was computed from and a human reason, so
 the decision log (``GET /v1/decisions``) says why each change happened and dry-run mode is just "log, don't act".
+The log also keeps each risky change the control plane refused while a pool's error budget was exhausted
+(`Freeze`: no actuator acts on it).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Decision", "Hold", "ScaleDown", "ScaleUp", "decision_to_json"]
+__all__ = ["Decision", "Freeze", "Hold", "ScaleDown", "ScaleUp", "decision_to_json"]
+
+Kind = Literal["hold", "scale-up", "scale-down", "freeze"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class Decision:
     inputs: dict[str, Any] = field(default_factory=dict)
     policy: str = ""
 
-    kind: Literal["hold", "scale-up", "scale-down"] = "hold"
+    kind: Kind = "hold"
 
     @property
     def delta(self) -> int:
@@ -33,14 +37,14 @@ class Decision:
 
 @dataclass(frozen=True)
 class Hold(Decision):
-    kind: Literal["hold", "scale-up", "scale-down"] = "hold"
+    kind: Kind = "hold"
 
 
 @dataclass(frozen=True)
 class ScaleUp(Decision):
     """Start ``target - current`` replicas."""
 
-    kind: Literal["hold", "scale-up", "scale-down"] = "scale-up"
+    kind: Kind = "scale-up"
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,16 @@ class ScaleDown(Decision):
 
     victims: tuple[str, ...] = ()
     drain: bool = True
-    kind: Literal["hold", "scale-up", "scale-down"] = "scale-down"
+    kind: Kind = "scale-down"
+
+
+@dataclass(frozen=True)
+class Freeze(Decision):
+    """A risky ``change`` (``restart``: a planned-restart lease; ``rollout``) refused while the pool's error
+    budget is exhausted; ``current`` and ``target`` are the pool's replicas, unchanged."""
+
+    change: str = ""
+    kind: Kind = "freeze"
 
 
 def decision_to_json(decision: Decision) -> dict[str, Any]:

@@ -5,10 +5,13 @@
                                               rate per pool)                 -> 200 GatewayAccepted (its share
                                               of the pool's admission capacity, `autoscaler.shares`)
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
+    GET    /v1/pools/{pool}/budget            PoolBudget: the pool's error budget per SLO (`autoscaler.budget`) and
+                                              whether risky changes may go ahead
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
                                               503 while a control plane that just started is still hearing from
                                               the pool's agents (`autoscaler.startup`): gateways keep their list
-    POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held)
+    POST   /v1/leases/restart                 LeaseRequest -> 200 LeaseGrant | 409 (maxUnavailable held, or the
+                                              pool's error budget is exhausted: restarts are frozen)
                                               | 503 (the lease store cannot be written: nothing granted)
     DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool} | 503
     GET    /v1/leases                         LeasesResponse: current holders and the grant/release history
@@ -30,18 +33,27 @@ reaches the registry, so no pod can point gateways at another host. A lease call
 replica it names last reported from the caller's address: an agent takes and gives back its own replica's lease
 only, so no pod can hold a pool's leases to block its restarts, or release another replica's. Reads stay open.
 ``ControlAuth(None)`` (the default) accepts every caller, as ``--auth none`` does.
+
+Risky changes wait while a pool's error budget is exhausted (``slo.freezeOnExhaustedBudget``): a new restart lease
+is refused with 409, as when the pool's leases are all held, so an agent retries later in its window; a rollout
+asks `ControlPlane.budget_allows` the same. Each refusal goes to the decision log as a `Freeze`. The budget's
+counts come from a budget source (`autoscaler.budget_sources`; the ``local`` one scrapes the admin /metrics of
+each gateway that reports, at the report's source address and ``gateway.adminPort``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-from fastapi import Depends, FastAPI
+import httpx
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from autoscaler.decisions import decision_to_json
+from autoscaler.budget import ErrorBudgets
+from autoscaler.budget_sources import BudgetSource, LocalSource
+from autoscaler.decisions import Freeze, decision_to_json
 from autoscaler.lease_stores import LeaseStore
 from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
@@ -60,10 +72,12 @@ from fleet.wire import (
     LeaseRequest,
     LeasesResponse,
     LoadReport,
+    PoolBudget,
     PoolsResponse,
     PoolSummary,
     Released,
     ReplicaList,
+    SloBudget,
 )
 
 __all__ = ["ControlPlane", "create_app"]
@@ -81,12 +95,15 @@ class ControlPlane:
     metrics: CollectorRegistry = field(default_factory=CollectorRegistry)
     gateways: GatewayRegistry | None = None  # None: a fresh one with the registry's stale limit
     granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
+    budgets: ErrorBudgets | None = None  # None: from the gateways' own counts (the ``local`` budget source)
 
     def __post_init__(self) -> None:
         if self.gateways is None:
             self.gateways = (
                 self.loop.gateways if self.loop is not None else GatewayRegistry(self.registry.stale_after_s)
             )
+        if self.budgets is None:
+            self.budgets = ErrorBudgets(self.spec, LocalSource(LocalSource.Params(), httpx.AsyncClient()))
 
     @classmethod
     def build(
@@ -95,15 +112,18 @@ class ControlPlane:
         clock: Callable[[], float],
         loop: ControlLoop | None = None,
         store: LeaseStore | None = None,
+        budget_source: BudgetSource | None = None,
     ) -> ControlPlane:
-        """A control plane over ``spec``; leases kept in ``store`` (None: in memory only)."""
+        """A control plane over ``spec``; leases kept in ``store`` (None: in memory only); error budgets counted
+        by ``budget_source`` (None: the ``local`` source)."""
         cp = spec.control_plane
         pools = {p.name: p for p in spec.pools}
         registry = loop.registry if loop is not None else ReplicaRegistry(cp.stale_after_s)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         if loop is not None:
             loop.restarting = leases.holders  # a replica draining for its planned restart is not replaced
-        return cls(spec, registry, leases, clock, loop)
+        budgets = ErrorBudgets(spec, budget_source) if budget_source is not None else None
+        return cls(spec, registry, leases, clock, loop, budgets=budgets)
 
     def admission_capacity(self, pool: str, now: float) -> int:
         """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
@@ -111,6 +131,21 @@ class ControlPlane:
         spec = next(p for p in self.spec.pools if p.name == pool)
         ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
         return admission_capacity(ready, spec.engine.max_num_seqs, self.spec.gateway.queue.per_replica_threshold)
+
+    async def budget_allows(self, pool: str, change: str) -> tuple[bool, str]:
+        """Whether a risky ``change`` (``restart``, ``rollout``) may go ahead on ``pool`` now, and why; a refusal
+        (an exhausted error budget with ``slo.freezeOnExhaustedBudget``) is recorded in the decision log."""
+        assert self.budgets is not None  # set by __post_init__
+        now = self.clock()
+        known = await self.budgets.current(pool, now)
+        allowed, reason = self.budgets.decide(pool, change)
+        if not allowed and self.loop is not None:
+            replicas = sum(1 for s in self.registry.seen(pool, now) if s.report.state != "stopped")
+            spent = {b.slo: round(b.spent, 4) for b in known.budgets}
+            inputs = {"change": change, "spent": spent, "source": self.budgets.source.name}
+            freeze = Freeze(pool, replicas, replicas, reason, now, inputs, policy="error-budget", change=change)
+            self.loop.decisions.append(freeze)
+        return allowed, reason
 
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
@@ -140,8 +175,14 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         registry=cp.metrics,
     )
     refused = Counter("llmfleet_restart_leases_refused_total", "Lease requests refused", ["pool"], registry=cp.metrics)
-    gateways = cp.gateways
-    assert gateways is not None  # set by ControlPlane.__post_init__
+    spent_g = Gauge(
+        "llmfleet_error_budget_spent",
+        "Fraction of the error budget spent over slo.budgetWindow, as last read",
+        ["pool", "slo"],
+        registry=cp.metrics,
+    )
+    gateways, budgets = cp.gateways, cp.budgets
+    assert gateways is not None and budgets is not None  # set by ControlPlane.__post_init__
 
     def unknown_pool(name: str) -> JSONResponse:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")
@@ -187,12 +228,17 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         responses=errors(400, 401, 403, 404),
         dependencies=[gateway_only],
     )
-    async def post_gateway_report(report: GatewayReport) -> GatewayAccepted | JSONResponse:
+    async def post_gateway_report(report: GatewayReport, request: Request) -> GatewayAccepted | JSONResponse:
         """A gateway's admission queue and request rates for one pool; the answer carries its admission share."""
         if report.pool not in pools:
             return unknown_pool(report.pool)
         now = cp.clock()
         gateways.record(report, now)
+        if request.client is not None:
+            host = request.client.host
+            admin = f"[{host}]" if ":" in host else host
+            budgets.saw_gateway(report.gateway, f"http://{admin}:{cp.spec.gateway.admin_port}/metrics", now)
+            budgets.refresh_later(now)
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
         live = {s.report.gateway: s.report for s in gateways.seen(report.pool, now) if not s.stale}
@@ -229,6 +275,26 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
             )
         return PoolsResponse(pools=out, generated_at=now)
 
+    @app.get("/v1/pools/{pool}/budget", response_model=PoolBudget, responses=errors(404))
+    async def get_budget(pool: str) -> PoolBudget | JSONResponse:
+        """The pool's error budget per SLO over ``slo.budgetWindow`` (planned restart windows excluded), read
+        again from the budget source when older than its refresh period, and whether risky changes may go ahead."""
+        if pool not in pools:
+            return unknown_pool(pool)
+        known = await budgets.current(pool, cp.clock())
+        allowed, reason = budgets.decide(pool, "a risky change")
+        slo = pools[pool].slo
+        return PoolBudget(
+            pool=pool,
+            source=budgets.source.name,
+            computed_at=known.at,
+            error=known.error,
+            freeze=slo.freeze_on_exhausted_budget,
+            allows_changes=allowed,
+            reason=reason,
+            slos=[SloBudget.model_validate({**asdict(b), "window": slo.budget_window}) for b in known.budgets],
+        )
+
     @app.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(404, 503))
     async def get_replicas(pool: str) -> ReplicaList | JSONResponse:
         """Discovery for gateways: the pool's replicas (stopped ones excluded), each with its ``stale`` flag; 503
@@ -253,6 +319,11 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
             return unknown_pool(req.pool)
         if (refusal := not_its_replica(caller, req.pool, req.replica)) is not None:
             return refusal
+        if req.replica not in cp.leases.holders(req.pool, cp.clock()):  # a holder renewing is mid-restart already
+            allowed, reason = await cp.budget_allows(req.pool, "restart")
+            if not allowed:
+                refused.labels(req.pool).inc()
+                return error_response(409, f"{reason}; retry later", "pool")
         try:
             result = await cp.leases.acquire_and_save(req.pool, req.replica, cp.clock(), req.ttl_s)
         except LeaseStoreError as exc:
@@ -308,6 +379,8 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
             leases_g.labels(pool.name).set(len(cp.leases.holders(pool.name, now)))
             if cp.loop is not None and pool.name in cp.loop.last:
                 target_g.labels(pool.name).set(cp.loop.last[pool.name].target)
+            for budget in budgets.latest[pool.name].budgets:
+                spent_g.labels(pool.name, budget.slo).set(budget.spent)
         return PlainTextResponse(generate_latest(cp.metrics))
 
     @app.get("/healthz", responses=errors())

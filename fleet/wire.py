@@ -28,11 +28,13 @@ __all__ = [
     "LeaseRequest",
     "LeasesResponse",
     "LoadReport",
+    "PoolBudget",
     "PoolSummary",
     "PoolsResponse",
     "Released",
     "ReplicaInfo",
     "ReplicaList",
+    "SloBudget",
 ]
 
 AgentState = Literal["fetching", "starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
@@ -166,3 +168,34 @@ class DecisionsResponse(Wire):
     """Scaling decisions, oldest first, each with its inputs and reason."""
 
     decisions: list[dict[str, Any]]
+
+
+class SloBudget(Wire):
+    """One SLO's error budget over the pool's window, as `fleet.error_budget.Budget` computes it."""
+
+    slo: Literal["availability", "ttft", "error-rate"]
+    target: float = Field(description="success ratio the SLO asks for (0.999, 0.99 for TTFT's p99)")
+    window: str = Field(description="slo.budgetWindow, e.g. 30d")
+    good: float
+    bad: float
+    total: float = Field(description="requests counted: those inside planned restart windows are left out")
+    excluded_requests: float = Field(description="requests answered inside planned restart windows")
+    excluded_s: float = Field(description="seconds of planned restart windows inside the counted span")
+    covered_s: float = Field(description="seconds of the window the counts span")
+    burn_rate: float = Field(description="error ratio / allowed error ratio (1.0 spends the budget in the window)")
+    spent: float = Field(description="fraction of the window's budget spent (1.0: all of it)")
+    remaining: float
+    status: Literal["ok", "intervene", "exhausted"]
+
+
+class PoolBudget(Wire):
+    """``GET /v1/pools/{pool}/budget``: the pool's error budgets and whether risky changes may go ahead."""
+
+    pool: str
+    source: str = Field(description="budget source the counts come from (local, prometheus)")
+    computed_at: float | None = Field(description="when the counts were last read; None: not yet")
+    error: str | None = Field(default=None, description="the source's last failure, while it lasts")
+    freeze: bool = Field(description="slo.freezeOnExhaustedBudget")
+    allows_changes: bool = Field(description="False while an exhausted budget freezes restarts and rollouts")
+    reason: str
+    slos: list[SloBudget]

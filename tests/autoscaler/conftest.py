@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from aiohttp import web
 
 from autoscaler.actuators import ActuatorEnv, DryRun, FleetView
 from autoscaler.actuators.local import LocalActuator
@@ -15,6 +16,7 @@ from autoscaler.registry import ReplicaRegistry
 from autoscaler.service import ControlPlane, create_app
 from fleet.control_api import ApiServer, bind
 from fleet.spec import PoolSpec
+from gateway.metrics import GatewayMetrics
 from tests.support import stacks
 
 
@@ -46,9 +48,10 @@ class Served:
     dry: DryRun
 
 
-def build_control_plane(clock: Clock) -> tuple[ControlPlane, ControlLoop, DryRun]:
-    """A control plane over the local stack whose loop decides but never acts (a dry-run over reports only)."""
-    spec = stacks.spec("local", **{"autoscaling.scaleDownStabilizationS": 20.0})
+def build_control_plane(clock: Clock, **overrides: object) -> tuple[ControlPlane, ControlLoop, DryRun]:
+    """A control plane over the local stack (changed by ``overrides``, as `stacks.spec` takes them) whose loop
+    decides but never acts (a dry-run over reports only)."""
+    spec = stacks.spec("local", **{"autoscaling.scaleDownStabilizationS": 20.0, **overrides})
     dry = DryRun(ReportedOnly(spec, ActuatorEnv(stack="local", control_plane_url="http://unused")))
     loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), dry, clock)
     return ControlPlane.build(spec, clock, loop), loop, dry
@@ -65,3 +68,28 @@ async def served() -> AsyncIterator[Served]:
         yield Served(cp, loop, clock, http, url, dry)
     await dry.close()
     await server.stop()
+
+
+@dataclass
+class GatewayAdmin:
+    """A gateway's admin port on loopback serving the /metrics of ``metrics`` (the gateway's own series)."""
+
+    metrics: GatewayMetrics
+    port: int
+
+
+@pytest.fixture
+async def gateway_admin() -> AsyncIterator[GatewayAdmin]:
+    metrics = GatewayMetrics()
+
+    async def scrape(request: web.Request) -> web.Response:
+        del request  # Unused.
+        return web.Response(body=metrics.render(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield GatewayAdmin(metrics, runner.addresses[0][1])
+    await runner.cleanup()
