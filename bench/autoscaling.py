@@ -6,20 +6,28 @@ wait; a new replica is ready
 ``COLD_START_S`` after launch. The loop ticks every ``intervalS`` and sees what agents would report (waiting,
 running, KV usage, a TTFT estimate). Printed per policy: replica-hours, mean utilisation of ready replicas, peak
 queue, seconds with the TTFT estimate over the SLO, and the number of scaling actions; then replica-hours and
-seconds over the SLO when the burst comes 60 s to 10 min after the drop.
+seconds over the SLO when the burst comes 60 s to 10 min after the drop. Figures (``--plot DIR``, default
+bench/out/): ``autoscaling-day.png`` (arrivals, ready replicas and the TTFT estimate over the day, per policy) and
+``autoscaling-gaps.png`` (replica-hours and seconds over the SLO per gap, per policy).
 
-    .venv/bin/python bench/autoscaling.py
+    .venv/bin/python bench/autoscaling.py [--plot DIR | --no-plot]
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from autoscaler.context import ReplicaLoad, ScalingContext
-from autoscaler.guardrails import apply_guardrails
-from autoscaler.policies import make_policy
-from fleet.spec import AutoscalingSpec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autoscaler.context import ReplicaLoad, ScalingContext  # noqa: E402
+from autoscaler.guardrails import apply_guardrails  # noqa: E402
+from autoscaler.policies import make_policy  # noqa: E402
+from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
+from fleet.spec import AutoscalingSpec  # noqa: E402
 
 MU = 6.0  # requests/s one replica completes at full batch
 SLOTS = 16  # concurrent sequences per replica (maxNumSeqs)
@@ -54,6 +62,8 @@ class Result:
     peak_queue: float = 0.0
     over_slo_s: float = 0.0
     actions: int = 0
+    # (t, ready replicas, TTFT estimate) once per control tick, for the figure
+    timeline: list[tuple[float, int, float]] = field(default_factory=list)
 
 
 def simulate(
@@ -81,6 +91,7 @@ def simulate(
         result.over_slo_s += dt if ttft > SLO_S else 0.0
         if t >= next_tick:
             next_tick += cfg.interval_s
+            result.timeline.append((t, ready, ttft))
             per = ReplicaLoad(
                 "r",
                 "ready",
@@ -129,7 +140,45 @@ def simulate(
     return result
 
 
+def plot_day(runs: list[Result], directory: Path) -> None:
+    plt = pyplot()
+    fig, (arrivals, replicas, ttft) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    ts = [t for t, _, _ in runs[0].timeline]
+    arrivals.plot(ts, [rate(t) for t in ts], color="black", lw=1.0)
+    arrivals.set_ylabel("arrivals / s")
+    for r in runs:
+        replicas.step(ts, [n for _, n, _ in r.timeline], where="post", lw=1.0, label=r.name)
+        ttft.plot(ts, [s * 1000 for _, _, s in r.timeline], lw=0.9, label=r.name)
+    replicas.set_ylabel("ready replicas")
+    replicas.legend(fontsize=8)
+    ttft.axhline(SLO_S * 1000, color="red", ls="--", lw=0.8, label="SLO")
+    ttft.set_yscale("log")
+    ttft.set_ylabel("TTFT estimate (ms)")
+    ttft.set_xlabel("seconds")
+    fig.suptitle(f"autoscaling bench: day trace, cold start {COLD_START_S:g} s (fluid model)")
+    save(plt, fig, directory, "autoscaling-day.png")
+
+
+def plot_gaps(gaps: tuple[float, ...], sweep: dict[str, list[Result]], directory: Path) -> None:
+    plt = pyplot()
+    fig, (hours, over) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, results in sweep.items():
+        hours.plot(gaps, [r.replica_s / 3600 for r in results], marker="o", label=name)
+        over.plot(gaps, [r.over_slo_s for r in results], marker="o", label=name)
+    hours.set_ylabel("replica-hours")
+    over.set_ylabel("seconds over the TTFT SLO")
+    for ax in (hours, over):
+        ax.set_xlabel("gap between the drop and the burst (s)")
+        ax.grid(True, lw=0.3)
+    hours.legend(fontsize=8)
+    fig.suptitle("autoscaling bench: a 4x burst after a quiet gap")
+    save(plt, fig, directory, "autoscaling-gaps.png")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_plot_arguments(parser)
+    args = parser.parse_args()
     base = {"interval_s": 5.0, "scale_down_stabilization_s": 120.0, "max_scale_up_step": 4}
     runs = [
         simulate("threshold (waiting > 5)", "threshold", AutoscalingSpec(**base)),
@@ -157,12 +206,17 @@ def main() -> None:
         ("target-tracking", "target-tracking", {}),
         ("target-tracking + predictive", "target-tracking", {"predictive": True}),
     ]
+    sweep: dict[str, list[Result]] = {}
     for name, policy, extra in policies:
         cells = []
         for gap in gaps:
             r = simulate(name, policy, AutoscalingSpec(**base, **extra), gap_s=gap)
+            sweep.setdefault(name, []).append(r)
             cells.append(f"{r.replica_s / 3600:>5.2f}/{r.over_slo_s:>4.0f}s")
         print(f"{name:<32} " + " ".join(f"{c:>11}" for c in cells))
+    if args.plot is not None:
+        plot_day(runs, args.plot)
+        plot_gaps(gaps, sweep, args.plot)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Bench: the engine simulator against its calibration targets, in virtual time and over real HTTP.
 
-    .venv/bin/python bench/engine_sim.py [--quick] [--time-scale X]
+    .venv/bin/python bench/engine_sim.py [--quick] [--time-scale X] [--rounds N] [--plot DIR | --no-plot]
 
 Prints three tables:
 1. calibration (virtual time, Qwen2.5-7B on a simulated A100-80GB): full-batch decode tok/s at batch 1, 32
@@ -11,6 +11,9 @@ Prints three tables:
 3. how many concurrent streams one simulator process sustains in real time on this machine: the largest
    concurrency whose HTTP throughput stays within 10% of the virtual-time figure while the engine loop
    drops less than 5% of model time (``llmfleet_sim_behind_seconds_total``).
+
+The sweep is also drawn into ``engine-sim.png`` (``--plot DIR``, default bench/out/): tok/s, TTFT and ITL
+p50/p99 against concurrency, virtual time and HTTP side by side.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
 from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
 from engine_sim.scheduler import SimRequest  # noqa: E402
 from fleet import promtext  # noqa: E402
@@ -215,11 +219,36 @@ def _fmt(row: SweepRow) -> str:
     )
 
 
+def plot(rows: list[tuple[SweepRow, SweepRow]], directory: Path) -> None:
+    """tok/s, TTFT and ITL against concurrency: virtual time solid, HTTP dashed."""
+    plt = pyplot()
+    fig, (tok, ttft, itl) = plt.subplots(1, 3, figsize=(13, 4))
+    levels = [virtual.concurrency for virtual, _ in rows]
+    for n, run in enumerate(("virtual", "HTTP")):
+        style = "-" if n == 0 else "--"
+        picked = [pair[n] for pair in rows]
+        tok.plot(levels, [r.tok_s for r in picked], style, marker="o", label=run)
+        for ax, series in ((ttft, "ttft"), (itl, "itl")):
+            for q in (0.5, 0.99):
+                values = [_pct(getattr(r, series), q) * 1000 for r in picked]
+                ax.plot(levels, values, style, marker=".", label=f"{run} p{q * 100:g}")
+    for ax, label in ((tok, "output tok/s"), (ttft, "TTFT (ms, model time)"), (itl, "ITL (ms, model time)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(level) for level in levels])
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(label)
+        ax.grid(True, lw=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"engine simulator: closed loop, {PROMPT}-token prompts, {OUTPUT} output tokens")
+    save(plt, fig, directory, "engine-sim.png")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one round per client, concurrency up to 128")
     parser.add_argument("--time-scale", type=float, default=1.0, help="model clock speed-up of the HTTP runs")
     parser.add_argument("--rounds", type=int, default=2, help="requests per client in each run")
+    add_plot_arguments(parser)
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     levels = CONCURRENCY[:-1] if args.quick else CONCURRENCY
@@ -231,9 +260,11 @@ def main() -> int:
     print(f"{'conc':>5} | {'virtual':^54} | {'HTTP (model seconds)':^54} | {'HTTP/virt':>9} {'behind':>7} {'real':>5}")
     print(f"{'':>5} | {head} | {head} | {'tok/s':>9} {'%time':>7} {'time':>5}")
     sustained, largest, failed = 0, 0, False
+    rows: list[tuple[SweepRow, SweepRow]] = []
     for level in levels:
         virtual = virtual_sweep(level, rounds)
         real = asyncio.run(http_sweep(level, rounds, args.time_scale))
+        rows.append((virtual, real))
         ratio = real.tok_s / virtual.tok_s
         behind = real.behind_s / real.duration_s * 100 if real.duration_s else 0.0
         ok = ratio >= 0.9 and behind < 5.0
@@ -249,6 +280,8 @@ def main() -> int:
         f"time dropped; largest passing level: {largest}). The client runs on the same host."
     )
     print("latencies in ms of model time; KVpk = peak KV usage; preem = preemptions")
+    if args.plot is not None:
+        plot(rows, args.plot)
     return 0
 
 

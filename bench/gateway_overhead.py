@@ -1,6 +1,7 @@
 """Gateway overhead: the same load sent direct to one engine and through the gateway, in the same run.
 
     .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick] [--litellm PATH] [--loop auto|asyncio|uvloop]
+        [--plot DIR | --no-plot]
 
 Starts one simulator with (almost) zero model latency (``--time-scale 1e6``) and one ``llmfleet gateway``
 process with auth, in-memory quotas and power-of-two-choices routing, each pinned to its own core when the
@@ -10,7 +11,8 @@ responses of 256 chunks at concurrency 16 (relay cost). CPU per request is the g
 user+system time from /proc divided by the requests served. With the ``bench`` extra (or ``--litellm PATH``)
 it also runs LiteLLM's proxy against the same engine (offline cost map, master key, no database). It also
 measures the CPU that aiohttp and httpx clients spend per request (the reason the gateway proxies with aiohttp).
-Figures are printed, never asserted.
+Figures are printed, never asserted, and drawn into ``gateway-overhead.png`` (``--plot DIR``, default bench/out/):
+req/s, p50, p99 and CPU per request, each target side by side within each scenario.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
 from fleet.validate import hash_api_key  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"
@@ -293,6 +296,35 @@ def _print(results: list[Result], clients: dict[str, float]) -> None:
         )
 
 
+def plot(results: list[Result], directory: Path) -> None:
+    """Grouped bars: one group per scenario, one bar per target (direct, gateway, ...), one panel per figure."""
+    plt = pyplot()
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    targets = list(dict.fromkeys(r.target for r in results))
+    by = {(r.scenario, r.target): r for r in results}
+    panels: list[tuple[str, Callable[[Result], float]]] = [
+        ("requests / s", lambda r: r.rps),
+        ("p50 latency (ms)", lambda r: r.pct(0.5)),
+        ("p99 latency (ms)", lambda r: r.pct(0.99)),
+        ("CPU per request (ms)", lambda r: r.cpu_s / r.requests * 1000 if r.cpu_s is not None else float("nan")),
+    ]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    width = 0.8 / len(targets)
+    for ax, (label, value) in zip(axes.flat, panels, strict=True):
+        for n, target in enumerate(targets):
+            xs = [i + (n - (len(targets) - 1) / 2) * width for i in range(len(scenarios))]
+            ys = [value(by[(s, target)]) if (s, target) in by else float("nan") for s in scenarios]
+            ax.bar(xs, ys, width=width, label=target)
+        ax.set_xticks(range(len(scenarios)), scenarios, fontsize=8)
+        ax.set_ylabel(label)
+        if "latency" in label:  # scenarios differ by orders of magnitude
+            ax.set_yscale("log")
+        ax.grid(True, axis="y", lw=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("gateway overhead: the same load direct to the engine and through the gateway")
+    save(plt, fig, directory, "gateway-overhead.png")
+
+
 async def main(args: argparse.Namespace) -> None:
     cores = os.cpu_count() or 1
     engine_core, gateway_core = (0, 1) if cores >= 2 else (None, None)
@@ -368,6 +400,8 @@ async def main(args: argparse.Namespace) -> None:
                 f"litellm: {'run' if lite else 'not run' if binary else 'not installed (pip install -e .[bench])'}\n"
             )
             _print(results, clients)
+            if args.plot is not None:
+                plot(results, args.plot)
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -381,6 +415,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
     parser.add_argument("--litellm", default=None, help="path of a `litellm` binary (default: this venv, PATH)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="the gateway's loop")
+    add_plot_arguments(parser)
     ns = parser.parse_args()
     if ns.quick:
         ns.requests = min(ns.requests, 1000)
