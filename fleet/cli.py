@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("fleet.local.up", "run the whole fleet on this machine"),
     "status": ("fleet.local.status", "show pools, replicas and recent scaling decisions"),
     "load": ("fleet.local.load", "send a realistic request mix through the gateway"),
+    "slo": ("fleet.commands.slo", "show each pool's error budget per SLO (spent, remaining, burn rate, freeze)"),
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
     "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
 }

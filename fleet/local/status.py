@@ -1,4 +1,5 @@
-"""Status: ``llmfleet status [--json]``: pools, replicas (engine URL, state, load) and the last decisions."""
+"""Status: ``llmfleet status [--json]``: pools, their error budget spent, replicas (engine URL, state, load) and the
+last decisions."""
 
 from __future__ import annotations
 
@@ -31,11 +32,24 @@ def collect(client: httpx.Client, decisions: int) -> dict[str, Any]:
         pool["replica_list"] = listing["replicas"]
         log = client.get("/v1/decisions", params={"pool": pool["pool"], "limit": decisions}).raise_for_status()
         pool["decisions"] = log.json()["decisions"]
+        budget = client.get(f"/v1/pools/{pool['pool']}/budget")
+        pool["budget"] = None if budget.status_code == 404 else budget.raise_for_status().json()  # 404: older
     return {"pools": pools, "at": time.time()}
 
 
 def _num(value: Any, fmt: str = "{:g}") -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def _budget_line(budget: dict[str, Any]) -> str:
+    """``error budget 30d: availability 12% spent, ttft 3%, error-rate 2%: ok`` (``llmfleet slo`` has the rest)."""
+    slos = budget["slos"]
+    if not slos:
+        return "  error budget: not computed yet" + (f" ({budget['error']})" if budget.get("error") else "")
+    spent = ", ".join(f"{b['slo']} {b['spent']:.0%}" for b in slos)
+    worst = max(slos, key=lambda b: b["spent"])["status"]
+    frozen = "" if budget["allows_changes"] else ", restarts and rollouts FROZEN"
+    return f"  error budget {slos[0]['window']} spent: {spent} ({worst}{frozen})"
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -45,6 +59,8 @@ def format_status(status: dict[str, Any]) -> str:
             f"pool {pool['pool']}  model {pool['model']}  replicas {pool['replicas']} "
             f"(ready {pool['ready']}, stale {pool['stale']})  min {pool['min']} max {pool['max']}"
         )
+        if pool.get("budget") is not None:
+            lines.append(_budget_line(pool["budget"]))
         header = f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'TTFT99':>7}"
         lines.append(header)
         for r in pool["replica_list"]:
