@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from agent.control import ControlClient, LeaseRefused
+from autoscaler.budget import ErrorBudgets
+from autoscaler.budget_sources import PrometheusSource
 from autoscaler.service import ControlPlane, create_app
 from fleet.control_api import ApiServer, bind
 from fleet.wire import PoolBudget
@@ -155,3 +157,23 @@ async def test_freeze_off_grants_the_lease_despite_an_exhausted_budget(unfrozen:
 async def test_budget_of_an_unknown_pool_is_404(frozen: Budgeted) -> None:
     response = await frozen.http.get("/v1/pools/nope/budget")
     assert response.status_code == 404 and response.json()["error"]["param"] == "pool"
+
+
+async def test_a_rollout_asks_the_same_question_and_is_refused_the_same_way(frozen: Budgeted) -> None:
+    await spend_the_budget(frozen)
+    allowed, reason = await frozen.cp.budget_allows(POOL, "rollout")
+    assert not allowed and reason.startswith(f"rollout refused on pool {POOL!r}: its error budget is exhausted")
+    decisions = (await frozen.http.get("/v1/decisions", params={"pool": POOL})).json()["decisions"]
+    assert (decisions[-1]["kind"], decisions[-1]["change"]) == ("freeze", "rollout")
+
+
+async def test_a_source_that_cannot_be_read_leaves_changes_allowed_and_says_so() -> None:
+    clock = Clock()
+    async with httpx.AsyncClient() as client:
+        dead = PrometheusSource(PrometheusSource.Params(url="http://127.0.0.1:9", timeout_s=2), client)
+        cp, _, dry = build_control_plane(clock)
+        cp.budgets = ErrorBudgets(cp.spec, dead)
+        allowed, reason = await cp.budget_allows(POOL, "restart")
+        await dry.close()
+    assert allowed and "error budget is unknown" in reason and "127.0.0.1:9" in reason
+    assert cp.budgets.latest[POOL].error is not None and cp.budgets.latest[POOL].at is None
