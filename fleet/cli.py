@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "load": ("fleet.local.load", "send a realistic request mix through the gateway"),
     "slo": ("fleet.commands.slo", "show each pool's error budget per SLO (spent, remaining, burn rate, freeze)"),
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
+    "dashboards": ("infra.dashboards.command", "write the stack's Grafana dashboards as JSON (--render: as PNG)"),
     "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
 }
     "gate": ("rollout.cli", "capacity-regression gate: a candidate pool's replica against its baseline's, side by side"),

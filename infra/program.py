@@ -24,6 +24,7 @@ from infra.cluster import Cluster, ClusterArgs
 from infra.config import engine_api_key
 from infra.control_auth import TokenReviewAccess
 from infra.control_plane import ControlPlane, ControlPlaneArgs
+from infra.dashboards.configmaps import DashboardConfigMaps, DashboardConfigMapsArgs
 from infra.device_plugin import DevicePlugin, DevicePluginArgs
 from infra.gateway_tier import Gateway, GatewayArgs
 from infra.iam import autoscaler_policy, irsa_role
@@ -231,6 +232,8 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     TokenReviewAccess("control-auth", spec, opts=after_base)
     ControlPlane("control-plane", ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names), opts=after_base)
     SloRules("slo", SloRulesArgs(spec, after=before_rules), opts=after_base)
+    if spec.observability.grafana_dashboards:
+        DashboardConfigMaps("dashboards", DashboardConfigMapsArgs(spec), opts=on_k8s)
     outputs["gatewayUrl"] = gateway.url
     outputs["namespace"] = spec.cluster.namespace
     return outputs

@@ -1,0 +1,177 @@
+"""Dashboard render: a real Prometheus scrapes the fleet's own exporters on loopback; every prod dashboard is drawn
+from it as a PNG of the expected size, with data in its panels."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from matplotlib.image import imread
+
+from agent.metrics import AgentMetrics
+from engine_sim.metrics import EngineMetricsRecorder
+from fleet.ports import free_port
+from fleet.spec import FleetSpec
+from gateway.metrics import GatewayMetrics
+from infra.dashboard_render import RenderError, image_size, render
+from infra.dashboards import build_dashboards
+from tests.support.wait import wait_for
+
+MODEL, POOL, TENANT = "qwen2.5-7b-instruct", "qwen-7b", "acme"
+
+
+class FleetExporters:
+    """The gateway's, an engine's and an agent's real registries, plus the control plane's two gauges the
+    dashboards read; every scrape advances them a little, so rates and quantiles have something to show."""
+
+    def __init__(self) -> None:
+        self.gateway = GatewayMetrics()
+        self.engine = EngineMetricsRecorder(MODEL, 8192, {"block_size": "16"})
+        self.agent = AgentMetrics("r0", POOL)
+        self.scrapes = 0
+        self.lock = threading.Lock()
+
+    def advance(self) -> None:
+        g, e, n = self.gateway, self.engine, self.scrapes
+        for status, count in (("200", 20), ("500", 1 if n % 3 == 0 else 0), ("429", 2)):
+            g.requests.labels(TENANT, MODEL, status).inc(count)
+        g.tokens.labels(TENANT, MODEL, "in").inc(4000)
+        g.tokens.labels(TENANT, MODEL, "out").inc(1600)
+        g.ttft.labels(TENANT, MODEL).observe(0.08 + 0.01 * (n % 5))
+        g.queue_wait.labels(MODEL, "8").observe(0.01)
+        g.queue_wait.labels(MODEL, "2").observe(0.2)
+        g.ready.labels(POOL).set(3)
+        labels = (MODEL, "0")
+        e.running.labels(*labels).set(12 + n % 4)
+        e.waiting.labels(*labels).set(n % 3)
+        e.kv_usage.labels(*labels).set(0.5 + 0.05 * (n % 6))
+        e.prefix_queries.labels(*labels).inc(1000)
+        e.prefix_hits.labels(*labels).inc(400)
+        e.preemptions.labels(*labels).inc(n % 2)
+        for _ in range(5):
+            e.ttft.labels(*labels).observe(0.05 + 0.02 * (n % 4))
+            e.itl.labels(*labels).observe(0.02)
+        self.agent.restarts.labels("crash").inc(1 if n == 2 else 0)
+
+    def exposition(self) -> bytes:
+        with self.lock:
+            self.advance()
+            self.scrapes += 1
+            target = 3 + (self.scrapes // 5) % 2  # a scaling decision every fifth scrape
+            control = (
+                f'llmfleet_pool_replicas{{pool="{POOL}",state="ready"}} 3\n'
+                f'llmfleet_pool_replicas{{pool="{POOL}",state="starting"}} {target - 3}\n'
+                f'llmfleet_autoscaler_target_replicas{{pool="{POOL}"}} {target}\n'
+            )
+            return b"".join([self.gateway.render(), self.engine.exposition(), self.agent.render(), control.encode()])
+
+
+@pytest.fixture
+def exporters() -> Iterator[str]:
+    """``host:port`` of a loopback server whose ``/metrics`` is `FleetExporters`' exposition."""
+    fleet = FleetExporters()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = fleet.exposition()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            del args  # Unused: scrapes every second would flood the test's output.
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def prometheus(exporters: str, tmp_path: Path) -> Iterator[str]:
+    """A real Prometheus scraping ``exporters`` every second, with the pool label the engine PodMonitor adds."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus is not installed (CI installs it)")
+        pytest.skip("prometheus is not installed")
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "fleet",
+                "static_configs": [{"targets": [exporters], "labels": {"llmfleet_io_pool": POOL}}],
+            }
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait(timeout=20)
+        log.close()
+
+
+def _scraped(url: str, times: int) -> bool:
+    """True once Prometheus holds ``times`` scrapes of the fleet: several points of the range then have two
+    samples in their 4 s rate window, whatever instant the range's last step falls on."""
+    query = f'count_over_time(llmfleet_gateway_requests_total{{status="200"}}[1m]) >= {times}'
+    body = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5.0).json()
+    return bool(body["data"]["result"])
+
+
+def test_every_prod_dashboard_renders_with_data_from_a_real_prometheus(
+    prometheus: str, prod_spec: FleetSpec, tmp_path: Path
+) -> None:
+    start = time.time()
+    wait_for(lambda: _scraped(prometheus, 8), timeout_s=30, interval_s=0.5, what="eight scrapes in Prometheus")
+    end = time.time()
+    for name, model in build_dashboards(prod_spec).items():
+        drawn = render(model, prometheus, start, end, tmp_path / f"{name}.png", scrape_interval_s=1.0)
+        assert drawn.empty == [], f"{name}: panels without data: {drawn.empty}"
+        pixels = imread(drawn.path)
+        width, height = image_size(model)
+        assert pixels.shape[:2] == (height, width)
+        ink = (pixels[:, :, :3].mean(axis=2) < 0.9).mean()  # share of pixels that are not (near) white
+        assert ink > 0.02, f"{name}: the image is almost blank ({ink:.1%} drawn)"
+
+
+def test_a_query_prometheus_refuses_names_the_panel(prometheus: str, tmp_path: Path) -> None:
+    broken = {
+        "title": "broken",
+        "panels": [{"type": "timeseries", "title": "Unbalanced", "targets": [{"expr": "sum(rate(x[1m])"}]}],
+    }
+    wait_for(
+        lambda: httpx.get(f"{prometheus}/-/ready", timeout=2.0).status_code == 200,
+        timeout_s=30,
+        what="Prometheus to be ready",
+    )
+    now = time.time()
+    with pytest.raises(RenderError, match="Unbalanced"):
+        render(broken, prometheus, now - 60, now, tmp_path / "broken.png")
