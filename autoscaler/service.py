@@ -24,7 +24,9 @@ Bodies are the `fleet.wire` models. Every error, an invalid body or query includ
 JSON error shape (`fleet.control_api`); an unknown pool is 404 with ``param: "pool"``. The app holds no global
 state: `create_app` builds it from a `ControlPlane`, whose clock is injected. Handlers are ``async`` and run on
 the event loop, never in a thread pool; the only I/O they do is the lease calls' write to the lease store
-(`autoscaler.leases`), awaited, so leases survive a restart of the control plane.
+(`autoscaler.leases`), awaited, so leases survive a restart of the control plane, and the error budget's read of
+its counts (`autoscaler.budget`: at most every 15 s, awaited by lease calls and budget reads, in the background
+on gateway reports).
 
 Writes need a control credential (`fleet.control_auth`, given as ``create_app(cp, auth)``): reports from an agent,
 gateway reports from a gateway, leases from an agent; 401 without a valid one, 403 for another kind. A report whose
