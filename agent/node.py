@@ -94,6 +94,7 @@ class Agent:
         )
         self.launcher = make_launcher(pool, self.launch_config)
         self.fetcher: ModelFetcher | None = None
+        self.adapter_fetchers: dict[str, ModelFetcher] = {}
         self.fetched: FetchResult | None = None
         if store is not None:
             self.fetcher = ModelFetcher(
@@ -104,6 +105,18 @@ class Agent:
                 self.metrics,
                 hub_fallback=store.hub_fallback,
             )
+            # LoRA adapters live in the same store, each under its own id and revision.
+            self.adapter_fetchers = {
+                a.name: ModelFetcher(
+                    self.fetcher.client,
+                    store.bucket,
+                    ModelKeys(store.prefix, a.source, a.revision),
+                    store.cache_dir,
+                    self.metrics,
+                    hub_fallback=store.hub_fallback,
+                )
+                for a in pool.adapters
+            }
         local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
         self.engine_client = HttpEngineClient(
             http, f"http://{local_host}:{options.engine_port}", pool.served_name, probe_timeout_s=5.0
@@ -132,16 +145,19 @@ class Agent:
         return await self.launcher.start()
 
     async def _fetch(self) -> None:
-        """Fetch the model in a worker thread (boto3 and hashing block); the launcher then loads the local copy."""
+        """Fetch the model, then each LoRA adapter, in a worker thread (boto3 and hashing block); the launcher then
+        loads the local copies (a Hub fallback leaves that one to the engine)."""
         fetcher = self.fetcher
         assert fetcher is not None
-        try:
-            self.fetched = await asyncio.to_thread(fetcher.fetch)
-        except asyncio.CancelledError:
-            fetcher.cancel()  # a drain: the thread stops at its next chunk instead of finishing the download
-            raise
-        if self.fetched.model_dir is not None:
-            config = dataclasses.replace(self.launch_config, model_dir=str(self.fetched.model_dir))
+        self.fetched = await _fetch_in_thread(fetcher)
+        adapter_dirs = {}
+        for name, adapter_fetcher in self.adapter_fetchers.items():
+            fetched = await _fetch_in_thread(adapter_fetcher)
+            if fetched.model_dir is not None:
+                adapter_dirs[name] = str(fetched.model_dir)
+        model_dir = None if self.fetched.model_dir is None else str(self.fetched.model_dir)
+        if model_dir is not None or adapter_dirs:
+            config = dataclasses.replace(self.launch_config, model_dir=model_dir, adapter_dirs=adapter_dirs)
             self.launcher = make_launcher(self.pool, config)
 
     def _on_transition(self, transition: Transition) -> None:
@@ -259,3 +275,11 @@ def _s3_client(region: str | None) -> Any:
     import boto3  # only agents with a model store pay for the import
 
     return boto3.client("s3", region_name=region)
+
+
+async def _fetch_in_thread(fetcher: ModelFetcher) -> FetchResult:
+    try:
+        return await asyncio.to_thread(fetcher.fetch)
+    except asyncio.CancelledError:
+        fetcher.cancel()  # a drain: the thread stops at its next chunk instead of finishing the download
+        raise

@@ -30,6 +30,7 @@ from engine_sim.config import EngineConfig, num_gpu_blocks
 from engine_sim.engine import Engine
 from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.lora import parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
 from fleet.catalog import GPUS, MODELS, ModelFacts
 
@@ -76,6 +77,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--trust-remote-code", action="store_true")
     v.add_argument("--download-dir", default=None)
     v.add_argument("--enforce-eager", action="store_true")
+    v.add_argument("--enable-lora", action="store_true")
+    v.add_argument("--lora-modules", nargs="+", default=None, help="name=path or JSON, one per adapter")
+    v.add_argument("--max-loras", type=int, default=1)
+    v.add_argument("--max-lora-rank", type=int, default=16)
+    v.add_argument("--max-cpu-loras", type=int, default=None)
     s = p.add_argument_group("simulator flags")
     s.add_argument("--gpu-profile", default="a100-80gb", choices=sorted(GPUS))
     s.add_argument("--time-scale", type=float, default=1.0, help="run the model clock X times faster than wall")
@@ -132,6 +138,13 @@ def build(args: argparse.Namespace) -> ServeOptions:
     if args.time_scale <= 0:
         raise ConfigError("--time-scale must be > 0")
     names = tuple(args.served_model_name or [args.model])
+    lora = None
+    if args.enable_lora:
+        lora = parse_lora_modules(args.lora_modules or [], args.max_loras, args.max_lora_rank, args.max_cpu_loras)
+        if set(lora.names) & set(names):
+            raise ConfigError(f"--lora-modules names {sorted(set(lora.names) & set(names))} clash with served names")
+    elif args.lora_modules:
+        raise ConfigError("--lora-modules needs --enable-lora")
     max_model_len = args.max_model_len or facts.max_position
     config = EngineConfig(
         model=args.model,
@@ -151,6 +164,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         degradation_per_72h=args.degradation_per_72h,
         slowdown=args.fault_slowdown,
         seed=args.seed,
+        lora=lora,
     )
     num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
     settings = ServerSettings(

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 from engine_sim.errors import ConfigError
 from engine_sim.kv import BLOCK_SIZE, BlockPool, KVCacheManager
+from engine_sim.lora import LoraSettings
 from engine_sim.scheduler import Scheduler, SchedulerConfig
 from engine_sim.timing import StepTimer
 from fleet.capacity import kv_budget_bytes
 from fleet.catalog import GIB, GPUS, GpuType, ModelFacts
+from fleet.lora import lora_slot_bytes
 from fleet.perf import StepTimeModel, kv_bytes_per_token
 
 __all__ = ["EngineConfig", "build_scheduler", "num_gpu_blocks"]
@@ -41,6 +43,7 @@ class EngineConfig:
     degradation_per_72h: float = 0.0
     slowdown: float = 1.0
     seed: int = 0
+    lora: LoraSettings | None = None  # --enable-lora
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -66,6 +69,8 @@ def num_gpu_blocks(config: EngineConfig) -> int:
             budget = kv_budget_bytes(
                 config.gpu, config.facts, config.tensor_parallel_size, config.gpu_memory_utilization
             )
+            if config.lora is not None:  # the adapter slots are reserved before the KV cache is sized
+                budget -= lora_slot_bytes(config.facts, config.lora.max_loras, config.lora.max_lora_rank)
         if budget <= 0:
             raise ConfigError(
                 "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.errors import RequestError
+from engine_sim.lora import AdapterResidency
 from engine_sim.metrics import EngineMetricsRecorder
 from engine_sim.scheduler import FinishReason, Scheduler, SimRequest, StepResult
 
@@ -108,6 +109,8 @@ class Engine:
         self._busy = False
         self._plan_end = 0.0
         self.behind_seconds = 0.0
+        self.adapters = AdapterResidency(config.lora, config.facts) if config.lora is not None else None
+        self.adapter_of: dict[str, str] = {}  # request id -> the LoRA adapter it uses
 
     # -- clock ---------------------------------------------------------------------------------------------
     def _wall_model(self) -> float:
@@ -119,30 +122,44 @@ class Engine:
         return min(wall, self._plan_end) if self._busy else wall
 
     # -- requests ------------------------------------------------------------------------------------------
-    def submit(self, request: SimRequest) -> TokenStream:
-        """Queue a request; RequestError(503/500) when draining or dead, (400) when it cannot fit."""
+    async def adapter_ready(self, name: str) -> float:
+        """Wait (in model time) until LoRA adapter ``name`` is on the GPU; returns the model time the request
+        arrived, for `submit`, so the wait counts in its TTFT."""
+        arrived = self.now()
+        assert self.adapters is not None
+        wait = self.adapters.ready_in(name, arrived)
+        if wait > 0:
+            await asyncio.sleep(wait / self.time_scale)
+        return arrived
+
+    def submit(self, request: SimRequest, *, arrived: float | None = None, adapter: str | None = None) -> TokenStream:
+        """Queue a request (that arrived at model time ``arrived``, default now); RequestError(503/500) when
+        draining or dead, (400) when it cannot fit."""
         if self.state is EngineState.DEAD:
             raise RequestError(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
         if self.state is not EngineState.SERVING:
             raise RequestError(503, "The server is shutting down and does not accept new requests.")
         try:
-            self.scheduler.add(request, self.now())
+            self.scheduler.add(request, self.now() if arrived is None else arrived)
         except ValueError as exc:
             raise RequestError(400, str(exc)) from None
+        if adapter is not None:
+            self.adapter_of[request.request_id] = adapter
         stream = TokenStream(request)
         self.streams[request.request_id] = stream
         self._idle.clear()
         self._wake.set()
-        self.metrics.on_step(None, self.scheduler)
+        self._observe(None)
         return stream
 
     def abort(self, request_id: str) -> None:
         """Abort a request (client gone): frees its blocks at once; no-op when already finished."""
         stream = self.streams.pop(request_id, None)
+        self.adapter_of.pop(request_id, None)
         request = self.scheduler.abort(request_id, self.now())
         if request is not None:
             self.metrics.on_finished(request)
-            self.metrics.on_step(None, self.scheduler)
+            self._observe(None)
         if stream is not None:
             stream.close(FinishReason.ABORT)
         self._check_idle()
@@ -160,7 +177,7 @@ class Engine:
         for stream in self.streams.values():
             stream.close(FinishReason.ERROR, reason)
         self.streams.clear()
-        self.metrics.on_step(None, self.scheduler)
+        self._observe(None)
         self._check_idle()
 
     def begin_drain(self) -> None:
@@ -218,6 +235,14 @@ class Engine:
                 self.metrics.on_behind(lag)
                 model_now = self._wall_model()
 
+    def _observe(self, result: StepResult | None) -> None:
+        self.metrics.on_step(result, self.scheduler)
+        if self.adapters is not None:
+            of = self.adapter_of
+            running = {of[r.request_id] for r in self.scheduler.running if r.request_id in of}
+            waiting = {of[r.request_id] for r in self.scheduler.waiting if r.request_id in of}
+            self.metrics.on_lora(self.adapters.settings.max_loras, running, waiting)
+
     def _dispatch(self, result: StepResult) -> None:
         streams, hook = self.streams, self.on_token
         for event in result.events:
@@ -225,9 +250,10 @@ class Engine:
             if event.finished is not None:
                 self.metrics.on_finished(event.request)
                 streams.pop(event.request.request_id, None)
+                self.adapter_of.pop(event.request.request_id, None)
             if stream is not None:
                 stream.push(event.token_id, event.finished)
                 if hook is not None:
                     hook(stream)
-        self.metrics.on_step(result, self.scheduler)
+        self._observe(result)
         self._check_idle()

@@ -11,6 +11,8 @@ model time the real-time driver dropped because the host could not keep up.
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engine_sim.scheduler import Scheduler, SchedulerStats, SimRequest, StepResult
@@ -71,6 +73,8 @@ class EngineMetricsRecorder:
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=r)
 
+        self._lora: Gauge | None = None  # only with --enable-lora, as in vLLM
+        self._lora_labels: tuple[str, str, str] | None = None
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
@@ -166,6 +170,22 @@ class EngineMetricsRecorder:
         ttft, itl = self._ttft, self._itl
         for event in result.events:
             (ttft if event.first else itl).observe(event.latency)
+
+    def on_lora(self, max_lora: int, running: set[str], waiting: set[str]) -> None:
+        """``vllm:lora_requests_info``: one series whose labels name the adapters of running and waiting requests
+        (comma-separated, sorted) and whose value is the wall time of the update, as vLLM exports it."""
+        if self._lora is None:
+            self._lora = Gauge(
+                "vllm:lora_requests_info",
+                "Running stats on lora requests.",
+                ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+                registry=self.registry,
+            )
+        labels = (str(max_lora), ",".join(sorted(waiting)), ",".join(sorted(running)))
+        if labels != self._lora_labels:
+            self._lora.clear()
+            self._lora_labels = labels
+        self._lora.labels(*labels).set(time.time())
 
     def _sync_counters(self, stats: SchedulerStats) -> None:
         seen, v = self._seen, self._values

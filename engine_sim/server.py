@@ -74,6 +74,8 @@ class _Routes:
         self.faults = faults
         self.on_crash = on_crash
         self.created = int(time.time())
+        lora = engine.config.lora
+        self.model_names = settings.served_model_names + (lora.names if lora is not None else ())
         if faults.spec.die_mid_stream_after_tokens is not None:
 
             def hook(stream: TokenStream) -> None:
@@ -131,6 +133,10 @@ class _Routes:
             }
             for name in s.served_model_names
         ]
+        lora = self.engine.config.lora
+        if lora is not None:  # vLLM lists each adapter with its path as root and the base model as parent
+            for name, path, _ in lora.modules:
+                cards.append({**cards[0], "id": name, "root": path, "parent": s.served_model_names[0]})
         return _json({"object": "list", "data": cards})
 
     # -- generation ----------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ class _Routes:
             return error_response(RequestError(400, "Invalid JSON body: nested too deeply"))
         s = self.settings
         try:
-            gen = parse_generation_request(body, kind, s.served_model_names, s.max_model_len)
+            gen = parse_generation_request(body, kind, self.model_names, s.max_model_len)
         except RequestError as exc:
             return error_response(exc)
         if s.enable_force_include_usage and gen.stream:
@@ -161,8 +167,10 @@ class _Routes:
         elif action.error is not None:
             return error_response(action.error)
         framer = ResponseFramer(gen, s.enable_prompt_tokens_details)
+        adapter = gen.model if gen.model not in s.served_model_names else None
         try:
-            stream = self.engine.submit(gen.to_sim_request(framer.id))
+            arrived = None if adapter is None else await self.engine.adapter_ready(adapter)
+            stream = self.engine.submit(gen.to_sim_request(framer.id), arrived=arrived, adapter=adapter)
         except RequestError as exc:
             return error_response(exc)
         try:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from fleet.catalog import DTYPE_BYTES, GIB, GPUS, INSTANCES, MODELS, GpuType, ModelFacts
+from fleet.lora import lora_slot_bytes
 from fleet.perf import StepTimeModel, kv_bytes_per_token
 from fleet.spec import FleetSpec, PoolSpec
 
@@ -22,6 +23,7 @@ __all__ = [
     "PoolPlan",
     "concurrency_that_fits",
     "kv_budget_bytes",
+    "lora_reserve_bytes",
     "model_facts",
     "monthly_cost_usd",
     "per_replica_qps",
@@ -70,6 +72,13 @@ def kv_budget_bytes(gpu: GpuType, model: ModelFacts, tensor_parallel: int, utili
     """
     usable = gpu.memory_gib * GIB * utilization * tensor_parallel
     return usable - weight_bytes(model) - ACTIVATION_RESERVE_GIB * GIB * tensor_parallel
+
+
+def lora_reserve_bytes(pool: PoolSpec) -> float:
+    """GPU memory a replica of ``pool`` reserves for LoRA slots before sizing its KV cache (0 without adapters)."""
+    if not pool.adapters:
+        return 0.0
+    return lora_slot_bytes(model_facts(pool), pool.engine.max_loras, pool.engine.max_lora_rank)
 
 
 def concurrency_that_fits(kv_tokens: int, mean_context: int, max_num_seqs: int) -> int:
@@ -164,7 +173,7 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
     tp = engine.tensor_parallel_size
     steps = StepTimeModel(facts, gpu, tp)
     kv_per_token = kv_bytes_per_token(facts)
-    budget = kv_budget_bytes(gpu, facts, tp, engine.gpu_memory_utilization)
+    budget = kv_budget_bytes(gpu, facts, tp, engine.gpu_memory_utilization) - lora_reserve_bytes(pool)
     kv_tokens = max(0, int(budget // kv_per_token) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS)
     work = pool.workload
     mean_context = work.mean_prompt_tokens + work.mean_output_tokens

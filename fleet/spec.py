@@ -174,6 +174,12 @@ class EngineSpec(Spec):
     enable_prefix_caching: bool = True
     """Automatic prefix caching (`--enable-prefix-caching`)."""
     dtype: Literal["auto", "bfloat16", "float16"] = "auto"
+    max_loras: int = Field(default=1, ge=1, le=64)
+    """LoRA adapters in one batch (`--max-loras`): GPU slots reserved at start-up, each costing KV cache."""
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
+    """Largest adapter rank a slot holds (`--max-lora-rank`)."""
+    max_cpu_loras: int | None = Field(default=None, ge=1, le=1024)
+    """Adapters kept in host memory (`--max-cpu-loras`; default: `maxLoras`); others are read from disk again."""
     extra_args: list[str] = Field(default_factory=list)
     """Further engine arguments, appended verbatim."""
     sim: SimSpec = Field(default_factory=SimSpec)
@@ -195,8 +201,6 @@ class SloSpec(Spec):
     """Fraction of successful requests over 30 days."""
     error_rate: float = Field(default=0.005, gt=0.0, lt=0.5)
     """End-to-end error rate ceiling."""
-
-
     budget_window: str = Field(default="30d", pattern=r"^[1-9][0-9]{0,5}[mhd]$")
     """Error budget window: a whole number of minutes, hours or days (`30d`, `12h`, `90m`), at most 366 days."""
     freeze_on_exhausted_budget: bool = True
@@ -212,6 +216,8 @@ class SloSpec(Spec):
         if self.budget_window_s > 366 * 86400.0:
             raise ValueError(f"budgetWindow {self.budget_window!r} is longer than 366 days")
         return self
+
+
 class WorkloadSpec(Spec):
     mean_prompt_tokens: int = Field(default=200, ge=1, le=1_000_000)
     """Mean prompt length of the traffic."""
@@ -279,6 +285,18 @@ class DrainSpec(Spec):
         return self.shutdown_timeout
 
 
+class AdapterSpec(Spec):
+    """A LoRA adapter on the pool's base model, e.g. ``{name: sql, source: acme/qwen-7b-sql-lora}``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+    """The name clients send as `model` to use it."""
+    source: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+    """Its id in the model store (`llmfleet model push --model ID`), else on the Hugging Face Hub."""
+    revision: str = Field(default="main", pattern=_REVISION)
+    rank: int = Field(default=16, ge=1, le=512)
+    """Its LoRA rank (at most `engine.maxLoraRank`): the size of its weights, so its load time."""
+
+
 class PoolSpec(Spec):
     name: Name
     """Pool name (Deployment and label value)."""
@@ -308,6 +326,9 @@ class PoolSpec(Spec):
     resume_streams: bool = False
     """When an engine fails mid-stream, the gateway continues the generation on another replica (vLLM's
     continue_final_message) and the client sees one stream; off: the stream ends with an error event."""
+    adapters: list[AdapterSpec] = Field(default_factory=list)
+    """LoRA adapters served on the base model (vLLM `--enable-lora --lora-modules`); a request names one as its
+    `model`."""
 
     @property
     def served_name(self) -> str:
@@ -322,6 +343,17 @@ class PoolSpec(Spec):
     def _min_le_max(self) -> PoolSpec:
         if self.replicas.min > self.replicas.max:
             raise ValueError(f"replicas.min ({self.replicas.min}) must be <= replicas.max ({self.replicas.max})")
+        return self
+
+    @model_validator(mode="after")
+    def _adapters_distinct(self) -> PoolSpec:
+        names = [a.name for a in self.adapters]
+        clash = sorted({n for n in names if names.count(n) > 1} | ({self.served_name} & set(names)))
+        if clash:
+            raise ValueError(f"adapter names must be distinct and differ from the served model name: {clash}")
+        too_big = [a.name for a in self.adapters if a.rank > self.engine.max_lora_rank]
+        if too_big:
+            raise ValueError(f"adapters {too_big} have a rank above engine.maxLoraRank ({self.engine.max_lora_rank})")
         return self
 
 

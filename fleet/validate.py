@@ -271,6 +271,7 @@ def _check_cost(spec: FleetSpec) -> Iterator[Problem]:
 def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
     seen: dict[str, int] = {}
     served: dict[str, int] = {}
+    served_adapters: dict[str, str] = {}
     for i, pool in enumerate(spec.pools):
         if pool.name in seen:
             yield _err(f"pools[{i}].name", f"duplicate of pools[{seen[pool.name]}]", pool.name)
@@ -282,6 +283,20 @@ def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
                 pool.served_name,
             )
         served.setdefault(pool.served_name, i)
+    # An adapter's name is a model name clients send: one pool serves it, and no pool or alias already does.
+    for i, pool in enumerate(spec.pools):
+        for j, adapter in enumerate(pool.adapters):
+            if adapter.name in served or adapter.name in spec.aliases:
+                yield _err(
+                    f"pools[{i}].adapters[{j}].name", "a pool or an alias already serves this name", adapter.name
+                )
+            elif adapter.name in served_adapters:
+                yield _err(
+                    f"pools[{i}].adapters[{j}].name",
+                    f"pool {served_adapters[adapter.name]!r} serves an adapter of this name",
+                    adapter.name,
+                )
+            served_adapters.setdefault(adapter.name, pool.name)
 
 
 def _check_aliases(spec: FleetSpec) -> Iterator[Problem]:
@@ -344,7 +359,7 @@ def _check_alias_demand(spec: FleetSpec, path: str, weights: dict[str, int]) -> 
 
 
 def _check_tenants(spec: FleetSpec) -> Iterator[Problem]:
-    models = {p.served_name for p in spec.pools} | set(spec.aliases)
+    models = {p.served_name for p in spec.pools} | set(spec.aliases) | {a.name for p in spec.pools for a in p.adapters}
     names: set[str] = set()
     demo = hash_api_key(DEMO_API_KEY)
     for i, tenant in enumerate(spec.tenants):

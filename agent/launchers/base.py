@@ -68,6 +68,7 @@ class LaunchConfig:
     log_path: Path | None = None  # engine stdout+stderr; None: inherit the agent's
     extra_args: Sequence[str] = ()  # appended after the spec's engine.extraArgs (e.g. simulator fault flags)
     model_dir: str | None = None  # weights fetched from the model store; None: the pool's model id (the Hub)
+    adapter_dirs: Mapping[str, str] = field(default_factory=dict)  # LoRA adapter name -> its fetched directory
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -139,7 +140,19 @@ class Launcher(abc.ABC):
             flags += ["--dtype", engine.dtype]
         # Drain mode (vLLM >= 0.18): in-flight requests get the rest of the grace after the propagation delay.
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
-        return flags
+        return flags + self.lora_flags()
+
+    def lora_flags(self) -> list[str]:
+        """``--enable-lora`` and one ``--lora-modules name=path`` per adapter: its fetched directory, else its
+        source id (vLLM resolves a Hub id itself). Nothing without adapters."""
+        adapters, engine = self.pool.adapters, self.pool.engine
+        if not adapters:
+            return []
+        flags = ["--enable-lora", "--max-loras", str(engine.max_loras), "--max-lora-rank", str(engine.max_lora_rank)]
+        if engine.max_cpu_loras is not None:
+            flags += ["--max-cpu-loras", str(engine.max_cpu_loras)]
+        dirs = self.config.adapter_dirs
+        return [*flags, "--lora-modules", *(f"{a.name}={dirs.get(a.name, a.source)}" for a in adapters)]
 
     def extra_flags(self) -> list[str]:
         """``engine.extraArgs`` then the launch config's extras; ValueError for flags vLLM removed."""

@@ -60,6 +60,20 @@ def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None
     assert flags[-1] == "--fault-hang"
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sim"])
+def test_adapters_become_vllms_lora_flags_with_their_fetched_directories(kind: str) -> None:
+    adapters = [{"name": "sql", "source": "acme/sql-lora"}, {"name": "chat", "source": "acme/chat-lora", "rank": 8}]
+    pool = stacks.pool(**{"engine.kind": kind, "engine.maxLoras": 2, "adapters": adapters})
+    config = LaunchConfig(host="127.0.0.1", port=1, adapter_dirs={"sql": "/models/store/acme/sql-lora/main"})
+    argv = make_launcher(pool, config).argv()
+    at = argv.index("--enable-lora")
+    assert argv[at : at + 8] == [
+        "--enable-lora", "--max-loras", "2", "--max-lora-rank", "16",
+        "--lora-modules", "sql=/models/store/acme/sql-lora/main", "chat=acme/chat-lora",
+    ]  # fmt: skip
+    assert "--enable-lora" not in make_launcher(stacks.pool(), config).argv()
+
+
 def test_registry_holds_the_engine_kinds_the_validator_checks() -> None:
     assert {"vllm", "sim"} <= set(REGISTRY)
     assert REGISTRY.kind == ENGINE_KIND

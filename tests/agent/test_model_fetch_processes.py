@@ -181,3 +181,29 @@ def test_a_model_missing_from_the_store_loads_from_the_hub_only_with_hub_fallbac
     lenient.wait_http("/readyz", timeout_s=40)
     status = lenient.status()
     assert status["model_store"]["source"] == "hub" and status["engine"]["argv"][5] == KEYS.model
+
+
+def test_lora_adapters_are_fetched_from_the_store_and_served_by_name(
+    s3: Any, procs: Procs, model_dir: Path, tmp_path: Path, write_stack: Callable[..., Path], start_agent
+) -> None:
+    push(procs, model_dir)
+    adapter = tmp_path / "sql-lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8, "target_modules": ["q_proj", "v_proj"]}')
+    (adapter / "adapter_model.safetensors").write_bytes(os.urandom(64 * 1000))
+    proc = procs.start(["model", "push", "--bucket", BUCKET, str(adapter), "--model", "acme/sql-lora"], name="push")
+    assert proc.wait(timeout_s=60) == 0, proc.tail()
+    stack = write_stack(**{"pools.0.adapters": [{"name": "sql", "source": "acme/sql-lora", "rank": 8}]})
+    cache = tmp_path / "cache"
+    agent = start_fetching_agent(start_agent, stack, "r0", cache)
+    agent.wait_http("/readyz", timeout_s=40)
+    argv = agent.status()["engine"]["argv"]
+    local = cache / "acme/sql-lora" / "main"
+    assert argv[argv.index("--lora-modules") + 1] == f"sql={local}"
+    assert (local / "adapter_config.json").exists()
+    engine = agent.status()["engine_url"]
+    models = httpx.get(f"{engine}/v1/models", timeout=10, trust_env=False).json()["data"]
+    assert {"id": "sql", "root": str(local), "parent": MODEL}.items() <= models[1].items()
+    body = {"model": "sql", "prompt": "hello", "max_tokens": 4}
+    answer = httpx.post(f"{engine}/v1/completions", json=body, timeout=10, trust_env=False)
+    assert answer.status_code == 200 and answer.json()["model"] == "sql"

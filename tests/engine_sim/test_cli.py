@@ -112,6 +112,7 @@ def test_dying_mid_stream_resets_the_connection_without_done(spawn_sim: SpawnSim
     [
         (["--swap-space", "4"], "unrecognized arguments: --swap-space"),
         (["--gpu-profile", "cpu-demo"], "No available memory for the cache blocks"),
+        (["--lora-modules", "sql=/adapters/sql"], "--lora-modules needs --enable-lora"),
     ],
 )
 def test_flags_vllm_rejects_fail_at_startup(flags: list[str], message: str) -> None:
