@@ -38,13 +38,15 @@ only, so no pod can hold a pool's leases to block its restarts, or release anoth
 
 Risky changes wait while a pool's error budget is exhausted (``slo.freezeOnExhaustedBudget``): a new restart lease
 is refused with 409, as when the pool's leases are all held, so an agent retries later in its window; a rollout
-asks `ControlPlane.budget_allows` the same. Each refusal goes to the decision log as a `Freeze`. The budget's
+asks `ControlPlane.budget_allows` the same. A refusal goes to the decision log as a `Freeze` (once per pool and
+kind of change every `FREEZE_LOG_EVERY_S` while refusals go on). The budget's
 counts come from a budget source (`autoscaler.budget_sources`; the ``local`` one scrapes the admin /metrics of
 each gateway that reports, at the report's source address and ``gateway.adminPort``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -84,6 +86,8 @@ from fleet.wire import (
 
 __all__ = ["ControlPlane", "create_app"]
 
+FREEZE_LOG_EVERY_S = 300.0  # a refusal repeated within this of the last one logged is not logged again
+
 
 @dataclass
 class ControlPlane:
@@ -98,6 +102,7 @@ class ControlPlane:
     gateways: GatewayRegistry | None = None  # None: a fresh one with the registry's stale limit
     granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
     budgets: ErrorBudgets | None = None  # None: from the gateways' own counts (the ``local`` budget source)
+    freezes_logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, change) -> last logged
 
     def __post_init__(self) -> None:
         if self.gateways is None:
@@ -141,7 +146,12 @@ class ControlPlane:
         now = self.clock()
         known = await self.budgets.current(pool, now)
         allowed, reason = self.budgets.decide(pool, change)
-        if not allowed and self.loop is not None:
+        if allowed:
+            self.freezes_logged.pop((pool, change), None)
+        elif self.loop is not None and now - self.freezes_logged.get((pool, change), -math.inf) >= FREEZE_LOG_EVERY_S:
+            # Agents ask again every few seconds while frozen: one entry per freeze and then one every few minutes
+            # keeps the scaling decisions in the (bounded) log.
+            self.freezes_logged[(pool, change)] = now
             replicas = sum(1 for s in self.registry.seen(pool, now) if s.report.state != "stopped")
             spent = {b.slo: round(b.spent, 4) for b in known.budgets}
             inputs = {"change": change, "spent": spent, "source": self.budgets.source.name}

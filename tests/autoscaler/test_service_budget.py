@@ -139,6 +139,7 @@ async def test_an_exhausted_budget_refuses_the_lease_with_a_reason_the_agent_ret
     decisions = (await frozen.http.get("/v1/decisions", params={"pool": POOL})).json()["decisions"]
     freeze = decisions[-1]
     assert (freeze["kind"], freeze["change"], freeze["policy"]) == ("freeze", "restart", "error-budget")
+    assert [d["kind"] for d in decisions].count("freeze") == 1  # refused twice, logged once
     assert "error budget is exhausted" in freeze["reason"]
 
     metrics = (await frozen.http.get("/metrics")).text
