@@ -3,7 +3,7 @@
 Rows:
 
 * one "SLOs" row per pool, because each pool has its own targets (``pools[].slo``), drawn as thresholds:
-  availability (a red area below the target), the error budget left over 30 days, P99 TTFT and P99
+  availability (a red area below the target), the error budget left over ``budgetWindow``, P99 TTFT and P99
   inter-token latency (a dashed line at ``ttftP99Ms`` and at ``1 / decodeTokensPerSP99``);
 * traffic: requests by status; TTFT and inter-token latency at P50, P90 and P99 for every pool;
 * capacity: per pool, replicas ready and the autoscaler's target against the plan (`fleet.capacity.plan_pool`):
@@ -66,11 +66,15 @@ def _slo_panels(pool: PoolSpec) -> list[Any]:
             width=6,
         ),
         stat_panel(
-            f"Error budget left (30 d): {pool.name}",
+            f"Error budget left ({slo.budget_window}): {pool.name}",
             "percentunit",
-            Query(error_budget_remaining(pool.served_name, slo.availability), "budget"),
+            Query(error_budget_remaining(pool.served_name, slo.availability, slo.budget_window), "budget"),
             [(None, "red"), (0.0, "orange"), (0.25, "green")],
-            description="1 - (5xx / requests over 30 days) / (1 - availability target): 0 is spent, below 0 overspent.",
+            description=(
+                f"1 - (5xx / requests over {slo.budget_window}) / (1 - availability target): 0 is spent, below 0 "
+                "overspent. From the raw counter: requests inside planned restart windows count here, while "
+                "`llmfleet slo` (llmfleet_error_budget_spent) leaves them out."
+            ),
             width=6,
         ),
         timeseries_panel(

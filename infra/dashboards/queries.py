@@ -55,7 +55,7 @@ def availability(model: str) -> str:
     return f"1 - ({ratio})"
 
 
-def error_budget_remaining(model: str, target: float, window: str = "30d") -> str:
+def error_budget_remaining(model: str, target: float, window: str) -> str:
     """``1 - (errors / requests over window) / (1 - target)``: 1 with no error, 0 with the budget spent,
     negative past it. From the raw counter, so it needs no recording rule."""
     selector = f'model="{model}"'

@@ -20,6 +20,7 @@ from agent.metrics import AgentMetrics
 from autoscaler.service import ControlPlane, create_app
 from engine_sim.metrics import EngineMetricsRecorder
 from fleet.capacity import plan_pool
+from fleet.cli import main
 from fleet.spec import FleetSpec
 from gateway.metrics import GatewayMetrics
 from infra.dashboards import DASHBOARDS, build_dashboards, dashboard_text
@@ -119,6 +120,13 @@ def test_committed_prod_dashboards_are_what_the_generator_writes(prod_spec: Flee
     assert not stale, f"dashboards/prod is out of date ({', '.join(stale)}); run: {REGENERATE}"
 
 
+def test_the_command_writes_one_json_file_per_dashboard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboards", "--stack", "prod", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.json" for name in DASHBOARDS)
+    assert main(["dashboards", "--stack", "no-such-stack", "--out", str(tmp_path / "x")]) == 1
+    assert "no stack 'no-such-stack'" in capsys.readouterr().err
+
+
 def test_an_edited_or_missing_dashboard_file_is_reported(prod_spec: FleetSpec, tmp_path: Path) -> None:
     for name, model in build_dashboards(prod_spec).items():
         (tmp_path / f"{name}.json").write_text(dashboard_text(model))
@@ -171,7 +179,7 @@ def test_fleet_overview_draws_the_stacks_slos_and_plan(
     assert _threshold_values(_panel(overview, f"Availability: {pool.name}")) == [0.999]
     assert _threshold_values(_panel(overview, f"TTFT P99: {pool.name}")) == [0.3]
     assert _threshold_values(_panel(overview, f"Inter-token latency P99: {pool.name}")) == [pytest.approx(1 / 30)]
-    (budget,) = _panel(overview, f"Error budget left (30 d): {pool.name}")["targets"]
+    (budget,) = _panel(overview, f"Error budget left (30d): {pool.name}")["targets"]
     assert budget["expr"].startswith("1 - ") and "[30d]" in budget["expr"]
     assert budget["expr"].endswith("/ (1 - 0.999)")
     plan = plan_pool(prod_spec, pool)
