@@ -175,11 +175,15 @@ class PrometheusSource(BudgetSource, name="prometheus"):
             ex_bad = await self._scalar(over_pieces(bad), now)
             ex_ttft = Tally()
             if bounds:
-                within = {
-                    label: await self._scalar(over_pieces(f'{TTFT}_bucket{{{sel},le="{label}"}}'), now)
-                    for _, label, _ in bounds
-                }
-                ex_ttft = _ttft_tally([(bound, within[label]) for bound, label, _ in bounds], threshold)
+                # Only three buckets matter: the edges around the threshold and the last (every first token).
+                below = [b for b in bounds if b[0] < threshold][-1:]
+                above = [b for b in bounds if b[0] >= threshold][:1]
+                needed = sorted(set(below + above + [bounds[-1]]))
+                within = [
+                    (bound, await self._scalar(over_pieces(f'{TTFT}_bucket{{{sel},le="{label}"}}'), now))
+                    for bound, label, _ in needed
+                ]
+                ex_ttft = _ttft_tally(within, threshold)
             tallies = {
                 "availability": SloTally(Tally(total, failed), Tally(ex_total, ex_bad)),
                 "ttft": SloTally(ttft, ex_ttft),
