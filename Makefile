@@ -1,6 +1,6 @@
 # llmfleet: two commands a newcomer needs.
 #   make test   lint, type-check and run every test but the image tests (what CI runs first)
-#   make up     run the whole fleet on this machine (simulated engines, real processes)
+#   make up     run the whole fleet on this machine (simulated engines, real processes), with a live view
 # and, with root, buildah, podman and debootstrap:
 #   make images        build the runtime image (IMAGES=engine|all for the others) and print its digest
 #   make test-images   build the runtime image and test it (what CI runs after `make test`)
@@ -40,7 +40,7 @@ test-images: $(STAMP)
 	$(BIN)/pytest -q -m image tests/images
 
 up: $(STAMP)
-	$(BIN)/llmfleet up --stack local
+	$(BIN)/llmfleet up --stack local --live
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_sim.py

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -77,16 +77,24 @@ def wait_http(url: str, deadline: float, ok: tuple[int, ...] = (200,), alive: Ch
 
 
 class Child:
-    """One component process: ``python -m fleet.cli <argv>`` in its own session, output to ``log``; ``env`` is
-    added to this process's environment (secrets go there, never on the command line)."""
+    """One component process: ``python -m fleet.cli <argv>`` (or ``program <argv>``, another binary such as
+    Prometheus) in its own session, output to ``log``; ``env`` is added to this process's environment (secrets go
+    there, never on the command line)."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        program: Sequence[str] | None = None,
+    ) -> None:
         self.name = name
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fleet.cli", *argv],
+            [*(program or (sys.executable, "-m", "fleet.cli")), *argv],
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,

@@ -7,6 +7,11 @@ Then it prints the gateway URL, the demo API key and ready-to-paste ``curl`` and
 SIGTERM stops the gateway (in-flight requests finish), then the control plane (which drains and stops its
 agents), then sweeps any process left in the tree. Exit status: 0 after a clean stop, 1 when a part failed.
 
+``--live`` (``make up`` passes it) refreshes a compact view of the traffic below the banner (`fleet.local.live`);
+``--live-png PATH`` rewrites a PNG of the same series every ``--live-png-every`` seconds. Where ``prometheus`` is
+on PATH a local Prometheus scrapes every part and evaluates the cluster's alert rules (`fleet.local.prometheus`;
+``--no-prometheus`` skips it); it is stopped first on the way out, and its failing never stops the fleet.
+
 Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
 to the agents it starts) and to the gateway through ``$LLMFLEET_CONTROL_TOKEN``, never on a command line, so the
 control plane runs ``--auth shared-secret`` and refuses reports and leases from anything else on this machine.
@@ -30,6 +35,8 @@ from fleet.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.errors import SpecError
 from fleet.loader import LoadedStack, load_spec
 from fleet.local.procs import Child, descendants, kill_tree, wait_http
+from fleet.local.prometheus import LocalPrometheus
+from fleet.local.watch import Watch, start_prometheus
 from fleet.validate import DEMO_API_KEY, hash_api_key
 
 __all__ = ["add_arguments", "banner", "run"]
@@ -44,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control-plane-port", type=int, default=None, help="default: controlPlane.port")
     parser.add_argument("--log-dir", type=Path, default=None, help="component logs (default: a temp folder)")
     parser.add_argument("--ready-timeout", type=float, default=90.0, help="seconds to wait for the fleet")
+    parser.add_argument(
+        "--live", action="store_true", help="refresh a view of rates, latency, errors, replicas and decisions"
+    )
+    parser.add_argument("--live-interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    parser.add_argument("--live-png", type=Path, default=None, help="rewrite this PNG with the live series")
+    parser.add_argument("--live-png-every", type=float, default=10.0, help="seconds between PNGs (default 10)")
+    parser.add_argument("--no-prometheus", action="store_true", help="do not start a local Prometheus")
+    parser.add_argument("--prometheus-port", type=int, default=None, help="default: a free loopback port")
 
 
 def _stack_ref(stack: str) -> str:
@@ -51,8 +66,10 @@ def _stack_ref(stack: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else stack
 
 
-def banner(loaded: LoadedStack, gateway: str, admin: str, control_plane: str, log_dir: Path) -> str:
-    """What a newcomer needs to use the fleet right away."""
+def banner(
+    loaded: LoadedStack, gateway: str, admin: str, control_plane: str, log_dir: Path, prometheus: str = "off"
+) -> str:
+    """What a newcomer needs to use the fleet right away; ``prometheus`` is its URL or why it is off."""
     spec = loaded.spec
     model = spec.pools[0].served_name
     demo = any(hash_api_key(DEMO_API_KEY) in t.api_key_hashes for t in spec.tenants)
@@ -62,6 +79,7 @@ def banner(loaded: LoadedStack, gateway: str, admin: str, control_plane: str, lo
 llmfleet is up (stack {loaded.name}): {", ".join(f"{p.name} x{p.replicas.min}..{p.replicas.max}" for p in spec.pools)}
   gateway        {gateway}   (readiness, metrics: {admin})
   control plane  {control_plane}
+  prometheus     {prometheus}
   API key        {key}
   model          {model}
   logs           {log_dir}
@@ -118,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     children: list[Child] = []
+    prometheus: LocalPrometheus | None = None
     failed = False
     try:
         print(f"starting the control plane on {control_plane} ...", flush=True)
@@ -156,16 +175,22 @@ def run(args: argparse.Namespace) -> int:
         children.append(gw)
         if not wait_http(f"http://127.0.0.1:{admin_port}/readyz", deadline, alive=gw):
             raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
-        print(banner(loaded, gateway, f"http://127.0.0.1:{admin_port}", control_plane, log_dir), flush=True)
-        while not stop.wait(0.5):
-            for child in children:
-                if child.process.poll() is not None:
-                    raise RuntimeError(f"{child.name} exited ({child.process.returncode}):\n{child.tail()}")
+        admin = f"http://127.0.0.1:{admin_port}"
+        prometheus, about = start_prometheus(args, log_dir, control_plane, admin, rules=None)
+        print(banner(loaded, gateway, admin, control_plane, log_dir, about), flush=True)
+        with Watch(args, loaded.name, admin, control_plane, prometheus) as watch:
+            while not stop.wait(0.5):
+                for child in children:
+                    if child.process.poll() is not None:
+                        raise RuntimeError(f"{child.name} exited ({child.process.returncode}):\n{child.tail()}")
+                watch.tick(time.monotonic())
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         failed = True
     finally:
         print("\nstopping: gateway, then replicas (draining), then the control plane ...", flush=True)
+        if prometheus is not None and prometheus.child is not None:
+            children.append(prometheus.child)  # stopped first, below: it has nothing to drain
         tree: set[int] = set()
         for child in children:
             tree |= {child.process.pid} | descendants(child.process.pid)

@@ -109,12 +109,13 @@ class Fleet:
         )
 
 
-def start_fleet(stack: Path, log_dir: Path) -> Fleet:
-    """Start ``llmfleet up`` (its output in ``log_dir``/up.log) on free ports; returns at once."""
+def start_fleet(stack: Path, log_dir: Path, *extra: str) -> Fleet:
+    """Start ``llmfleet up`` (its output in ``log_dir``/up.log) on free ports, with ``extra`` arguments; returns
+    at once."""
     gw, admin, cp = free_port(), free_port(), free_port()
     argv = [
         "up", "--stack", str(stack), "--port", str(gw), "--admin-port", str(admin), "--control-plane-port", str(cp),
-        "--log-dir", str(log_dir), "--ready-timeout", "60",
+        "--log-dir", str(log_dir), "--ready-timeout", "60", *extra,
     ]  # fmt: skip
     up = Proc.start(argv, log_dir / "up.log")
     return Fleet(up, f"http://127.0.0.1:{gw}", f"http://127.0.0.1:{cp}", log_dir, [])
@@ -139,9 +140,10 @@ def stop_fleet(fleet: Fleet, timeout_s: float = 40.0) -> tuple[int | None, set[i
 
 
 @contextlib.contextmanager
-def running_fleet(stack: Path, log_dir: Path) -> Iterator[Fleet]:
-    """A fleet of ``stack``, up (banner printed) while the block runs; stopped after, leaving no process."""
-    running = start_fleet(stack, log_dir)
+def running_fleet(stack: Path, log_dir: Path, *extra: str) -> Iterator[Fleet]:
+    """A fleet of ``stack`` (``up`` given ``extra`` arguments), up (banner printed) while the block runs; stopped
+    after, leaving no process."""
+    running = start_fleet(stack, log_dir, *extra)
     try:
         read_until_up(running)
         yield running
@@ -168,8 +170,10 @@ FAULTY = {"pools.0.engine.extraArgs": ["--fault-error-rate", "0.5", "--fault-err
 
 @pytest.fixture(scope="package")
 def faulty_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """One FAST fleet whose engine fails half the requests (`FAULTY`), shared by the modules that watch a fleet
-    (a local Prometheus included, where ``prometheus`` is on PATH)."""
+    """One FAST fleet whose engine fails half the requests (`FAULTY`), shared by the modules that watch a fleet:
+    a local Prometheus (where ``prometheus`` is on PATH), and the live view in its log, its PNG in
+    ``<log dir>/live.png``."""
     tmp = tmp_path_factory.mktemp("faulty")
-    with running_fleet(fast_stack(tmp, **FAULTY), tmp / "logs") as running:
+    live = ["--live", "--live-interval", "1", "--live-png", str(tmp / "logs" / "live.png"), "--live-png-every", "2"]
+    with running_fleet(fast_stack(tmp, **FAULTY), tmp / "logs", *live) as running:
         yield running
