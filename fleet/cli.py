@@ -38,8 +38,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
     "dashboards": ("infra.dashboards.command", "write the stack's Grafana dashboards as JSON (--render: as PNG)"),
     "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
+    "gate": (
+        "rollout.cli",
+        "capacity-regression gate: a candidate pool's replica against its baseline's, side by side",
+    ),
 }
-    "gate": ("rollout.cli", "capacity-regression gate: a candidate pool's replica against its baseline's, side by side"),
 
 
 def _top_parser() -> argparse.ArgumentParser:
