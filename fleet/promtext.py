@@ -15,6 +15,7 @@ __all__ = [
     "EngineMetrics",
     "Sample",
     "counter_value",
+    "lora_active",
     "gauge_value",
     "histogram_buckets",
     "diff_buckets",
@@ -130,6 +131,7 @@ class EngineMetrics:
     prefix_queries: float
     prefix_hits: float
     ttft_buckets: list[tuple[float, float]]
+    lora_active: frozenset[str] = frozenset()  # adapters of running or waiting requests (only with LoRA)
 
     @classmethod
     def from_text(cls, text: str) -> EngineMetrics:
@@ -145,6 +147,7 @@ class EngineMetrics:
             prefix_queries=_optional_counter(samples, "vllm:prefix_cache_queries"),
             prefix_hits=_optional_counter(samples, "vllm:prefix_cache_hits"),
             ttft_buckets=histogram_buckets(samples, "vllm:time_to_first_token_seconds"),
+            lora_active=lora_active(samples),
         )
 
 
@@ -153,3 +156,14 @@ def _optional_counter(samples: Mapping[str, list[Sample]], name: str) -> float:
         return counter_value(samples, name)
     except KeyError:
         return 0.0
+
+
+def lora_active(samples: Mapping[str, list[Sample]]) -> frozenset[str]:
+    """The adapters ``vllm:lora_requests_info`` names as running or waiting, from its newest series (vLLM adds a
+    series per label set, valued with the time it was set); empty without LoRA."""
+    series = samples.get("vllm:lora_requests_info")
+    if not series:
+        return frozenset()
+    newest = max(series, key=lambda sample: sample.value)
+    names = (newest.labels.get("running_lora_adapters", ""), newest.labels.get("waiting_lora_adapters", ""))
+    return frozenset(name for value in names for name in value.split(",") if name)

@@ -388,12 +388,23 @@ class RetrySpec(Spec):
 
 
 class RoutingSpec(Spec):
-    filters: list[PluginRef] = Field(default_factory=lambda: [PluginRef(name="ready"), PluginRef(name="serves-model")])
-    """Routing filters by name (ready, serves-model, not-ejected, fresh-metrics)."""
-    scorers: list[PluginRef] = Field(
-        default_factory=lambda: [PluginRef(name="queue-depth", weight=2.0), PluginRef(name="kv-usage")]
+    filters: list[PluginRef] = Field(
+        default_factory=lambda: [
+            PluginRef(name="ready"),
+            PluginRef(name="serves-model"),
+            PluginRef(name="serves-adapter"),
+        ]
     )
-    """Routing scorers by name and weight (queue-depth, kv-usage, in-flight, prefix-affinity, session-affinity)."""
+    """Routing filters by name (ready, serves-model, serves-adapter, not-ejected, fresh-metrics)."""
+    scorers: list[PluginRef] = Field(
+        default_factory=lambda: [
+            PluginRef(name="queue-depth", weight=2.0),
+            PluginRef(name="kv-usage"),
+            PluginRef(name="adapter-affinity"),
+        ]
+    )
+    """Routing scorers by name and weight (queue-depth, kv-usage, in-flight, prefix-affinity, session-affinity,
+    adapter-affinity)."""
     picker: PluginRef = Field(default_factory=lambda: PluginRef(name="p2c"))
     """Routing picker by name (p2c, max-score, random, round-robin)."""
     stale_after_s: float = Field(default=5.0, gt=0, le=300)

@@ -77,6 +77,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += _check_images(spec)
     problems += _check_cluster_access(spec)
     problems += _check_aliases(spec)
+    problems += _check_adapter_routing(spec)
     return problems
 
 
@@ -297,6 +298,18 @@ def _check_unique(spec: FleetSpec) -> Iterator[Problem]:
                     adapter.name,
                 )
             served_adapters.setdefault(adapter.name, pool.name)
+
+
+def _check_adapter_routing(spec: FleetSpec) -> Iterator[Problem]:
+    """Adapters need the serves-adapter filter: without it a request may reach a replica started before its adapter
+    was added, which answers 404."""
+    with_adapters = [p.name for p in spec.pools if p.adapters]
+    if with_adapters and "serves-adapter" not in {f.name for f in spec.gateway.routing.filters}:
+        yield _warn(
+            "gateway.routing.filters",
+            f"pools {with_adapters} serve LoRA adapters: add {{name: serves-adapter}} so their requests reach only "
+            "replicas that serve the adapter (and adapter-affinity to the scorers to prefer those holding it)",
+        )
 
 
 def _check_aliases(spec: FleetSpec) -> Iterator[Problem]:

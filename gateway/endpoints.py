@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +33,15 @@ from fleet.spec import PoolSpec
 from fleet.wire import ReplicaList
 from gateway.routing.base import EndpointView
 
-__all__ = ["Endpoint", "EndpointSet", "OutlierPolicy", "Refresher", "load_lines", "static_replica_id"]
+__all__ = [
+    "Endpoint",
+    "EndpointSet",
+    "OutlierPolicy",
+    "Refresher",
+    "load_lines",
+    "served_adapters",
+    "static_replica_id",
+]
 
 log = logging.getLogger("llmfleet.gateway.endpoints")
 
@@ -70,6 +79,8 @@ class Endpoint:
     ejections: int = 0  # consecutive ejections (sets the backoff)
     ejected_until: float = 0.0
     served: int = field(default=0)
+    lora: bool = False  # its pool declares LoRA adapters: the probe also reads /v1/models
+    adapters: frozenset[str] = frozenset()  # the adapters its /v1/models lists
 
     def view(self, now: float) -> EndpointView:
         m = self.metrics
@@ -86,6 +97,8 @@ class Endpoint:
             kv_usage=m.kv_usage if m else 0.0,
             in_flight=self.in_flight,
             max_num_seqs=self.max_num_seqs,
+            adapters=self.adapters,
+            active_adapters=m.lora_active if m else frozenset(),
         )
 
 
@@ -118,7 +131,9 @@ class EndpointSet:
         for rid, url, ready in replicas:
             ep = old.get(rid)
             if ep is None or ep.url != url:
-                ep = Endpoint(rid, url.rstrip("/"), pool, spec.served_name, spec.engine.max_num_seqs)
+                ep = Endpoint(
+                    rid, url.rstrip("/"), pool, spec.served_name, spec.engine.max_num_seqs, lora=bool(spec.adapters)
+                )
             if ready is not None:
                 ep.ready = ready
             new[rid] = ep
@@ -232,6 +247,10 @@ class Refresher:
         )
 
     async def _probe(self, ep: Endpoint) -> None:
+        if ep.lora:  # which adapters it serves: a replica started before an adapter was added lacks it
+            models = await self._get(ep.url + "/v1/models")
+            if models is not None:
+                ep.adapters = served_adapters(models, ep.model)
         health, metrics = await asyncio.gather(self._get(ep.url + "/health"), self._get(ep.url + "/metrics"))
         if self._cp is None:
             self.endpoints.set_ready(ep, health is not None)
@@ -262,6 +281,7 @@ _LOAD_SERIES = (
     "vllm:generation_tokens_total",
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
+    "vllm:lora_requests_info",
 )
 
 
@@ -273,3 +293,12 @@ def load_lines(text: str) -> str:
 def static_replica_id(pool: str, index: int) -> str:
     """The name of a pool's ``index``-th static engine URL: names, not addresses, reach clients and logs."""
     return f"{pool}-static-{index}"
+
+
+def served_adapters(models_json: str, base: str) -> frozenset[str]:
+    """The adapters an engine's ``/v1/models`` lists on ``base`` (cards whose ``parent`` is the base model)."""
+    try:
+        cards = json.loads(models_json).get("data", [])
+        return frozenset(c["id"] for c in cards if isinstance(c, dict) and c.get("parent") == base and "id" in c)
+    except (ValueError, AttributeError, TypeError):
+        return frozenset()

@@ -71,6 +71,7 @@ class Outcome:
     model: str = "-"
     status: int = 0
     alias: str | None = None  # the alias the client named, when it named one
+    adapter: str | None = None  # the LoRA adapter the client named, when it named one
     pool: str | None = None
     replica: str | None = None
     attempts: int = 0
@@ -141,6 +142,7 @@ class Gateway:
         for pool in spec.pools:
             self.pools.setdefault(pool.model, pool)
         self.pools.update({p.served_name: p for p in spec.pools})
+        self.adapter_pools = {a.name: p for p in spec.pools for a in p.adapters}  # LoRA adapter -> its pool
         self.aliases = AliasTable()
         self.set_aliases(AliasTable.from_spec(spec.aliases))
         self.dynamic = settings.control_plane is not None
@@ -240,6 +242,10 @@ class Gateway:
             chosen = self.aliases.resolve(alias, info, lambda pool: self.endpoints.routable(pool) > 0)
             return self.settings.spec.pool(chosen), alias
         pool = self.pools.get(model)
+        if pool is None and model in self.adapter_pools:  # a LoRA adapter: allowed by its own name, not its base's
+            if not ("*" in tenant.allowed_models or model in tenant.allowed_models):
+                raise ModelNotAllowed(f"tenant '{tenant.name}' may not use model '{model}'", param="model")
+            return self.adapter_pools[model], None
         if pool is None:
             raise ModelNotFound(f"the model '{model}' does not exist", param="model")
         if not may_use(tenant, pool):
@@ -298,6 +304,8 @@ class Gateway:
         pool, alias = self.resolve(parsed.model, tenant, self._request_info(request, parsed, tenant, out, parsed.model))
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
         out.pool = pool.name
+        if parsed.model in self.adapter_pools:
+            out.adapter = parsed.model
         if alias is not None:
             out.alias = alias.name
             self.metrics.child(self.metrics.alias_routed, alias.name, pool.name).inc()
@@ -350,6 +358,7 @@ class Gateway:
             prompt=parsed.prompt,
             session_id=request.headers.get(self.config.session_header),
             now=self.clock(),
+            adapter=out.adapter,
         )
 
     async def _attempts(
@@ -362,7 +371,7 @@ class Gateway:
         spans: RequestSpans,
     ) -> web.StreamResponse:
         info = self._request_info(request, parsed, tenant, out, pool.served_name)
-        body = parsed.upstream_body(pool.served_name)
+        body = parsed.upstream_body(out.adapter or pool.served_name)
         headers = self._upstream_headers(request, out.request_id)
         path = "/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions"
         router = self.routers[pool.name]
@@ -452,6 +461,7 @@ class Gateway:
                     "tenant": out.tenant,
                     "model": out.model,
                     "alias": out.alias,
+                    "adapter": out.adapter,
                     "pool": out.pool,
                     "replica": out.replica,
                     "status": out.status,

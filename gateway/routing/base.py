@@ -63,6 +63,8 @@ class EndpointView:
     kv_usage: float
     in_flight: int  # this gateway's requests currently on the replica
     max_num_seqs: int  # the engine's batch size (from the pool spec)
+    adapters: frozenset[str] = frozenset()  # LoRA adapters the engine serves (its /v1/models)
+    active_adapters: frozenset[str] = frozenset()  # adapters of its running or waiting requests (last scrape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ class RequestInfo:
     prompt: str  # the prompt text (chat messages joined) used for prefix affinity
     session_id: str | None
     now: float
+    adapter: str | None = None  # the LoRA adapter the request names as its model
 
 
 @dataclass(frozen=True, slots=True)

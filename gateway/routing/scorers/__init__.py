@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from gateway.routing.base import SCORERS as REGISTRY
-from gateway.routing.scorers import load as load, prefix as prefix, rendezvous as rendezvous, session as session
+from gateway.routing.scorers import (
+    adapter as adapter,
+    load as load,
+    prefix as prefix,
+    rendezvous as rendezvous,
+    session as session,
+)
 
 __all__ = ["REGISTRY"]

@@ -1,0 +1,32 @@
+"""serves-adapter and adapter-affinity: an adapter's requests reach only replicas serving it, preferring one
+that holds it."""
+
+from __future__ import annotations
+
+from gateway.routing.filters.adapter import ServesAdapter
+from gateway.routing.scorers.adapter import AdapterAffinity
+from tests.gateway.builders import endpoint, request
+
+OLD = endpoint("old")  # started before the adapter was added
+NEW = endpoint("new", adapters=frozenset({"sql", "chat"}))
+BUSY = endpoint("busy", adapters=frozenset({"sql", "chat"}), active_adapters=frozenset({"sql"}))
+
+
+def test_an_adapter_request_keeps_only_replicas_that_serve_it_and_a_base_request_keeps_all() -> None:
+    assert ServesAdapter().filter([OLD, NEW, BUSY], request(adapter="sql")) == [NEW, BUSY]
+    assert ServesAdapter().filter([OLD], request(adapter="sql")) == []
+    assert ServesAdapter().filter([OLD, NEW], request()) == [OLD, NEW]
+
+
+def test_affinity_scores_the_replica_whose_engine_runs_the_adapter() -> None:
+    scorer = AdapterAffinity()
+    assert scorer.score([NEW, BUSY], request(adapter="sql")) == [0.0, 1.0]
+    assert scorer.score([NEW, BUSY], request(adapter="chat")) == [0.0, 0.0]
+    assert scorer.score([NEW, BUSY], request()) == [0.0, 0.0]
+
+
+def test_affinity_remembers_where_this_gateway_sent_an_adapter_for_resident_s() -> None:
+    scorer = AdapterAffinity(AdapterAffinity.Params(resident_s=60))
+    scorer.observe(request(adapter="chat", now=100.0), NEW)
+    assert scorer.score([NEW, BUSY], request(adapter="chat", now=159.0)) == [1.0, 0.0]
+    assert scorer.score([NEW, BUSY], request(adapter="chat", now=161.0)) == [0.0, 0.0]  # likely pushed out since
