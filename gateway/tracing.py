@@ -16,9 +16,10 @@ Attribute names follow OpenTelemetry's semantic conventions where one exists (``
 ends with status ERROR and ``error.type``; the server span keeps the HTTP rule: ERROR for 5xx only. Each upstream
 attempt sends the engine a ``traceparent`` naming its upstream span, so an engine's own spans join the trace.
 
-`Tracing` takes an injected ``TracerProvider`` and sets no global one. Without a provider the tracer is
-OpenTelemetry's no-op: spans record nothing, attributes are skipped (`Span.is_recording`), and the engine receives
-the caller's trace context unchanged. `provider_for` builds the exporting provider from ``gateway.tracing``.
+`Tracing` takes an injected ``TracerProvider`` and sets no global one. Without a provider every request gets
+`UNTRACED`, whose calls return at once (cheaper than OpenTelemetry's no-op tracer, which still parses and copies
+contexts), and the engine receives the caller's trace context as it came. A provider's unsampled requests skip
+every attribute (`Span.is_recording`). `provider_for` builds the exporting provider from ``gateway.tracing``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import NoOpTracerProvider, Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.errors import GatewayError
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from fleet.spec import GatewayTracingSpec
     from gateway.service import Outcome
 
-__all__ = ["RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]
+__all__ = ["UNTRACED", "RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]
 
 _TRACER = "llmfleet.gateway"
 _OPERATION = {"chat": "chat", "completion": "text_completion"}  # gen_ai.operation.name per request kind
@@ -54,13 +55,15 @@ class TracingUnavailable(RuntimeError):
 
 
 class Tracing:
-    """The gateway's tracer. ``provider`` None: the no-op tracer (tracing off)."""
+    """The gateway's tracer. ``provider`` None: tracing off, and `start` hands out `UNTRACED`."""
 
     def __init__(self, provider: TracerProvider | None = None) -> None:
-        self.tracer = (provider or NoOpTracerProvider()).get_tracer(_TRACER)
+        self.tracer = provider.get_tracer(_TRACER) if provider is not None else None
 
     def start(self, method: str, route: str, kind: str, headers: Mapping[str, str], request_id: str) -> RequestSpans:
         """Open the server span of one request, parented by the trace context in the client's ``headers``."""
+        if self.tracer is None:
+            return UNTRACED
         parent = _PROPAGATOR.extract(headers) if "traceparent" in headers else None
         span = self.tracer.start_span(f"{method} {route}", context=parent, kind=SpanKind.SERVER)
         if span.is_recording():
@@ -87,11 +90,14 @@ class RequestSpans:
         """Set attributes on the server span (None values are left out)."""
         _set(self.server, attributes)
 
-    @contextlib.contextmanager
     def phase(
         self, name: str, attributes: Mapping[str, Any] | None = None, kind: SpanKind = SpanKind.INTERNAL
-    ) -> Iterator[Span]:
+    ) -> contextlib.AbstractContextManager[Span]:
         """A child span of the server span around the block; an exception escaping it marks the span failed."""
+        return self._phase(name, attributes, kind)
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, attributes: Mapping[str, Any] | None, kind: SpanKind) -> Iterator[Span]:
         span = self._tracer.start_span(name, context=self._context, kind=kind)
         if attributes:
             _set(span, attributes)
@@ -103,10 +109,15 @@ class RequestSpans:
         finally:
             span.end()
 
-    @contextlib.contextmanager
-    def upstream(self, replica: str, pool: str, url: str, attempt: int, retry_reason: str | None) -> Iterator[Span]:
+    def upstream(
+        self, replica: str, pool: str, url: str, attempt: int, retry_reason: str | None
+    ) -> contextlib.AbstractContextManager[Span]:
         """The `phase` of one attempt on one replica (CLIENT kind), until its first token; send `headers_for` the
         span it yields. The proxy raises for any answer but 200, so a block that ends normally records 200."""
+        return self._upstream(replica, pool, url, attempt, retry_reason)
+
+    @contextlib.contextmanager
+    def _upstream(self, replica: str, pool: str, url: str, attempt: int, retry_reason: str | None) -> Iterator[Span]:
         attributes: dict[str, Any] = {}
         if self.server.is_recording():  # children share their server span's sampling decision
             engine = urlsplit(url)
@@ -119,7 +130,7 @@ class RequestSpans:
                 "server.address": engine.hostname,
                 "server.port": engine.port,
             }
-        with self.phase("upstream", attributes, SpanKind.CLIENT) as span:
+        with self._phase("upstream", attributes, SpanKind.CLIENT) as span:
             yield span
             span.set_attribute("http.response.status_code", 200)
 
@@ -129,16 +140,14 @@ class RequestSpans:
         _set(span, attributes)
         return span
 
-    @staticmethod
-    def headers_for(span: Span, headers: Mapping[str, str]) -> dict[str, str]:
+    def headers_for(self, span: Span, headers: dict[str, str]) -> dict[str, str]:
         """``headers`` with the ``traceparent`` (and ``tracestate``) naming ``span`` in place of the client's: what
         one attempt sends. A client's malformed trace context is not passed on."""
         out = {name: value for name, value in headers.items() if name not in _TRACE_HEADERS}
         _PROPAGATOR.inject(out, context=trace.set_span_in_context(span))
         return out
 
-    @staticmethod
-    def end(span: Span, error: str | None, attributes: Mapping[str, Any]) -> None:
+    def end(self, span: Span, error: str | None, attributes: Mapping[str, Any]) -> None:
         """End a span from `begin` with ``attributes``; ``error`` (an ``error.type``) marks it failed."""
         _set(span, {**attributes, "error.type": error})
         if error is not None and span.is_recording():
@@ -171,6 +180,47 @@ class RequestSpans:
             if out.status >= 500:
                 span.set_status(Status(StatusCode.ERROR, out.error))
         span.end()
+
+
+class _Untraced(RequestSpans):
+    """Tracing off: every call returns at once (no span, no context, no parsing), and each attempt sends the
+    client's own ``traceparent``/``tracestate`` on as they came. Stateless: one instance serves every request."""
+
+    def __init__(self) -> None:
+        super().__init__(trace.NoOpTracer(), trace.INVALID_SPAN)
+        self._none = contextlib.nullcontext(trace.INVALID_SPAN)  # reusable: it holds no state
+
+    def annotate(self, attributes: Mapping[str, Any]) -> None:
+        del attributes  # Unused.
+
+    def phase(
+        self, name: str, attributes: Mapping[str, Any] | None = None, kind: SpanKind = SpanKind.INTERNAL
+    ) -> contextlib.AbstractContextManager[Span]:
+        del name, attributes, kind  # Unused.
+        return self._none
+
+    def upstream(
+        self, replica: str, pool: str, url: str, attempt: int, retry_reason: str | None
+    ) -> contextlib.AbstractContextManager[Span]:
+        del replica, pool, url, attempt, retry_reason  # Unused.
+        return self._none
+
+    def begin(self, name: str, attributes: Mapping[str, Any]) -> Span:
+        del name, attributes  # Unused.
+        return trace.INVALID_SPAN
+
+    def headers_for(self, span: Span, headers: dict[str, str]) -> dict[str, str]:
+        del span  # Unused.
+        return headers
+
+    def end(self, span: Span, error: str | None, attributes: Mapping[str, Any]) -> None:
+        del span, error, attributes  # Unused.
+
+    def finish(self, out: Outcome) -> None:
+        del out  # Unused.
+
+
+UNTRACED: RequestSpans = _Untraced()
 
 
 def fail(span: Span, exc: BaseException) -> None:

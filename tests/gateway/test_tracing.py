@@ -187,6 +187,40 @@ async def test_a_retried_request_shows_one_upstream_span_per_attempt(sims: SimFa
     assert sent == [f"00-{trace_id}-{_span_id(first)}-01", f"00-{trace_id}-{_span_id(second)}-01"]
 
 
+async def test_a_resumed_stream_shows_the_resume_as_another_upstream_span(sims: SimFactory) -> None:
+    dying, good = sims(["--fault-die-mid-stream-after-tokens", "5"], [], time_scale=5.0)
+    traced = Traced()
+    overrides = {"pools.0.resumeStreams": True, "gateway.routing.picker": {"name": "round-robin"}}
+    settings = settings_for([dying.url, good.url], **overrides)
+    async with serve(settings, session_factory=traced.session, tracer_provider=traced.provider) as (url, gw):
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=20, what="both replicas routable")
+        traces = []
+        for _ in range(2):  # round-robin: one of the first two streams begins on the dying replica
+            header, trace_id, parent = _traceparent()
+            body = {**CHAT, "max_tokens": 20, "stream": True}
+            status, text = await _post(url, body, {**GOLD, "traceparent": header})
+            assert status == 200 and text.endswith(b"data: [DONE]\n\n") and b'"error"' not in text
+            traces.append((trace_id, parent))
+        spans_of = {t: await traced.wait_request(t) for t, _ in traces}
+    resumed = [(t, p) for t, p in traces if len([s for s in spans_of[t] if s.name == "upstream"]) == 2]
+    assert len(resumed) == 1, [[s.name for s in spans] for spans in spans_of.values()]
+    trace_id, parent = resumed[0]
+    spans = spans_of[trace_id]
+    server = _check_tree(spans, parent)
+    first, second = sorted((s for s in spans if s.name == "upstream"), key=lambda s: s.start_time or 0)
+    assert (first.attributes or {})["llmfleet.replica"] == "qwen-7b-static-0"
+    assert (second.attributes or {})["llmfleet.replica"] == "qwen-7b-static-1"
+    assert (second.attributes or {})["llmfleet.retry.reason"] == "resume"
+    streaming = _one(spans, "streaming")
+    assert first.end_time is not None and streaming.start_time is not None and streaming.end_time is not None
+    assert second.start_time is not None and first.end_time <= streaming.start_time <= second.start_time
+    assert (streaming.attributes or {})["llmfleet.resumes"] == 1 and streaming.status.status_code is StatusCode.UNSET
+    attrs = server.attributes or {}
+    assert (attrs["llmfleet.resumes"], attrs["llmfleet.retries"], attrs["http.response.status_code"]) == (1, 0, 200)
+    sent = [h["traceparent"] for h in traced.sent if trace_id in h["traceparent"]]
+    assert sent == [f"00-{trace_id}-{_span_id(first)}-01", f"00-{trace_id}-{_span_id(second)}-01"]
+
+
 async def test_a_quota_rejection_fails_the_quota_span_and_reaches_no_engine(shared_sim: Proc) -> None:
     traced = Traced()
     settings = settings_for([shared_sim.url], **{"tenants.0.requestsPerSecond": 1})
@@ -214,11 +248,11 @@ async def test_a_quota_rejection_fails_the_quota_span_and_reaches_no_engine(shar
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         ),
         (None, None),
-        ("00-not-a-trace-context", None),
+        ("00-not-a-trace-context", "00-not-a-trace-context"),
     ],
-    ids=["callers-context-unchanged", "none-sent-none-forwarded", "malformed-dropped"],
+    ids=["callers-context-unchanged", "none-sent-none-forwarded", "anything-passed-as-it-came"],
 )
-async def test_with_tracing_off_the_engine_receives_the_callers_trace_context(
+async def test_with_tracing_off_the_engine_receives_the_callers_trace_context_as_it_came(
     shared_sim: Proc, client: str | None, engine: str | None
 ) -> None:
     traced = Traced()
@@ -228,6 +262,24 @@ async def test_with_tracing_off_the_engine_receives_the_callers_trace_context(
     (sent,) = traced.sent
     assert sent.get("traceparent") == engine
     assert sent.get("tracestate") == (None if engine is None else "vendor=1")
+    assert traced.exporter.get_finished_spans() == ()
+
+
+async def test_with_tracing_on_a_malformed_traceparent_starts_a_new_trace(traced_gateway: tuple[str, Traced]) -> None:
+    url, traced = traced_gateway
+    assert (await _post(url, CHAT, {**GOLD, "traceparent": "00-not-a-trace-context", "tracestate": "x=1"}))[0] == 200
+    server = await async_wait_for(
+        lambda: next((s for s in traced.exporter.get_finished_spans() if s.kind is SpanKind.SERVER), None),
+        timeout_s=20,
+        what="the server span",
+    )
+    assert server.parent is None and server.context is not None
+    upstream = _one(traced.trace(f"{server.context.trace_id:032x}"), "upstream")
+    (sent,) = traced.sent
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, span_id) == ("00", f"{server.context.trace_id:032x}", _span_id(upstream))
+    assert int(flags, 16) & 1  # sampled (the SDK may add its random-trace-id flag)
+    assert "tracestate" not in sent  # it belonged to the context that could not be read
 
 
 # -- configuration -------------------------------------------------------------------------------------------
