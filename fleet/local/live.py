@@ -86,25 +86,24 @@ def _increase(before: float, now: float) -> float:
 
 def interval_between(before: Snapshot, now: Snapshot) -> Interval:
     """What the gateway answered between two snapshots. A counter that went down (the gateway restarted) counts
-    from zero rather than as negative traffic."""
+    from zero rather than as negative traffic; with either scrape missing nothing is counted (an empty interval,
+    the plot's gap) rather than a whole lifetime's counts at once."""
     length = max(1e-9, now.at_s - before.at_s)
-    if now.requests is None:
+    if now.requests is None or before.requests is None:
         return Interval(before.at_s, length, 0, 0, {})
-    old = before.requests or {}
+    old = before.requests
     delta = {status: _increase(old.get(status, 0.0), n) for status, n in now.requests.items()}
     errors = {status: round(n) for status, n in sorted(delta.items()) if status != "200" and n > 0}
-    ttft_before = before.ttft if before.requests is not None else ()
-    e2e_before = before.e2e if before.requests is not None else ()
     return Interval(
         start_s=before.at_s,
         length_s=length,
         sent=round(sum(delta.values())),
         completed=round(delta.get("200", 0.0)),
         errors=errors,
-        ttft_p50_s=_quantile(now.ttft, ttft_before, 0.5),
-        ttft_p99_s=_quantile(now.ttft, ttft_before, 0.99),
-        latency_p50_s=_quantile(now.e2e, e2e_before, 0.5),
-        latency_p99_s=_quantile(now.e2e, e2e_before, 0.99),
+        ttft_p50_s=_quantile(now.ttft, before.ttft, 0.5),
+        ttft_p99_s=_quantile(now.ttft, before.ttft, 0.99),
+        latency_p50_s=_quantile(now.e2e, before.e2e, 0.5),
+        latency_p99_s=_quantile(now.e2e, before.e2e, 0.99),
     )
 
 
@@ -126,7 +125,7 @@ def render(before: Snapshot | None, now: Snapshot, *, clock: str = "", width: in
     lines = [f"llmfleet live{f'  {clock}' if clock else ''}"]
     if now.requests is None:
         lines += ["  gateway        unreachable", ""]
-    elif before is None:
+    elif before is None or before.requests is None:
         lines += ["  requests       (measuring)", ""]
     else:
         i = interval_between(before, now)

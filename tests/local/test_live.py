@@ -63,6 +63,7 @@ def test_the_view_shows_rates_errors_latency_replicas_and_the_last_decision() ->
     ("before", "now", "shown", "hidden"),
     [
         (None, AFTER, "(measuring)", "/s"),
+        (snapshot(10.0, None, pools(1)), AFTER, "(measuring)", "/s"),
         (BEFORE, snapshot(12.0, None, pools(1)), "gateway        unreachable", "/s"),
         (BEFORE, snapshot(12.0, metrics({"200": 100}, [0] * 5, [0] * 5), None), "control plane  unreachable", "ready"),
         (
@@ -72,7 +73,7 @@ def test_the_view_shows_rates_errors_latency_replicas_and_the_last_decision() ->
             "p50 1",
         ),
     ],
-    ids=["first-snapshot", "gateway-down", "control-plane-down", "idle"],
+    ids=["first-snapshot", "gateway-back", "gateway-down", "control-plane-down", "idle"],
 )
 def test_what_is_unknown_is_said_never_shown_as_zero(
     before: Snapshot | None, now: Snapshot, shown: str, hidden: str
