@@ -34,14 +34,20 @@ _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 class GatewayMetrics:
     """One registry per gateway (no globals): tests and several apps in one process never collide."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, ttft_slo_s: Iterable[float] = ()) -> None:
+        """``ttft_slo_s``: the pools' TTFT thresholds (`fleet.slo_rules.ttft_slo_edges`), added to the TTFT
+        histogram's edges so that the SLO rules count requests slower than each threshold exactly."""
         self.registry = registry or CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         p = "llmfleet_gateway_"
         self.requests = Counter(p + "requests", "Requests answered", ["tenant", "model", "status"], registry=r)
         self.ttft = Histogram(
-            p + "ttft_seconds", "Time to first token", ["tenant", "model"], buckets=_LATENCY, registry=r
+            p + "ttft_seconds",
+            "Time to first token",
+            ["tenant", "model"],
+            buckets=sorted({*_LATENCY, *ttft_slo_s}),
+            registry=r,
         )
         self.e2e = Histogram(
             p + "e2e_seconds", "Request latency, end to end", ["tenant", "model"], buckets=_LATENCY, registry=r

@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from fleet.capacity import admission_capacity
+from fleet.slo_rules import ttft_slo_edges
 from fleet.spec import PluginRef, PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS, KeyRing
 from gateway.body import Kind, ParsedRequest, parse_body
@@ -133,7 +134,7 @@ class Gateway:
         self.quota = quota
         self.clock = clock
         self.wall = wall
-        self.metrics = metrics or GatewayMetrics()
+        self.metrics = metrics or GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))
         self.tracing = tracing or Tracing()  # no provider: no-op spans
         self.metrics.watch_quota(quota)  # the quota store's health, when the backend has a shared store
         self.access_log = AccessLog() if settings.access_log else None

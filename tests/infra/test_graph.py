@@ -10,6 +10,7 @@ import pytest
 from fleet import contract
 from fleet.loader import list_stacks, load_spec
 from fleet.paid_capacity import plan_groups
+from fleet.slo_rules import pool_rule_groups
 from fleet.spec import FleetSpec
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import engine_labels
@@ -273,12 +274,12 @@ def test_device_plugin_runs_only_on_gpu_nodes_and_only_on_aws(prod: OfflineRun, 
     assert dev.of_type("kubernetes:apps/v1:DaemonSet") == []
 
 
-def test_prometheus_rules_warn_before_the_slo(prod: OfflineRun) -> None:
+def test_prometheus_rules_are_each_pools_generated_slo_rules(prod: OfflineRun, prod_spec: FleetSpec) -> None:
     (rule,) = prod.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
-    alerts = {a["alert"]: a for g in rule.props["spec"]["groups"] for a in g["rules"]}
-    assert "< 0.9995" in alerts["LlmfleetAvailabilityBelowWarning"]["expr"]
-    assert "> 0.0144" in alerts["LlmfleetErrorBudgetBurnFast"]["expr"]
-    assert "> 0.24" in alerts["LlmfleetTtftP99NearSlo"]["expr"]
+    assert rule.props["spec"]["groups"] == pool_rule_groups(prod_spec.pools[0])  # evaluated: tests/fleet/test_slo_rules
+    alerts = {a["alert"]: a for g in rule.props["spec"]["groups"] for a in g["rules"] if "alert" in a}
+    assert 'ratio_rate1h{pool="qwen-7b"} > 0.0005' in alerts["LlmfleetAvailabilityNearSlo"]["expr"]  # 99.95%
+    assert 'ratio_rate5m{pool="qwen-7b"} > 0.0144' in alerts["LlmfleetAvailabilityBudgetBurnFast"]["expr"]
 
 
 def test_pod_monitors_scrape_engines_and_gateways_with_the_pool_label_the_rules_use(prod: OfflineRun) -> None:

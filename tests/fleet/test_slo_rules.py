@@ -1,0 +1,183 @@
+"""SLO rules: the shipped stacks' rule files pass `promtool check rules` and `promtool test rules`, every alert and
+recording rule has a case that exercises it, and every series the rules read is one the engine and gateway export."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from engine_sim.metrics import ITL_BUCKETS
+from fleet.loader import list_stacks, load_spec
+from fleet.ports import free_port
+from fleet.promql_names import metric_names, missing_series
+from fleet.slo_rules import (
+    VLLM_ITL_BUCKETS,
+    edge_at_or_below,
+    pool_rule_groups,
+    rule_groups,
+    rules_yaml,
+    ttft_slo_edges,
+)
+from fleet.spec import FleetSpec, PoolSpec
+from gateway.metrics import GatewayMetrics
+from tests.fleet.promtool.scenarios import pool_tests
+from tests.support.procs import Procs
+from tests.support.stacks import pool
+
+STACKS = list_stacks()
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    """promtool's path; missing, a failure in CI (CI=true) and a skip elsewhere."""
+    found = shutil.which("promtool")
+    if found is None:
+        reason = "promtool is not installed (Debian/Ubuntu: apt-get install prometheus)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def _run(promtool: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def write_unit_tests(
+    folder: Path, pool: PoolSpec, groups: list[dict[str, Any]] | None = None, only: Sequence[str] | None = None
+) -> Path:
+    """``pool``'s rules (``groups``, by default its generated ones) and their unit tests, a file each in ``folder``;
+    the tests' path. A file per pool: promtool evaluates every rule of the file in every test."""
+    groups = pool_rule_groups(pool) if groups is None else groups
+    rules = folder / f"rules-{pool.name}.yaml"
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    tests = pool_tests(pool, groups, only)
+    document = {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}
+    path = folder / f"tests-{pool.name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def untested(groups: Sequence[Mapping[str, Any]], tests: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Alerts with no case in which they fire, and recording rules with no case checking their value."""
+    rules = [rule for group in groups for rule in group["rules"]]
+    fired = {t["alertname"] for test in tests for t in test.get("alert_rule_test", []) if t["exp_alerts"]}
+    valued = {name for test in tests for t in test.get("promql_expr_test", []) for name in metric_names(t["expr"])}
+    missing = [f"alert {r['alert']}" for r in rules if "alert" in r and r["alert"] not in fired]
+    return missing + [f"record {r['record']}" for r in rules if "record" in r and r["record"] not in valued]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_rules_pass_promtool_check_and_their_unit_tests(
+    stack: str, promtool: str, tmp_path: Path
+) -> None:
+    spec = load_spec(stack).spec
+    (tmp_path / "rules.yaml").write_text(rules_yaml(spec))
+    checked = _run(promtool, "check", "rules", "rules.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tests = [write_unit_tests(tmp_path, p).name for p in spec.pools]
+    tested = _run(promtool, "test", "rules", *tests, cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_alert_fires_in_some_case_and_every_recording_rule_is_valued(stack: str) -> None:
+    for p in load_spec(stack).spec.pools:
+        groups = pool_rule_groups(p)
+        assert untested(groups, pool_tests(p, groups)) == [], p.name
+
+
+def test_an_alert_without_a_firing_case_is_reported() -> None:
+    slo_pool = pool("local")
+    groups = pool_rule_groups(slo_pool)
+    tests = pool_tests(slo_pool, groups)
+    groups[0]["rules"].append({"alert": "LlmfleetNew", "expr": "vector(1)", "labels": {}, "annotations": {}})
+    groups[0]["rules"].append({"record": "llmfleet:pool_new:ratio_rate5m", "expr": "vector(1)"})
+    assert untested(groups, tests) == ["alert LlmfleetNew", "record llmfleet:pool_new:ratio_rate5m"]
+
+
+def _mutated(old: str, new: str) -> tuple[PoolSpec, list[dict[str, Any]]]:
+    """The local stack's pool and its rules with ``old`` replaced by ``new`` in every expression."""
+    slo_pool = load_spec("local").spec.pools[0]
+    groups = pool_rule_groups(slo_pool)
+    for rule in groups[0]["rules"]:
+        rule["expr"] = rule["expr"].replace(old, new)
+    return slo_pool, groups
+
+
+def test_a_fast_burn_alert_that_outlives_its_burst_fails_the_unit_tests(promtool: str, tmp_path: Path) -> None:
+    slo_pool, groups = _mutated("ratio_rate5m{", "ratio_rate30m{")  # the fast burns' short window
+    tests = write_unit_tests(tmp_path, slo_pool, groups, only=["availability-burst"])
+    tested = _run(promtool, "test", "rules", tests.name, cwd=tmp_path)
+    assert tested.returncode != 0
+    assert "LlmfleetAvailabilityBudgetBurnFast" in tested.stdout + tested.stderr
+
+
+def test_a_ttft_threshold_off_the_bucket_edges_fails_the_unit_tests(promtool: str, tmp_path: Path) -> None:
+    slo_pool, groups = _mutated('le="0.3"', 'le="0.25"')
+    tests = write_unit_tests(tmp_path, slo_pool, groups, only=["ttft-burst"])
+    tested = _run(promtool, "test", "rules", tests.name, cwd=tmp_path)
+    assert tested.returncode != 0
+    assert "llmfleet:pool_ttft_slow_requests" in tested.stdout + tested.stderr
+
+
+def test_rules_yaml_is_a_prometheus_rule_file_of_every_pool() -> None:
+    spec = load_spec("prod").spec
+    document = yaml.safe_load(rules_yaml(spec))
+    assert [g["name"] for g in document["groups"]] == [f"llmfleet-{p.name}-slo" for p in spec.pools]
+    for rule in (r for g in document["groups"] for r in g["rules"] if "alert" in r):
+        assert set(rule["labels"]) == {"severity", "pool"} and rule["annotations"]["summary"]
+
+
+def _gateway_exposition(spec: FleetSpec) -> str:
+    """A gateway registry as the gateway builds it for ``spec``, with one request of each pool recorded."""
+    metrics = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))
+    for p in spec.pools:
+        metrics.child(metrics.requests, "t", p.served_name, "200").inc()
+        metrics.child(metrics.ttft, "t", p.served_name).observe(0.1)
+    return metrics.render().decode()
+
+
+@pytest.mark.parametrize("stack", ["local", "prod"])
+def test_rules_read_only_series_the_simulator_and_gateway_export(stack: str, procs: Procs) -> None:
+    spec = load_spec(stack).spec
+    port = free_port()
+    sim = procs.start(
+        ["sim", "serve", "Qwen/Qwen2.5-7B-Instruct", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--served-model-name", spec.pools[0].served_name, "--startup-seconds", "0"],
+        name=f"sim-{port}",
+        url=f"http://127.0.0.1:{port}",
+    )
+    sim.wait_http("/health", timeout_s=30)
+    engine = sim.get("/metrics").text
+    rules = [rule for group in rule_groups(spec) for rule in group["rules"]]
+    recorded = {rule["record"] for rule in rules if "record" in rule}
+    exprs = [rule["expr"] for rule in rules]
+    assert missing_series(exprs, [engine, _gateway_exposition(spec)], recorded) == []
+    # A gateway without the SLO's edge in its TTFT histogram is caught, and so is a name vLLM 0.33 no longer has.
+    (ttft,) = {r["expr"] for r in rules if "record" in r and r["record"].endswith("ttft_slow_requests:ratio_rate5m")}
+    plain = GatewayMetrics()
+    plain.child(plain.ttft, "t", spec.pools[0].served_name).observe(0.1)
+    assert missing_series([ttft], [plain.render().decode()]) == [
+        f"llmfleet_gateway_ttft_seconds_bucket{{le='0.3'}} in {ttft!r}"
+    ]
+    stale = "histogram_quantile(0.99, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket[5m])))"
+    assert missing_series([stale], [engine], set()) == [f"vllm:time_per_output_token_seconds_bucket in {stale!r}"]
+
+
+def test_decode_speed_counts_tokens_slower_than_the_itl_edge_at_or_below_the_threshold() -> None:
+    assert edge_at_or_below(VLLM_ITL_BUCKETS, 1 / 30) == 0.025
+    assert edge_at_or_below(VLLM_ITL_BUCKETS, 1 / 40) == 0.025  # an edge counts as at the threshold
+    with pytest.raises(ValueError, match="no histogram edge at or below 0.005 s"):
+        edge_at_or_below(VLLM_ITL_BUCKETS, 1 / 200)
+
+
+def test_the_rules_know_the_simulators_itl_edges() -> None:
+    assert VLLM_ITL_BUCKETS == ITL_BUCKETS
