@@ -22,11 +22,24 @@ from typing import Any
 
 import yaml
 
+from fleet.commands.registries import all_registries
+from fleet.errors import SpecError
 from fleet.loader import find_stack, parse_spec
 from fleet.spec import FleetSpec, PoolSpec
 from fleet.validate import hash_api_key
 
-__all__ = ["DELETE", "KEYS", "MODEL", "PRESETS", "pool", "shipped", "spec", "stack_document", "write_stack"]
+__all__ = [
+    "DELETE",
+    "KEYS",
+    "MODEL",
+    "PRESETS",
+    "assert_refused",
+    "pool",
+    "shipped",
+    "spec",
+    "stack_document",
+    "write_stack",
+]
 
 MODEL = "qwen2.5-7b-instruct"  # every preset's first pool serves Qwen2.5-7B-Instruct under this name
 KEYS = {"gold": "sk-test-gold", "bronze": "sk-test-bronze", "other": "sk-test-other"}  # "other" is no tenant's
@@ -133,6 +146,20 @@ def pool(preset: str = "local-sim", /, **overrides: Any) -> PoolSpec:
     values = copy.deepcopy(stack_document(preset)["config"]["llmfleet:pools"][0])
     _apply(values, overrides, namespace="")
     return PoolSpec.model_validate(values)
+
+
+def assert_refused(document: dict[str, Any], file: str, path: str, allowed: str) -> None:
+    """Loading ``document`` as ``file`` fails with a problem at ``path`` (a key path under ``llmfleet:``, or its
+    start) whose message contains ``allowed``, and the error names the file."""
+    try:
+        parse_spec(document, file=file, registries=all_registries())
+    except SpecError as caught:
+        matching = [p for p in caught.problems if p.path.startswith(f"llmfleet:{path}")]
+        assert matching, f"no problem at {path}; got {[p.render() for p in caught.problems]}"
+        assert any(allowed in p.message for p in matching), [p.render() for p in matching]
+        assert file in str(caught)
+    else:
+        raise AssertionError(f"{file} loaded; expected a problem at {path}")
 
 
 def _apply(target: dict[str, Any], overrides: dict[str, Any], namespace: str = "llmfleet:") -> None:
