@@ -17,11 +17,14 @@ falls off its compute cliff (~130 of 256 slots for Qwen2.5-7B on an A100 at a 20
 term alone scales one cold start late on a ramp; the rate warns before the cliff. It is absent (not zero) when
 no gateway reported recently or the pool has no plan.
 
-The rate it reads is not the gateways' last report (their last ten seconds) but the ``rateQuantile`` of the
-reports over the last ``rateWindowS`` (default: one cold start), kept in the policy's state as ``rates``: a
-replica launched now serves from a cold start on, so it can only answer demand that lasts about that long. A
-ten-second burst (16x the mean on the Azure code trace) is one or two samples of fifteen and does not move the
-median; a rise that holds for half the window does. The burst itself is the batch's and the queue's to absorb.
+The queue and the rate these terms read are not this tick's but the ``sustainQuantile`` (default the median)
+of what the last ``sustainWindowS`` (default one cold start) of ticks saw, kept in the policy's state as
+``queues`` and ``rates``: a replica launched now serves from a cold start on, so it can only answer demand that
+lasts about that long. A ten-second burst (16x the mean on the Azure code trace) is one or two samples of
+fifteen and moves neither median; a rise or a queue that holds for half the window does. The burst itself is
+the batches' and the gateway queue's to absorb. Read tick by tick, the rate term asked for 21.6 replicas on a
+ten-second burst of that trace, and the queue term for 14 on a backlog of 56 requests that seven replicas
+cleared in seconds; the envelope then held either for a quarter of an hour.
 
 While a cold start is under way the queue term is capped at ``(running + waiting) / (maxNumSeqs *
 targetUtilisation)``: the backlog will be admitted by the arriving replicas' batches, so counting it one replica
@@ -41,11 +44,11 @@ replica-hours; ``releaseTimeConstantS: 0`` turns the envelope off.
 
 Parameters (``autoscaling.policy.params``): ``targetQueuePerReplica`` (> 0), ``targetKvUsage`` and
 ``targetUtilisation`` (in (0, 1]) override the stack-wide targets; ``releaseTimeConstantS`` (>= 0) the release
-time constant; ``rateWindowS`` (>= 0, default one cold start; 0: the last report only) and ``rateQuantile``
-(in [0, 1], default 0.5) the request rate the capacity term reads.
+time constant; ``sustainWindowS`` (>= 0, default one cold start; 0: this tick only) and ``sustainQuantile``
+(in [0, 1], default 0.5) the queue depth and request rate the queue and capacity terms read.
 
     autoscaling:
-      policy: {name: target-tracking, params: {targetQueuePerReplica: 4, releaseTimeConstantS: 900, rateQuantile: 0.5}}
+      policy: {name: target-tracking, params: {releaseTimeConstantS: 900, sustainQuantile: 0.5}}
 """
 
 from __future__ import annotations
@@ -58,23 +61,25 @@ from autoscaler.context import ScalingContext
 from autoscaler.policies import Proposal, ScalingPolicy
 from fleet.plugins import PluginParams
 
-__all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas", "sustained_rate"]
+__all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas", "sustained"]
 
 RELEASE_COLD_STARTS = 6.0  # default release time constant, in cold starts
 
-RateSamples = list[tuple[float, float]]
+Samples = list[tuple[float, float]]
 
 
-def sustained_rate(ctx: ScalingContext, window_s: float, q: float) -> tuple[float | None, RateSamples]:
-    """The ``q`` quantile (nearest rank) of the gateways' request rates reported over the last ``window_s``,
-    this tick's included, and the samples to carry in the state; None when the rate is unknown now.
+def sustained(
+    ctx: ScalingContext, key: str, value: float | None, window_s: float, q: float
+) -> tuple[float | None, Samples]:
+    """The ``q`` quantile (nearest rank) of a term's values over the last ``window_s``, this tick's ``value``
+    included, and the samples to carry in the state under ``key``; None when the value is unknown now.
 
-    Samples come from ``ctx.state["rates"]`` (``[t, rate]`` pairs, as the last tick returned them). A tick
-    with the rate unknown keeps the window but answers None: an unknown rate is never read from old samples."""
-    samples: RateSamples = [(float(t), float(v)) for t, v in ctx.state.get("rates", ()) if ctx.now - t < window_s]
-    if ctx.request_rate is None:
+    Past samples come from ``ctx.state[key]`` (``[t, value]`` pairs, as the last tick returned them). A tick with
+    the value unknown keeps the window but answers None: an unknown value is never read from old samples."""
+    samples: Samples = [(float(t), float(v)) for t, v in ctx.state.get(key, ()) if ctx.now - t < window_s]
+    if value is None:
         return None, samples
-    samples.append((ctx.now, ctx.request_rate))
+    samples.append((ctx.now, value))
     values = sorted(v for _, v in samples)
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))], samples
 
@@ -98,10 +103,10 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         """Overrides autoscaling.targetUtilisation."""
         release_time_constant_s: float | None = Field(default=None, ge=0.0)
         """Release time constant of the envelope (default 6 cold starts; 0 turns the envelope off)."""
-        rate_window_s: float | None = Field(default=None, ge=0.0)
-        """How far back the capacity term's request rate reaches (default one cold start; 0: the last report)."""
-        rate_quantile: float = Field(default=0.5, ge=0.0, le=1.0)
-        """Which quantile of the rates reported in that window the capacity term reads (1: the peak)."""
+        sustain_window_s: float | None = Field(default=None, ge=0.0)
+        """How far back the queue and capacity terms read (default one cold start; 0: this tick only)."""
+        sustain_quantile: float = Field(default=0.5, ge=0.0, le=1.0)
+        """Which quantile of the queue depths and request rates seen in that window they read (1: the peak)."""
 
     def __init__(self, params: Params | None = None) -> None:
         self.params = params or self.Params()
@@ -111,10 +116,13 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         target_q = p.target_queue_per_replica or ctx.target_queue_per_replica
         target_kv = p.target_kv_usage or ctx.target_kv_usage
         target_u = p.target_utilisation or ctx.target_utilisation
-        window = ctx.cold_start_s if p.rate_window_s is None else p.rate_window_s
-        sustained, samples = sustained_rate(ctx, window, p.rate_quantile)
-        carry = {"rates": samples}
-        rate = capacity_replicas(ctx, target_u, sustained)
+        window = ctx.cold_start_s if p.sustain_window_s is None else p.sustain_window_s
+        sustained_rate, rates = sustained(ctx, "rates", ctx.request_rate, window, p.sustain_quantile)
+        sustained_queue, queues = sustained(
+            ctx, "queues", ctx.queue_depth if ctx.has_metrics else None, window, p.sustain_quantile
+        )
+        carry = {"rates": rates, "queues": queues}
+        rate = capacity_replicas(ctx, target_u, sustained_rate)
         if not ctx.has_metrics:
             hold = float(ctx.capacity)
             gateway = max(rate or 0.0, (ctx.gateway_waiting or 0.0) / target_q)
@@ -122,7 +130,7 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
                 reason = f"no fresh engine metrics; the gateways' queue and request rate need {gateway:.2f} replicas"
                 return Proposal(gateway, reason, {"gateway_replicas": round(gateway, 3)}, carry)
             return Proposal(hold, "no fresh load metrics: holding capacity (unknown is not zero)", state=carry)
-        queue = ctx.queue_depth / target_q
+        queue = (sustained_queue or 0.0) / target_q
         if ctx.arriving and ctx.queue_depth > 0:
             # A cold start is under way: the backlog will be taken by the arriving replicas' batches, so it
             # needs replicas by batch slots, not one per targetQueuePerReplica (which launched a second wave).
@@ -139,14 +147,15 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         inputs = {f"{k}_replicas": round(v, 3) for k, v in terms.items()}
         reason = (
             f"{signal} needs {desired:.2f} replicas "
-            f"(queue {ctx.queue_depth:g} / target {target_q:g} per replica, "
+            f"(queue {sustained_queue or 0.0:g} over {window:g}s (now {ctx.queue_depth:g}) / target {target_q:g} "
+            "per replica, "
             f"KV {ctx.kv_usage_total:.2f} / {target_kv:g}, running {ctx.running:g} / "
             f"{ctx.max_num_seqs}x{target_u:g}"
         )
         if rate is not None:
-            reason += f", {sustained:.1f} req/s over {window:g}s (now {ctx.request_rate:.1f}) / "
+            reason += f", {sustained_rate:.1f} req/s over {window:g}s (now {ctx.request_rate:.1f}) / "
             reason += f"{ctx.per_replica_qps:.1f}x{target_u:g}"
-            inputs["sustained_rate"] = round(sustained or 0.0, 3)
+            inputs["sustained_rate"] = round(sustained_rate or 0.0, 3)
         reason += ")"
         tau = p.release_time_constant_s
         if tau is None:

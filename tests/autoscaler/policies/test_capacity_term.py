@@ -82,7 +82,7 @@ def test_a_ten_second_burst_does_not_move_the_capacity_term() -> None:
     # 30 req/s on a plan of 10 per replica at 0.75 = 4 replicas; one report of 300 req/s (a ten-second burst).
     assert rate_ticks([30.0, 30.0, 30.0, 300.0, 30.0, 30.0]) == pytest.approx([4.0] * 6)
     # the last report alone (window 0), as before: the burst asks for 40 replicas
-    assert max(rate_ticks([30.0, 30.0, 30.0, 300.0, 30.0], rateWindowS=0)) == pytest.approx(40.0)
+    assert max(rate_ticks([30.0, 30.0, 30.0, 300.0, 30.0], sustainWindowS=0)) == pytest.approx(40.0)
 
 
 def test_a_sustained_rise_moves_the_capacity_term_within_half_the_window() -> None:
@@ -91,10 +91,10 @@ def test_a_sustained_rise_moves_the_capacity_term_within_half_the_window() -> No
     assert terms[4:] == pytest.approx([8.0, 8.0])
 
 
-def test_the_rate_quantile_is_a_parameter_and_old_samples_leave_the_window() -> None:
-    assert rate_ticks([30.0, 300.0, 30.0], rateQuantile=1.0) == pytest.approx([4.0, 40.0, 40.0])
+def test_the_quantile_is_a_parameter_and_old_samples_leave_the_window() -> None:
+    assert rate_ticks([30.0, 300.0, 30.0], sustainQuantile=1.0) == pytest.approx([4.0, 40.0, 40.0])
     # 30 s window, 20 s ticks: the burst two ticks back is out of it
-    assert rate_ticks([30.0, 300.0, 30.0, 30.0], interval=20.0, rateQuantile=1.0)[-1] == pytest.approx(4.0)
+    assert rate_ticks([30.0, 300.0, 30.0, 30.0], interval=20.0, sustainQuantile=1.0)[-1] == pytest.approx(4.0)
 
 
 def test_an_unknown_rate_is_not_read_from_old_samples() -> None:
@@ -103,3 +103,22 @@ def test_an_unknown_rate_is_not_read_from_old_samples() -> None:
     later = policy.propose(context(*IDLE4, now=1010.0, per_replica_qps=10.0, state=dict(first.state)))
     assert "capacity_replicas" not in later.inputs
     assert [r for _, r in later.state["rates"]] == [300.0]
+
+
+def queue_ticks(queues: list[float], **params: Any) -> list[float]:
+    """The queue term tick after tick (10 s ticks, 30 s window) as the gateways report ``queues`` waiting."""
+    policy = make_policy("target-tracking", {"releaseTimeConstantS": 0, **params})
+    state: dict[str, Any] = {}
+    out = []
+    for i, queue in enumerate(queues):
+        proposal = policy.propose(context(*IDLE4, now=1000.0 + i * 10, gateway_waiting=queue, state=state))
+        state = dict(proposal.state)
+        out.append(proposal.inputs["queue_replicas"])
+    return out
+
+
+def test_a_passing_backlog_does_not_move_the_queue_term_a_lasting_one_does() -> None:
+    # 8 waiting / 4 per replica = 2 replicas; one tick of 56 waiting (a backlog cleared within the tick)
+    assert queue_ticks([8.0, 8.0, 56.0, 8.0]) == pytest.approx([2.0] * 4)
+    assert queue_ticks([8.0, 8.0, 56.0, 56.0, 56.0])[-2:] == pytest.approx([14.0, 14.0])
+    assert queue_ticks([8.0, 56.0], sustainWindowS=0) == pytest.approx([2.0, 14.0])
