@@ -40,6 +40,7 @@ __all__ = [
     "ReplicasSpec",
     "RestartWindowSpec",
     "RetrySpec",
+    "RolloutSpec",
     "RoutingSpec",
     "SimSpec",
     "SloSpec",
@@ -628,6 +629,33 @@ AliasName = Annotated[str, Field(pattern=_ALIAS_NAME)]
 Weight = Annotated[int, Field(ge=0, strict=True)]
 
 
+class RolloutSpec(Spec):
+    """How a canary rollout of the alias runs (``llmfleet rollout start``), e.g. ``{steps: [1, 5, 25, 50, 100],
+    bakeS: 300, minSamples: 100}``."""
+
+    steps: list[int] = Field(default_factory=lambda: [1, 5, 25, 50, 100], min_length=2, max_length=20)
+    """The candidate's percent of the alias, step by step: increasing, ending at 100 (reaching it promotes)."""
+    bake_s: float = Field(default=300.0, gt=0, le=86_400)
+    """Seconds each step is observed before the next; its window is judged against the baseline's."""
+    min_samples: int = Field(default=100, ge=1, le=10_000_000)
+    """Requests each side must have answered in a step's window before it is judged (no step up without them)."""
+    tolerance: float = Field(default=0.10, ge=0.0, lt=1.0)
+    """How much worse than the baseline the candidate's TTFT p99, TPOT p99 and error rate may be (0.10: 10%)."""
+    baseline: str | None = None
+    """The pool rolled away from (default: the alias's pool of highest weight other than the candidate)."""
+    baseline_after: Literal["zero", "min"] = "zero"
+    """After a promotion the baseline (at weight 0) drains down to no replica (zero) or to its replicas.min."""
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, steps: list[int]) -> list[int]:
+        if any(not 1 <= s <= 100 for s in steps) or steps[-1] != 100:
+            raise ValueError(f"percents from 1 to 100, ending at 100; got {steps}")
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise ValueError(f"each step above the one before; got {steps}")
+        return steps
+
+
 class AliasSpec(Spec):
     """A model name served by several pools by weight, e.g. ``chat: {pools: {qwen-v1: 95, qwen-v2: 5}}``."""
 
@@ -637,6 +665,15 @@ class AliasSpec(Spec):
     """A pool outside `pools` that takes the requests whose chosen pool has no ready replica."""
     sticky: Literal["session", "none"] = "session"
     """session: a conversation (session header, else its leading prompt blocks) keeps its pool; none: per request."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """Canary rollouts of this alias: steps, bake time, samples, tolerance."""
+
+    @model_validator(mode="after")
+    def _rollout_baseline_is_a_pool(self) -> AliasSpec:
+        baseline = self.rollout.baseline
+        if baseline is not None and baseline not in self.pools:
+            raise ValueError(f"rollout.baseline {baseline!r} is not one of the alias's pools ({', '.join(self.pools)})")
+        return self
 
 
 class FleetSpec(Spec):

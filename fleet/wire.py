@@ -4,6 +4,8 @@ agent -> control plane   POST /v1/reports                LoadReport
 gateway -> control plane POST /v1/gateway-reports        GatewayReport (the admission queue: demand not yet
                                                          in any engine)
 gateway -> control plane GET  /v1/pools/{pool}/replicas  ReplicaList
+gateway -> control plane GET  /v1/aliases                AliasWeights (the aliases' weights now: rollouts move them)
+operator -> control plane POST/GET/DELETE /v1/rollouts   RolloutStart -> RolloutStatus, RolloutsResponse
 agent -> control plane   POST /v1/leases/restart         LeaseRequest -> LeaseGrant (409 when refused)
                          DELETE /v1/leases/restart/{pool}/{replica}   -> Released
 
@@ -16,11 +18,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "Accepted",
+    "LATENCY_EDGES_S",
     "AgentState",
+    "AliasEntry",
+    "AliasWeights",
     "DecisionsResponse",
     "GatewayAccepted",
     "GatewayReport",
@@ -29,11 +34,16 @@ __all__ = [
     "LeasesResponse",
     "LoadReport",
     "PoolBudget",
+    "PoolOutcomes",
     "PoolSummary",
     "PoolsResponse",
     "Released",
     "ReplicaInfo",
     "ReplicaList",
+    "RolloutSide",
+    "RolloutStart",
+    "RolloutStatus",
+    "RolloutsResponse",
     "SloBudget",
 ]
 
@@ -64,6 +74,37 @@ class LoadReport(Wire):
     ts: float = Field(description="agent wall-clock time of the report, seconds since the epoch")
 
 
+# Upper bounds (seconds) of the latency buckets gateways count TTFT and TPOT in: about x1.5 apart, so a p99 read
+# from them (linear inside a bucket) is within a few percent, well inside a canary's 10% tolerance.
+LATENCY_EDGES_S: tuple[float, ...] = (
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class PoolOutcomes(Wire):
+    """Requests a gateway answered for one pool since its previous accepted report: counts by outcome, and TTFT
+    and TPOT (streams only: a whole answer has no token timing) as counts per `LATENCY_EDGES_S` bucket, the last
+    count above the last edge; an empty list: none measured."""
+
+    ok: int = Field(default=0, ge=0)
+    client_errors: int = Field(default=0, ge=0, description="4xx answers (the client's doing, 499 included)")
+    errors: int = Field(default=0, ge=0, description="5xx answers")
+    ttft: list[int] = Field(default_factory=list)
+    tpot: list[int] = Field(default_factory=list)
+
+    @field_validator("ttft", "tpot")
+    @classmethod
+    def _buckets(cls, counts: list[int]) -> list[int]:
+        if counts and (len(counts) != len(LATENCY_EDGES_S) + 1 or min(counts) < 0):
+            raise ValueError(f"{len(LATENCY_EDGES_S) + 1} non-negative counts (one per latency bucket) or none")
+        return counts
+
+    @property
+    def answered(self) -> int:
+        return self.ok + self.client_errors + self.errors
+
+
 class GatewayReport(Wire):
     """What a gateway pushes about each pool about once a second: its admission queue and request rates.
 
@@ -82,6 +123,9 @@ class GatewayReport(Wire):
     demand: dict[int, int] = Field(
         default_factory=dict,
         description="requests in flight or waiting at this gateway, by tenant priority (the capacity shares' input)",
+    )
+    outcomes: PoolOutcomes = Field(
+        default_factory=PoolOutcomes, description="answers since the previous accepted report (canary rollouts)"
     )
 
 
@@ -199,3 +243,63 @@ class PoolBudget(Wire):
     allows_changes: bool = Field(description="False while an exhausted budget freezes restarts and rollouts")
     reason: str
     slos: list[SloBudget]
+
+
+class AliasEntry(Wire):
+    """One alias as gateways serve it: pool -> weight, the fallback pool, stickiness (`fleet.spec.AliasSpec`)."""
+
+    pools: dict[str, int]
+    fallback: str | None = None
+    sticky: Literal["session", "none"] = "session"
+
+
+class AliasWeights(Wire):
+    """``GET /v1/aliases``: every alias's weights now (the stack's, as rollouts have moved them since)."""
+
+    aliases: dict[str, AliasEntry]
+    generated_at: float
+
+
+class RolloutStart(Wire):
+    """``POST /v1/rollouts``: roll ``alias`` from its baseline (the stack's ``rollout.baseline``, else its pool of
+    highest weight) to ``candidate``."""
+
+    alias: str
+    candidate: str
+
+
+class RolloutSide(Wire):
+    """One pool's SLIs over the current step's window."""
+
+    pool: str
+    requests: int
+    errors: int
+    error_rate: float | None
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+
+
+class RolloutStatus(Wire):
+    """A canary rollout as `rollout.canary` runs it: the step, the weights, and the window it is judged on."""
+
+    alias: str
+    baseline: str
+    candidate: str
+    phase: Literal["baking", "promoted", "rolled-back", "aborted"]
+    steps: list[int]
+    step: int = Field(description="index into steps of the current weight")
+    weight: int = Field(description="the candidate's percent of the alias now")
+    weights: dict[str, int]
+    bake_s: float
+    min_samples: int
+    tolerance: float
+    started_at: float
+    step_started_at: float = Field(description="start of the window the step is judged on")
+    reason: str = Field(description="the last decision's reason: why it holds, stepped, rolled back or promoted")
+    window: list[RolloutSide] = Field(description="baseline then candidate, over the window so far")
+
+
+class RolloutsResponse(Wire):
+    """``GET /v1/rollouts``: each alias's rollout, running or the last finished one."""
+
+    rollouts: list[RolloutStatus]
