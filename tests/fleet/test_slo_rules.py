@@ -6,16 +6,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from engine_sim.metrics import ITL_BUCKETS
 from fleet.loader import list_stacks, load_spec
-from fleet.ports import free_port
 from fleet.promql_names import metric_names, missing_series
 from fleet.slo_rules import (
     VLLM_ITL_BUCKETS,
@@ -28,8 +28,10 @@ from fleet.slo_rules import (
 from fleet.spec import FleetSpec, PoolSpec
 from gateway.metrics import GatewayMetrics
 from tests.fleet.promtool.scenarios import pool_tests
+from tests.gateway.conftest import serve_with_admin, settings_for, sim_args
+from tests.gateway.test_api import GOLD
 from tests.support.procs import Procs
-from tests.support.stacks import pool
+from tests.support.stacks import MODEL, pool
 
 STACKS = list_stacks()
 
@@ -136,40 +138,58 @@ def test_rules_yaml_is_a_prometheus_rule_file_of_every_pool() -> None:
         assert set(rule["labels"]) == {"severity", "pool"} and rule["annotations"]["summary"]
 
 
-def _gateway_exposition(spec: FleetSpec) -> str:
-    """A gateway registry as the gateway builds it for ``spec``, with one request of each pool recorded."""
-    metrics = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))
-    for p in spec.pools:
-        metrics.child(metrics.requests, "t", p.served_name, "200").inc()
-        metrics.child(metrics.ttft, "t", p.served_name).observe(0.1)
-    return metrics.render().decode()
+@pytest.fixture(scope="module")
+def engine_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The ``/metrics`` text of a real ``llmfleet sim serve`` process, fresh (every series at zero)."""
+    procs = Procs(tmp_path_factory.mktemp("sim"))
+    try:
+        sim = procs.start(sim_args(), name="sim")
+        yield httpx.get(f"{sim.wait_url('API server')}/metrics", timeout=10).raise_for_status().text
+    finally:
+        procs.close()
 
 
-@pytest.mark.parametrize("stack", ["local", "prod"])
-def test_rules_read_only_series_the_simulator_and_gateway_export(stack: str, procs: Procs) -> None:
-    spec = load_spec(stack).spec
-    port = free_port()
-    sim = procs.start(
-        ["sim", "serve", "Qwen/Qwen2.5-7B-Instruct", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--served-model-name", spec.pools[0].served_name, "--startup-seconds", "0"],
-        name=f"sim-{port}",
-        url=f"http://127.0.0.1:{port}",
-    )
-    sim.wait_http("/health", timeout_s=30)
-    engine = sim.get("/metrics").text
+def _series_and_recorded(spec: FleetSpec) -> tuple[list[str], set[str]]:
     rules = [rule for group in rule_groups(spec) for rule in group["rules"]]
-    recorded = {rule["record"] for rule in rules if "record" in rule}
-    exprs = [rule["expr"] for rule in rules]
-    assert missing_series(exprs, [engine, _gateway_exposition(spec)], recorded) == []
-    # A gateway without the SLO's edge in its TTFT histogram is caught, and so is a name vLLM 0.33 no longer has.
-    (ttft,) = {r["expr"] for r in rules if "record" in r and r["record"].endswith("ttft_slow_requests:ratio_rate5m")}
+    return [rule["expr"] for rule in rules], {rule["record"] for rule in rules if "record" in rule}
+
+
+async def test_rules_read_only_series_and_edges_a_real_gateway_and_simulator_export(procs: Procs) -> None:
+    sim = procs.start(sim_args(), name="sim")
+    settings = settings_for([sim.wait_url("API server")])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+    async with serve_with_admin(settings) as (url, admin, _), httpx.AsyncClient(timeout=30) as client:
+        answer = await client.post(f"{url}/v1/chat/completions", json=body, headers=GOLD)
+        assert answer.status_code == 200, answer.text
+        gateway = (await client.get(f"{admin}/metrics")).text
+        engine = (await client.get(f"{sim.url}/metrics")).text
+    exprs, recorded = _series_and_recorded(settings.spec)
+    assert missing_series(exprs, [engine, gateway], recorded) == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_rules_read_only_series_the_simulator_and_gateway_export(
+    stack: str, engine_metrics: str
+) -> None:
+    spec = load_spec(stack).spec
+    gateway = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))  # as `gateway.service.Gateway` builds it
+    for p in spec.pools:
+        gateway.child(gateway.ttft, "t", p.served_name).observe(0.1)
+    exprs, recorded = _series_and_recorded(spec)
+    assert missing_series(exprs, [engine_metrics, gateway.render().decode()], recorded) == []
+
+
+def test_a_gateway_without_the_slo_edge_or_a_series_vllm_dropped_is_caught(engine_metrics: str) -> None:
+    spec = load_spec("prod").spec
+    exprs, _ = _series_and_recorded(spec)
+    (ttft,) = [e for e in exprs if e.startswith("1 - ") and "ttft" in e and "[5m]" in e]
     plain = GatewayMetrics()
     plain.child(plain.ttft, "t", spec.pools[0].served_name).observe(0.1)
     assert missing_series([ttft], [plain.render().decode()]) == [
         f"llmfleet_gateway_ttft_seconds_bucket{{le='0.3'}} in {ttft!r}"
     ]
     stale = "histogram_quantile(0.99, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket[5m])))"
-    assert missing_series([stale], [engine], set()) == [f"vllm:time_per_output_token_seconds_bucket in {stale!r}"]
+    assert missing_series([stale], [engine_metrics]) == [f"vllm:time_per_output_token_seconds_bucket in {stale!r}"]
 
 
 def test_decode_speed_counts_tokens_slower_than_the_itl_edge_at_or_below_the_threshold() -> None:
