@@ -27,7 +27,8 @@ MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
 
 
 def test_rendered_stack_file_reparses_to_the_deployed_spec(prod: OfflineRun) -> None:
-    (configmap,) = prod.of_type("kubernetes:core/v1:ConfigMap")
+    configmaps = prod.of_type("kubernetes:core/v1:ConfigMap")
+    (configmap,) = [c for c in configmaps if c.props["metadata"]["name"] == contract.SPEC_CONFIGMAP]
     ((key, text),) = configmap.props["data"].items()
     assert key == "Pulumi.prod.yaml"
     import yaml
