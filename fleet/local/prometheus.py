@@ -10,8 +10,9 @@ second and evaluates rules every second:
   listing; Prometheus rereads a changed file by itself. Each target group carries ``llmfleet_io_pool=<pool>``,
   the label the cluster's PodMonitor relabelling gives engine pods and the pool's rules select on.
 
-The rule file is the one the cluster loads (``fleet.slo_rules.rules_yaml``), unchanged: the same expressions,
-windows and ``for`` durations. `config_yaml` and `replica_targets` are pure; `LocalPrometheus` does the I/O.
+The rule file is the one the cluster loads (`fleet.slo_rules.rules_yaml`, passed in by ``llmfleet up``),
+unchanged: the same expressions, windows and ``for`` durations. `config_yaml` and `replica_targets` are pure;
+`LocalPrometheus` does the I/O.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import httpx
 import yaml
 
 from fleet.local.procs import Child
+from fleet.slo_rules import PROM_POOL_LABEL
 
 __all__ = [
     "POOL_LABEL",
@@ -39,7 +41,7 @@ __all__ = [
     "replica_targets",
 ]
 
-POOL_LABEL = "llmfleet_io_pool"  # the pod label llmfleet.io/pool as the cluster's PodMonitor relabelling names it
+POOL_LABEL = PROM_POOL_LABEL  # the pod label llmfleet.io/pool as the cluster's PodMonitor relabelling names it
 ENGINES_FILE = "engines.json"
 AGENTS_FILE = "agents.json"
 RULES_FILE = "rules.yml"

@@ -9,7 +9,8 @@ agents), then sweeps any process left in the tree. Exit status: 0 after a clean 
 
 ``--live`` (``make up`` passes it) refreshes a compact view of the traffic below the banner (`fleet.local.live`);
 ``--live-png PATH`` rewrites a PNG of the same series every ``--live-png-every`` seconds. Where ``prometheus`` is
-on PATH a local Prometheus scrapes every part and evaluates the cluster's alert rules (`fleet.local.prometheus`;
+on PATH a local Prometheus scrapes every part and evaluates the cluster's alert rules (`fleet.local.prometheus`,
+`fleet.slo_rules`;
 ``--no-prometheus`` skips it); it is stopped first on the way out, and its failing never stops the fleet.
 
 Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
@@ -37,6 +38,7 @@ from fleet.loader import LoadedStack, load_spec
 from fleet.local.procs import Child, descendants, kill_tree, wait_http
 from fleet.local.prometheus import LocalPrometheus
 from fleet.local.watch import Watch, start_prometheus
+from fleet.slo_rules import rules_yaml
 from fleet.validate import DEMO_API_KEY, hash_api_key
 
 __all__ = ["add_arguments", "banner", "run"]
@@ -176,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         if not wait_http(f"http://127.0.0.1:{admin_port}/readyz", deadline, alive=gw):
             raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
         admin = f"http://127.0.0.1:{admin_port}"
-        prometheus, about = start_prometheus(args, log_dir, control_plane, admin, rules=None)
+        prometheus, about = start_prometheus(args, log_dir, control_plane, admin, rules_yaml(spec))
         print(banner(loaded, gateway, admin, control_plane, log_dir, about), flush=True)
         with Watch(args, loaded.name, admin, control_plane, prometheus) as watch:
             while not stop.wait(0.5):

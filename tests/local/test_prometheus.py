@@ -1,5 +1,5 @@
-"""The local Prometheus's files: its configuration (checked by promtool where present) and the replica targets
-written from the control plane's replica listings."""
+"""The local Prometheus's files: its configuration and rule file (checked by promtool where present) and the
+replica targets written from the control plane's replica listings."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from fleet.local.prometheus import POOL_LABEL, ReplicaTarget, config_yaml, replica_targets, target_groups
+from fleet.slo_rules import rules_yaml
+from tests.support.stacks import spec
 
 
 def _replica(engine: str, state: str = "ready", agent: str | None = "http://127.0.0.1:9001") -> dict[str, Any]:
@@ -70,10 +72,10 @@ def test_a_url_without_a_port_is_refused() -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool on PATH")
-def test_promtool_accepts_the_configuration(tmp_path: Path) -> None:
-    (tmp_path / "prometheus.yml").write_text(
-        config_yaml(["http://127.0.0.1:8081"], "http://127.0.0.1:8090", rules=False)
-    )
+def test_promtool_accepts_the_configuration_and_the_stacks_rules(tmp_path: Path) -> None:
+    config = config_yaml(["http://127.0.0.1:8081"], "http://127.0.0.1:8090", rules=True)
+    (tmp_path / "prometheus.yml").write_text(config)
+    (tmp_path / "rules.yml").write_text(rules_yaml(spec("local-sim")))
     for name, groups in (("engines.json", target_groups(replica_targets(LISTINGS), "engine")), ("agents.json", [])):
         (tmp_path / name).write_text(json.dumps(groups))
     done = subprocess.run(
