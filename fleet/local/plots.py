@@ -37,19 +37,22 @@ def _ms(values: Sequence[float | None]) -> list[float]:
 
 
 def _empty(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
+    ax.text(0.5, 0.6, text, transform=ax.transAxes, ha="center", va="center", color="grey")
 
 
-def write_timeline_png(path: Path, timeline: Timeline, title: str, *, dpi: int = 90) -> Path:
-    """Draw ``timeline`` into ``path`` (parents created) under ``title``; returns ``path``."""
+def write_timeline_png(
+    path: Path, timeline: Timeline, title: str, *, dpi: int = 90, rates: tuple[str, str] = ("sent", "completed")
+) -> Path:
+    """Draw ``timeline`` into ``path`` (parents created) under ``title``; returns ``path``. ``rates`` names the
+    intervals' two counts (a client's sent and completed; a gateway's answered and ok)."""
     plt = pyplot()
     intervals = timeline.intervals
     xs = [i.start_s for i in intervals]
     fig, axes = plt.subplots(5, 1, figsize=(9, 11), sharex=True)
     rate, ttft, latency, errors, ready = axes
 
-    rate.plot(xs, [i.per_s(i.sent) for i in intervals], label="sent", lw=1.2)
-    rate.plot(xs, [i.per_s(i.completed) for i in intervals], label="completed", lw=1.2)
+    rate.plot(xs, [i.per_s(i.sent) for i in intervals], label=rates[0], lw=1.2)
+    rate.plot(xs, [i.per_s(i.completed) for i in intervals], label=rates[1], lw=1.2, ls="--")
     rate.set_ylabel("requests / s")
     rate.legend(fontsize=8, loc="upper right")
 
@@ -72,6 +75,7 @@ def write_timeline_png(path: Path, timeline: Timeline, title: str, *, dpi: int =
         errors.legend(fontsize=8, loc="upper right", title="status", title_fontsize=8)
     else:
         errors.plot(xs, [0.0] * len(xs), lw=1.0, color="grey")
+        errors.set_ylim(-0.05, 1.0)
         _empty(errors, "no errors")
     errors.set_ylabel("errors / s")
 
