@@ -23,7 +23,7 @@ __all__ = ["BLOCK_SIZE", "Block", "BlockPool", "KVCacheManager"]
 BLOCK_SIZE = 16
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     block_id: int
     ref_count: int = 0
@@ -110,9 +110,11 @@ class KVCacheManager:
             state = self._requests[request_id] = _RequestKV()
         return state
 
-    def _hashes(self, state: _RequestKV, token_ids: Sequence[int]) -> list[int]:
+    def _hashes(self, state: _RequestKV, token_ids: Sequence[int], num_tokens: int | None = None) -> list[int]:
+        """Chained hashes of the full blocks of ``token_ids[:num_tokens]`` (all of it by default)."""
         size = self.block_size
-        for k in range(len(state.hashes), len(token_ids) // size):
+        limit = len(token_ids) if num_tokens is None else num_tokens
+        for k in range(len(state.hashes), limit // size):
             parent = state.hashes[k - 1] if k else 0
             state.hashes.append(hash((parent, tuple(token_ids[k * size : (k + 1) * size]))))
         return state.hashes
@@ -135,7 +137,11 @@ class KVCacheManager:
 
         ``new_computed`` are prefix-cache hits taken by a request being admitted.
         """
-        state = self._state(request_id)
+        state = self._requests.get(request_id)
+        if state is not None and not new_computed and total_tokens <= len(state.blocks) * self.block_size:
+            return True  # the common decode step: the last block still has room
+        if state is None:
+            state = self._requests[request_id] = _RequestKV()
         have = len(state.blocks) + len(new_computed)
         need = -(-total_tokens // self.block_size) - have
         reclaimable = sum(1 for b in new_computed if b.ref_count == 0)
@@ -155,7 +161,9 @@ class KVCacheManager:
         if state is None or not self.pool.enable_caching:
             return
         full = min(num_computed // self.block_size, len(state.blocks))
-        hashes = self._hashes(state, token_ids[: full * self.block_size])
+        if full <= state.num_registered:
+            return  # no block became full: nothing to hash (most steps; slicing ``token_ids`` would cost more)
+        hashes = self._hashes(state, token_ids, full * self.block_size)
         for k in range(state.num_registered, full):
             self.pool.register(state.blocks[k], hashes[k])
         state.num_registered = max(state.num_registered, full)

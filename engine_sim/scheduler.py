@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine_sim.kv import KVCacheManager
 from engine_sim.timing import StepTimer, StepWork
@@ -39,6 +39,9 @@ __all__ = [
 ]
 
 
+_FILL_CHUNK = 64
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -53,7 +56,7 @@ class FinishReason(enum.StrEnum):
     ERROR = "error"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """One generation request; ``stop_after`` models the EOS of a natural answer (None: run to max_tokens)."""
 
@@ -74,10 +77,22 @@ class SimRequest:
     last_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: FinishReason | None = None
+    # Generated ids for positions ``_fill_at..``: `filler_ids` computed a chunk at a time, not once per token.
+    _fill: list[int] = field(default_factory=list, init=False, repr=False)
+    _fill_at: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             self.token_ids = list(self.prompt_token_ids)
+
+    def filler_token(self, position: int) -> int:
+        """The generated id at sequence ``position``: ``filler_ids(output_seed, position, 1)[0]``."""
+        offset = position - self._fill_at
+        if not 0 <= offset < len(self._fill):
+            # Up to the request's last possible token: most answers are shorter than a chunk.
+            count = max(1, min(_FILL_CHUNK, len(self.prompt_token_ids) + self.max_tokens - position))
+            self._fill, self._fill_at, offset = filler_ids(self.output_seed, position, count), position, 0
+        return self._fill[offset]
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -117,8 +132,9 @@ class SchedulerStats:
     busy_seconds: float = 0.0
 
 
-@dataclass(frozen=True)
-class StepPlan:
+# The step's value types are named tuples: one is built per step or per sampled token, and a frozen dataclass
+# costs twice as much to build; they are just as immutable.
+class StepPlan(NamedTuple):
     start: float
     duration: float
     scheduled: tuple[tuple[SimRequest, int], ...]
@@ -130,8 +146,7 @@ class StepPlan:
         return self.start + self.duration
 
 
-@dataclass(frozen=True)
-class TokenEvent:
+class TokenEvent(NamedTuple):
     """One sampled token; ``finished`` is set on the request's last token.
 
     ``latency`` is the time since arrival for the first token (TTFT), else since the previous token (ITL).
@@ -144,8 +159,7 @@ class TokenEvent:
     latency: float
 
 
-@dataclass(frozen=True)
-class StepResult:
+class StepResult(NamedTuple):
     plan: StepPlan
     events: tuple[TokenEvent, ...]
 
@@ -214,15 +228,30 @@ class Scheduler:
     # -- the step ----------------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
         """Pick this step's tokens per request; None when there is nothing to run."""
+        # Runs once per step for every running request, so the step's work (`StepWork`) is summed as requests are
+        # picked rather than in a second pass, and attributes are read into locals: same rule, same order.
         budget = self.config.max_num_batched_tokens
+        threshold = self.config.long_prefill_token_threshold
+        kv, running, block_size = self.kv, self.running, self.kv.block_size
         scheduled: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
+        tokens, decode_ctx, attn = 0, 0, 0.0
         i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
-            num_new = self._chunk(request, request.num_tokens - request.num_computed_tokens, budget)
-            while not self.kv.allocate_slots(request.request_id, request.num_computed_tokens + num_new):
-                victim = self.running.pop()
+        while i < len(running) and budget > 0:
+            request = running[i]
+            computed = request.num_computed_tokens
+            num_tokens = len(request.token_ids)
+            num_new = num_tokens - computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if num_new > budget:
+                num_new = budget
+            end = computed + num_new
+            # A running request's blocks hold its computed tokens, so a step that ends in the block its computed
+            # tokens end in needs no new block (allocate_slots would say yes at once): skip the call.
+            fits = computed > 0 and (end - 1) // block_size == (computed - 1) // block_size
+            while not fits and not kv.allocate_slots(request.request_id, end):
+                victim = running.pop()
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is request:
@@ -230,14 +259,19 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 break
             scheduled.append((request, num_new))
+            tokens += num_new
+            if num_new == 1 and end == num_tokens and num_tokens > len(request.prompt_token_ids):
+                decode_ctx += end
+            else:
+                attn += float(num_new) * end
             budget -= num_new
             i += 1
 
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while not preempted and self.waiting and budget > 0 and len(running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            hits, hit_tokens = self.kv.computed_blocks(request.request_id, request.token_ids)
+            hits, hit_tokens = kv.computed_blocks(request.request_id, request.token_ids)
             num_new = self._chunk(request, request.num_tokens - hit_tokens, budget)
-            if not self.kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
+            if not kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
                 break
             self.waiting.popleft()
             self.stats.prefix_queries += request.num_tokens
@@ -248,44 +282,69 @@ class Scheduler:
                 request.scheduled_time = now
             request.num_computed_tokens = hit_tokens
             request.status = RequestStatus.RUNNING
-            self.running.append(request)
+            running.append(request)
             scheduled.append((request, num_new))
+            tokens += num_new
+            end = hit_tokens + num_new
+            if num_new == 1 and end == request.num_tokens and request.num_output_tokens > 0:
+                decode_ctx += end
+            else:
+                attn += float(num_new) * end
             budget -= num_new
 
         if not scheduled:
             return None
-        work = _work_of(scheduled)
+        work = StepWork(tokens, decode_ctx, attn)
         duration = self.timer.seconds(work, uptime_s=now - self.started_at)
         return StepPlan(now, duration, tuple(scheduled), work, tuple(preempted))
 
     def complete(self, plan: StepPlan) -> StepResult:
         """Apply a planned step at ``plan.end``: advance computed tokens, sample, finish, cache blocks."""
         now = plan.end
-        self.stats.steps += 1
-        self.stats.busy_seconds += plan.duration
+        stats, kv, running, block_size = self.stats, self.kv, self.running, self.kv.block_size
+        stats.steps += 1
+        stats.busy_seconds += plan.duration
+        max_model_len = self.config.max_model_len
         events: list[TokenEvent] = []
+        prompt_tokens = 0
         for request, num_new in plan.scheduled:
             if request.status is not RequestStatus.RUNNING:
                 continue  # aborted or preempted while the step ran
-            request.num_computed_tokens += num_new
-            self.kv.cache_computed(request.request_id, request.token_ids, request.num_computed_tokens)
-            if request.num_computed_tokens < request.num_tokens:
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            token_ids = request.token_ids
+            if computed // block_size != (computed - num_new) // block_size:
+                # A block became full. (Blocks that were full before this step were published when they filled,
+                # or came from the cache, so otherwise `cache_computed` has nothing to do.)
+                kv.cache_computed(request.request_id, token_ids, computed)
+            num_tokens = len(token_ids)
+            if computed < num_tokens:
                 continue  # mid-prefill chunk: nothing sampled yet
             # The token's sequence position picks it (`filler_ids`), so sent-back text is continued seamlessly.
-            (token,) = filler_ids(request.output_seed, request.num_tokens, 1)
-            request.token_ids.append(token)
+            fill, offset = request._fill, num_tokens - request._fill_at
+            token = fill[offset] if 0 <= offset < len(fill) else request.filler_token(num_tokens)
+            token_ids.append(token)
             first = request.first_token_time is None
             if first:
                 request.first_token_time = now
-                self.stats.prompt_tokens += request.num_prompt_tokens
-            latency = now - (request.arrival_time if first else request.last_token_time or now)
+                prompt_tokens += len(request.prompt_token_ids)
+                latency = now - request.arrival_time
+            else:
+                latency = now - (request.last_token_time or now)
             request.last_token_time = now
-            self.stats.generation_tokens += 1
-            reason = self._finish_reason(request)
+            # `_finish_reason`, inlined: this runs for every token of every request.
+            n_out = num_tokens + 1 - len(request.prompt_token_ids)
+            reason: FinishReason | None = None
+            if request.stop_after is not None and n_out >= request.stop_after:
+                reason = FinishReason.STOP
+            elif n_out >= request.max_tokens or num_tokens + 1 >= max_model_len:
+                reason = FinishReason.LENGTH
             if reason is not None:
-                self.running.remove(request)
+                running.remove(request)
                 self._finish(request, reason, now)
             events.append(TokenEvent(request, token, reason, first, latency))
+        stats.prompt_tokens += prompt_tokens
+        stats.generation_tokens += len(events)
         return StepResult(plan, tuple(events))
 
     def step(self, now: float) -> StepResult | None:
@@ -299,14 +358,6 @@ class Scheduler:
         if threshold > 0 and remaining > threshold:
             remaining = threshold
         return min(remaining, budget)
-
-    def _finish_reason(self, request: SimRequest) -> FinishReason | None:
-        n_out = request.num_output_tokens
-        if request.stop_after is not None and n_out >= request.stop_after:
-            return FinishReason.STOP
-        if n_out >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
-            return FinishReason.LENGTH
-        return None
 
     def _preempt(self, request: SimRequest) -> None:
         self.kv.free(request.request_id)
@@ -322,15 +373,3 @@ class Scheduler:
         request.finish_reason = reason
         request.finish_time = now
         self._requests.pop(request.request_id, None)
-
-
-def _work_of(scheduled: Iterable[tuple[SimRequest, int]]) -> StepWork:
-    tokens, decode_ctx, attn = 0, 0, 0.0
-    for request, n in scheduled:
-        tokens += n
-        end = request.num_computed_tokens + n
-        if n == 1 and end == request.num_tokens and request.num_output_tokens > 0:
-            decode_ctx += end
-        else:
-            attn += float(n) * end
-    return StepWork(tokens, decode_ctx, attn)

@@ -4,20 +4,18 @@
 of a replay's time went there). `LazyBlockPool` hands out never-used blocks first, in id order, then the free
 queue in LRU order: exactly the order in which `BlockPool` hands them out, since its never-used blocks sit at the
 front of its free queue and released ones join at the back. `build_replica_scheduler` is
-`engine_sim.config.build_scheduler` with that pool and `QuickKVCacheManager`; tests hold both to the engine's
-behaviour.
+`engine_sim.config.build_scheduler` with that pool; tests hold it to the engine's behaviour.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
 
 from engine_sim.config import EngineConfig, build_scheduler
-from engine_sim.kv import Block, BlockPool, KVCacheManager
+from engine_sim.kv import Block, BlockPool
 from engine_sim.scheduler import Scheduler
 
-__all__ = ["LazyBlockPool", "QuickKVCacheManager", "build_replica_scheduler"]
+__all__ = ["LazyBlockPool", "build_replica_scheduler"]
 
 
 class LazyBlockPool(BlockPool):
@@ -49,18 +47,6 @@ class LazyBlockPool(BlockPool):
         return out
 
 
-class QuickKVCacheManager(KVCacheManager):
-    """`KVCacheManager` that returns at once from `cache_computed` when no block became full: the engine's own
-    slices the request's whole token list on every decode step before finding nothing to publish (a third of a
-    replay's time). Blocks below ``num_registered`` are already hashed and published, so skipping is exact."""
-
-    def cache_computed(self, request_id: str, token_ids: Sequence[int], num_computed: int) -> None:
-        state = self._requests.get(request_id)
-        if state is None or min(num_computed // self.block_size, len(state.blocks)) <= state.num_registered:
-            return
-        super().cache_computed(request_id, token_ids, num_computed)
-
-
 def build_replica_scheduler(config: EngineConfig, started_at: float = 0.0) -> Scheduler:
-    """`engine_sim.config.build_scheduler` over a `LazyBlockPool` and a `QuickKVCacheManager`."""
-    return build_scheduler(config, started_at, pool_type=LazyBlockPool, manager_type=QuickKVCacheManager)
+    """`engine_sim.config.build_scheduler` over a `LazyBlockPool`."""
+    return build_scheduler(config, started_at, pool_type=LazyBlockPool)
