@@ -221,6 +221,27 @@ async def test_a_resumed_stream_shows_the_resume_as_another_upstream_span(sims: 
     assert sent == [f"00-{trace_id}-{_span_id(first)}-01", f"00-{trace_id}-{_span_id(second)}-01"]
 
 
+async def test_a_stream_broken_after_its_headers_is_a_server_error_sent_as_200(sims: SimFactory) -> None:
+    (dying,) = sims(["--fault-die-mid-stream-after-tokens", "5"], time_scale=5.0)
+    traced = Traced()
+    async with serve(settings_for([dying.url]), session_factory=traced.session, tracer_provider=traced.provider) as (
+        url,
+        _,
+    ):
+        header, trace_id, parent = _traceparent()
+        status, text = await _post(url, {**CHAT, "max_tokens": 50, "stream": True}, {**GOLD, "traceparent": header})
+        assert status == 200 and b'"error"' in text
+        spans = await traced.wait_request(trace_id)
+    server = _check_tree(spans, parent)
+    attrs = server.attributes or {}
+    assert (attrs["http.response.status_code"], attrs["llmfleet.status"]) == (200, 502)
+    assert attrs["error.type"] == "stream_broken" and server.status.status_code is StatusCode.ERROR
+    streaming = _one(spans, "streaming")
+    assert streaming.status.status_code is StatusCode.ERROR
+    assert (streaming.attributes or {})["error.type"] == "stream_broken"
+    assert _one(spans, "upstream").status.status_code is StatusCode.UNSET  # its first token came
+
+
 async def test_a_quota_rejection_fails_the_quota_span_and_reaches_no_engine(shared_sim: Proc) -> None:
     traced = Traced()
     settings = settings_for([shared_sim.url], **{"tenants.0.requestsPerSecond": 1})
