@@ -36,7 +36,10 @@ def start_prometheus(
         return None, "off: no `prometheus` on PATH"
     prometheus = LocalPrometheus(binary, log_dir / "prometheus", args.prometheus_port or free_port())
     log = log_dir / "prometheus.log"
-    child = prometheus.start([admin], control_plane, rules, log)
+    try:
+        child = prometheus.start([admin], control_plane, rules, log)
+    except OSError as exc:  # a binary that cannot be run, a folder that cannot be written
+        return None, f"off: it could not start ({exc})"
     if not wait_http(f"{prometheus.url}/-/ready", time.monotonic() + 30.0, alive=child):
         child.stop(timeout_s=5.0)
         return None, f"off: it did not start, see {log}"
