@@ -245,7 +245,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "unknown routing filter",
         {"llmfleet:gateway": {"routing": {"filters": [{"name": "ready"}, {"name": "helthy"}]}}},
         "llmfleet:gateway.routing.filters[1].name",
-        "registered: fresh-metrics, not-ejected, ready, serves-model",
+        "registered: fresh-metrics, not-ejected, ready, serves-adapter, serves-model",
     ),
     (
         "misspelled routing filter parameter",

@@ -157,7 +157,7 @@ def test_router_clamps_weights_and_times_plugins() -> None:
 @pytest.mark.parametrize(
     ("registry", "name", "params", "message"),
     [
-        (filters.REGISTRY, "helthy", {}, "registered: fresh-metrics, not-ejected, ready, serves-model"),
+        (filters.REGISTRY, "helthy", {}, "registered: fresh-metrics, not-ejected, ready, serves-adapter, serves-model"),
         (pickers.REGISTRY, "p2c", {"k": 3}, "params.k: unknown key; allowed keys: loadFactor, seed"),
         (
             scorers.REGISTRY,
