@@ -3,7 +3,8 @@
 A decision never performs I/O; it records the target, the inputs it was computed from and a human reason, so
 the decision log (``GET /v1/decisions``) says why each change happened and dry-run mode is just "log, don't act".
 The log also keeps each risky change the control plane refused while a pool's error budget was exhausted
-(`Freeze`: no actuator acts on it).
+(`Freeze`: no actuator acts on it), and each canary rollout's start, steps, holds (when their reason changes),
+rollback, promotion or abort (`RolloutStep`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Decision", "Freeze", "Hold", "ScaleDown", "ScaleUp", "decision_to_json"]
+__all__ = ["Decision", "Freeze", "Hold", "RolloutStep", "ScaleDown", "ScaleUp", "decision_to_json"]
 
-Kind = Literal["hold", "scale-up", "scale-down", "freeze"]
+Kind = Literal["hold", "scale-up", "scale-down", "freeze", "rollout"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,20 @@ class Freeze(Decision):
 
     change: str = ""
     kind: Kind = "freeze"
+
+
+@dataclass(frozen=True)
+class RolloutStep(Decision):
+    """A canary rollout's decision for ``alias`` (`rollout.canary`; ``action``: start, hold, step, promote,
+    rollback, abort): the candidate's weight from ``weight_from`` to ``weight_to`` percent, the alias's
+    ``weights`` after it. ``pool`` is the candidate; ``current`` and ``target`` its replicas, unchanged."""
+
+    alias: str = ""
+    action: str = ""
+    weight_from: int = 0
+    weight_to: int = 0
+    weights: dict[str, int] = field(default_factory=dict)
+    kind: Kind = "rollout"
 
 
 def decision_to_json(decision: Decision) -> dict[str, Any]:

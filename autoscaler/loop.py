@@ -7,6 +7,7 @@ simulation calls it too, so a simulated pool is scaled by exactly this code.
 
 ``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
 until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
+Each tick first judges the running canary rollouts (`autoscaler.rollouts`), whose decisions join the log.
 
 With ``startup_hold_s`` > 0 (the control plane's CLI passes `autoscaler.startup.hold_for`) a pool is held, and its
 actuator neither applies nor reconciles anything, until the pool is settled (`autoscaler.startup.StartupHold`):
@@ -28,6 +29,7 @@ from autoscaler.context import ReplicaLoad
 from autoscaler.decisions import Decision, Hold
 from autoscaler.policies import make_policy
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry, ReplicaSeen
+from autoscaler.rollouts import Rollouts
 from autoscaler.startup import StartupHold
 from autoscaler.step import DemandHistory, decide, gateway_demand, pick_victims
 from fleet.capacity import plan_pool
@@ -95,6 +97,9 @@ class ControlLoop:
         # Replicas holding a restart lease (set by `autoscaler.service.ControlPlane.build`): their agents drain them
         # for a planned restart, so they come back; counted as capacity on its way, never replaced or removed.
         self.restarting: Callable[[str, float], Collection[str]] = lambda pool, now: ()
+        # Canary rollouts (set by `autoscaler.service.ControlPlane`): judged each tick; a baseline promoted away
+        # from may be sized down to no replica.
+        self.rollouts: Rollouts | None = None
 
     def replicas(self, pool: PoolSpec, view: FleetView, now: float) -> tuple[ReplicaLoad, ...]:
         """Merge the actuator's view with the registry: the actuator says which replicas exist (when it can),
@@ -117,6 +122,8 @@ class ControlLoop:
 
     async def decide(self, pool: PoolSpec, now: float) -> Decision:
         """One pool, one tick: a decision (not yet applied), by `autoscaler.step.decide`."""
+        if self.rollouts is not None:
+            pool = self.rollouts.bounds(pool)
         view = await self.actuator.current(pool)
         replicas = self.replicas(pool, view, now)
         reported = {s.report.replica for s in self.registry.seen(pool.name, now)}
@@ -160,6 +167,8 @@ class ControlLoop:
     async def tick(self, now: float | None = None) -> list[Decision]:
         when = self.clock() if now is None else now
         out: list[Decision] = []
+        if self.rollouts is not None:
+            self.rollouts.tick(when)
         for pool in self.spec.pools:
             decision = await self.decide(pool, when)
             if self.record(decision) and not isinstance(decision, Hold):

@@ -16,6 +16,8 @@
     DELETE /v1/leases/restart/{pool}/{replica}                  -> 200 Released {"released": bool} | 503
     GET    /v1/leases                         LeasesResponse: current holders and the grant/release history
     GET    /v1/decisions[?pool=P&limit=N]     DecisionsResponse: decisions, newest last, each with inputs and reason
+    GET    /v1/aliases, /v1/rollouts[/{alias}], POST /v1/rollouts, DELETE /v1/rollouts/{alias}
+                                              canary rollouts and the alias weights (`autoscaler.rollout_api`)
     GET    /metrics                           Prometheus text
     GET    /healthz                           200 while the process runs
     GET    /openapi.json, /docs               the OpenAPI document and its browsable page
@@ -62,6 +64,8 @@ from autoscaler.lease_stores import LeaseStore
 from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
+from autoscaler.rollout_api import add_rollout_routes
+from autoscaler.rollouts import Rollouts
 from autoscaler.shares import admission_shares, grantable
 from fleet.capacity import admission_capacity
 from fleet.control_api import create_control_app, error_response, errors
@@ -103,6 +107,7 @@ class ControlPlane:
     granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
     budgets: ErrorBudgets | None = None  # None: from the gateways' own counts (the ``local`` budget source)
     freezes_logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, change) -> last logged
+    rollouts: Rollouts | None = None  # None: a fresh one logging to the loop's decisions
 
     def __post_init__(self) -> None:
         if self.gateways is None:
@@ -111,6 +116,11 @@ class ControlPlane:
             )
         if self.budgets is None:
             self.budgets = ErrorBudgets(self.spec, LocalSource(LocalSource.Params(), httpx.AsyncClient()))
+        if self.rollouts is None:
+            log = self.loop.decisions.append if self.loop is not None else (lambda decision: None)
+            self.rollouts = Rollouts(self.spec, log, self._replicas)
+        if self.loop is not None:
+            self.loop.rollouts = self.rollouts  # ticked with the scaling decisions; retired baselines scale to 0
 
     @classmethod
     def build(
@@ -159,6 +169,9 @@ class ControlPlane:
             self.loop.decisions.append(freeze)
         return allowed, reason
 
+    def _replicas(self, pool: str) -> int:
+        return sum(1 for s in self.registry.seen(pool, self.clock()) if s.report.state != "stopped")
+
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
         return self.loop is None or self.loop.startup.settled(pool, now)
@@ -193,8 +206,8 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         ["pool", "slo"],
         registry=cp.metrics,
     )
-    gateways, budgets = cp.gateways, cp.budgets
-    assert gateways is not None and budgets is not None  # set by ControlPlane.__post_init__
+    gateways, budgets, rollouts = cp.gateways, cp.budgets, cp.rollouts
+    assert gateways is not None and budgets is not None and rollouts is not None  # set by ControlPlane.__post_init__
 
     def unknown_pool(name: str) -> JSONResponse:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")
@@ -221,6 +234,7 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         "Load reports from agents and gateways, discovery, restart leases and the scaling decision log.",
     )
     auth.install(app)
+    add_rollout_routes(app, rollouts, auth, cp.clock, cp.budget_allows)
 
     @app.post("/v1/reports", response_model=Accepted, responses=errors(400, 401, 403, 404))
     async def post_report(report: LoadReport, caller: Caller | None = agent_only) -> Accepted | JSONResponse:
@@ -246,6 +260,7 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
             return unknown_pool(report.pool)
         now = cp.clock()
         gateways.record(report, now)
+        rollouts.ledger.record(report.pool, report.outcomes, now)
         if request.client is not None:
             host = request.client.host
             admin = f"[{host}]" if ":" in host else host

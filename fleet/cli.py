@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rollout.cli",
         "capacity-regression gate: a candidate pool's replica against its baseline's, side by side",
     ),
+    "rollout": ("rollout.command", "canary rollout of an alias to a candidate pool (start, status, abort)"),
 }
 
 

@@ -26,6 +26,7 @@ from opentelemetry.trace import TracerProvider
 
 from fleet.clock import Clock, SystemClock
 from fleet.openai_error import error_body
+from gateway.alias_sync import AliasSync
 from gateway.errors import GatewayError
 from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter
@@ -78,7 +79,8 @@ def create_app(
     tracer_provider: TracerProvider | None = None,
 ) -> web.Application:
     """The application; the upstream session, quota backend, refresh loop and (with a control plane) the
-    gateway-report loop (`gateway.reporting`) start with it and stop with it. ``clock`` defaults to the system's.
+    gateway-report loop (`gateway.reporting`) and the alias-weight sync (`gateway.alias_sync`) start with it and
+    stop with it. ``clock`` defaults to the system's.
     ``tracer_provider`` receives the request spans (`gateway.tracing`); None: no spans. Its owner shuts it down."""
     clock = clock or SystemClock()
     app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
@@ -102,6 +104,11 @@ def create_app(
                 on_share=gateway.shares.update,
             )
             tasks.append(asyncio.create_task(reporter.run()))
+            aliases = AliasSync(
+                settings.control_plane, session, gateway.set_aliases, settings.spec.gateway.routing.scrape_interval_s
+            )
+            await aliases.sync_once()  # a rollout's weights, not the stack's, from the first request on
+            tasks.append(asyncio.create_task(aliases.run()))
         yield
         for task in tasks:
             task.cancel()

@@ -8,6 +8,11 @@
 Requests waiting in the gateway's admission queue are in no engine, so no agent reports them; without this the
 autoscaler would see at most ``queue.perReplicaThreshold`` waiting per replica while hundreds wait here.
 
+Each report also carries the pool's answers since the last report the control plane accepted
+(`fleet.wire.PoolOutcomes`: counts by outcome, TTFT and TPOT bucket counts), which canary rollouts judge a
+candidate pool by (`rollout.slis`); a report that fails leaves them for the next one, so none is lost or counted
+twice.
+
 Contract: the request path only bumps two integers (`PoolTraffic`); the reporter reads them, the `Admission`
 gauges and a clock. It never blocks a request. A failed push (control plane down, 4xx/5xx, timeout) is logged
 once per outage and retried with the shared exponential backoff (`fleet.push.Backoff`: interval x 2^(n-1) after
@@ -22,6 +27,7 @@ the ``credential`` given, else the one the process environment holds (``$LLMFLEE
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import secrets
@@ -35,7 +41,7 @@ import aiohttp
 from fleet.clock import Clock
 from fleet.control_auth import ClientCredential, Kind
 from fleet.push import Backoff, push_loop
-from fleet.wire import GatewayAccepted, GatewayReport
+from fleet.wire import LATENCY_EDGES_S, GatewayAccepted, GatewayReport, PoolOutcomes
 from gateway.admission import Admission
 
 __all__ = ["GatewayReporter", "PoolTraffic", "default_gateway_id"]
@@ -48,13 +54,60 @@ def default_gateway_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def _bucket(value_s: float) -> int:
+    return bisect.bisect_left(LATENCY_EDGES_S, value_s)
+
+
 @dataclass
 class PoolTraffic:
-    """Counters the request path bumps: requests that reached the pool's admission, and those admitted."""
+    """Counters the request path bumps: requests that reached the pool's admission, and those admitted; and the
+    answers (`answered`) since the last report the control plane accepted (`unreported`, `reported`)."""
 
     arrived: int = 0
     admitted: int = 0
     samples: deque[tuple[float, int, int]] = field(default_factory=deque)  # (t, arrived, admitted), oldest first
+    ok: int = 0
+    client_errors: int = 0
+    errors: int = 0
+    ttft: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_EDGES_S) + 1))
+    tpot: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_EDGES_S) + 1))
+    accepted: PoolOutcomes = field(default_factory=PoolOutcomes)  # the answers reports have carried so far
+
+    def answered(self, status: int, ttft_s: float | None, tpot_s: float | None) -> None:
+        """One answer of the pool: its status (5xx: an error; 4xx and 499: the client's), first-token time and
+        time per output token when measured."""
+        if status >= 500:
+            self.errors += 1
+        elif status >= 400:
+            self.client_errors += 1
+        else:
+            self.ok += 1
+        if ttft_s is not None:
+            self.ttft[_bucket(ttft_s)] += 1
+        if tpot_s is not None:
+            self.tpot[_bucket(tpot_s)] += 1
+
+    def unreported(self) -> PoolOutcomes:
+        """The answers counted since `reported` was last called (all of them before)."""
+        base = self.accepted
+        return PoolOutcomes(
+            ok=self.ok - base.ok,
+            client_errors=self.client_errors - base.client_errors,
+            errors=self.errors - base.errors,
+            ttft=_minus(self.ttft, base.ttft),
+            tpot=_minus(self.tpot, base.tpot),
+        )
+
+    def reported(self, sent: PoolOutcomes) -> None:
+        """``sent`` (an `unreported` value) was accepted: the next report starts after it."""
+        base = self.accepted
+        self.accepted = PoolOutcomes(
+            ok=base.ok + sent.ok,
+            client_errors=base.client_errors + sent.client_errors,
+            errors=base.errors + sent.errors,
+            ttft=_plus(base.ttft, sent.ttft),
+            tpot=_plus(base.tpot, sent.tpot),
+        )
 
     def rates(self, now: float, window_s: float) -> tuple[float, float, float]:
         """(arrived/s, admitted/s, seconds covered) over the last ``window_s``; records a sample at ``now``."""
@@ -119,6 +172,7 @@ class GatewayReporter:
                     window_s=round(span, 3),
                     ts=ts,
                     demand=admission.demand(),
+                    outcomes=self.traffic[pool].unreported(),
                 )
             )
         return out
@@ -139,6 +193,7 @@ class GatewayReporter:
                     if resp.status != 200:
                         raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 self.pushed += 1
+                self.traffic[report.pool].reported(report.outcomes)
                 self.on_share(report.pool, _share(body))
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if ok and self.backoff.failures == 0:
@@ -153,6 +208,18 @@ class GatewayReporter:
 
     async def run(self) -> None:
         await push_loop(self.push_once, self.backoff, self.clock)
+
+
+def _minus(a: list[int], b: list[int]) -> list[int]:
+    """Bucket counts ``a - b`` ([] when none are left: nothing measured)."""
+    out = [x - y for x, y in zip(a, b, strict=True)] if b else list(a)
+    return out if any(out) else []
+
+
+def _plus(a: list[int], b: list[int]) -> list[int]:
+    if not a or not b:
+        return list(a or b)
+    return [x + y for x, y in zip(a, b, strict=True)]
 
 
 def _share(body: bytes) -> float | None:

@@ -444,6 +444,8 @@ class Gateway:
         out.done_s = self.clock() - out.received
         m = self.metrics
         m.child(m.requests, out.tenant, out.model, str(out.status)).inc()
+        if out.pool is not None:  # reported to the control plane, which judges canaries by it
+            self.traffic[out.pool].answered(out.status, out.first_token_s if out.status == 200 else None, _tpot(out))
         if out.status == 200:
             m.child(m.e2e, out.tenant, out.model).observe(out.done_s)
             if out.first_token_s is not None:
@@ -504,6 +506,15 @@ def _authorization(request: web.Request) -> str | None:
 
 def _no_ready_replica(pool: PoolSpec) -> NoReadyReplica:
     return NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
+
+
+def _tpot(out: Outcome) -> float | None:
+    """Seconds per output token after the first, of a stream that succeeded with two tokens or more; None
+    otherwise (a whole answer arrives at once: its tokens are not timed)."""
+    tokens, first, done = out.completion_tokens, out.first_token_s, out.done_s
+    if out.status != 200 or not out.stream or not tokens or tokens < 2 or first is None or done is None:
+        return None
+    return max(0.0, done - first) / (tokens - 1)
 
 
 def _r(value: float | None) -> float | None:

@@ -1,5 +1,5 @@
-"""Status: ``llmfleet status [--json]``: pools, their error budget spent, replicas (engine URL, state, load) and the
-last decisions."""
+"""Status: ``llmfleet status [--json]``: canary rollouts (weights, step, window), pools, their error budget spent,
+replicas (engine URL, state, load) and the last decisions."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ def collect(client: httpx.Client, decisions: int) -> dict[str, Any]:
         pool["decisions"] = log.json()["decisions"]
         budget = client.get(f"/v1/pools/{pool['pool']}/budget")
         pool["budget"] = None if budget.status_code == 404 else budget.raise_for_status().json()  # 404: older
-    return {"pools": pools, "at": time.time()}
+    found = client.get("/v1/rollouts")
+    rollouts = [] if found.status_code == 404 else found.raise_for_status().json()["rollouts"]  # 404: older
+    return {"pools": pools, "rollouts": rollouts, "at": time.time()}
 
 
 def _num(value: Any, fmt: str = "{:g}") -> str:
@@ -52,8 +54,25 @@ def _budget_line(budget: dict[str, Any]) -> str:
     return f"  error budget {slos[0]['window']} spent: {spent} ({worst}{frozen})"
 
 
+def _rollout_line(r: dict[str, Any]) -> str:
+    """``rollout chat: qwen-v1 -> qwen-v2 at 10% (baking, step 1 of 3): baking 10%: 2 s of 3 s``."""
+    where = f"step {r['step'] + 1} of {len(r['steps'])}" if r["phase"] == "baking" else r["phase"]
+    sides = "; ".join(
+        f"{s['pool']} {s['requests']} req"
+        + ("" if s["error_rate"] is None else f" {s['error_rate']:.1%} err")
+        + ("" if s["ttft_p99_s"] is None else f" TTFT99 {s['ttft_p99_s'] * 1000:.0f}ms")
+        for s in r["window"]
+    )
+    return (
+        f"rollout {r['alias']}: {r['baseline']} -> {r['candidate']} at {r['weight']}% ({where}): {r['reason']}"
+        f"\n  window: {sides}"
+    )
+
+
 def format_status(status: dict[str, Any]) -> str:
-    lines: list[str] = []
+    lines: list[str] = [_rollout_line(r) for r in status.get("rollouts", [])]
+    if lines:
+        lines.append("")
     for pool in status["pools"]:
         lines.append(
             f"pool {pool['pool']}  model {pool['model']}  replicas {pool['replicas']} "
@@ -76,7 +95,10 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append("  recent decisions:")
         for d in pool["decisions"] or []:
             when = time.strftime("%H:%M:%S", time.localtime(d["at"]))
-            lines.append(f"    {when} {d['kind']:<10} {d['current']} -> {d['target']}  {d['reason']}")
+            change = f"{d['current']} -> {d['target']}"
+            if d["kind"] == "rollout":  # a weight, not replicas, moves
+                change = f"{d['weight_from']}% -> {d['weight_to']}%"
+            lines.append(f"    {when} {d['kind']:<10} {change}  {d['reason']}")
         if not pool["decisions"]:
             lines.append("    (none yet)")
         lines.append("")
