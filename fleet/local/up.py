@@ -16,11 +16,14 @@ on PATH a local Prometheus scrapes every part and evaluates the cluster's alert 
 Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
 to the agents it starts) and to the gateway through ``$LLMFLEET_CONTROL_TOKEN``, never on a command line, so the
 control plane runs ``--auth shared-secret`` and refuses reports and leases from anything else on this machine.
+When ``$LLMFLEET_CONTROL_TOKEN`` is already set, that is the fleet secret instead, so that operator commands that
+write (``llmfleet rollout start|abort``) work from the same shell.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import signal
 import sys
@@ -131,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
     control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
 
     # The fleet secret for control traffic, and the engines' API key: agents (started by the control plane, whose
-    # environment they inherit) hand it to their engine; the gateway sends it upstream.
-    fleet_env = {CONTROL_TOKEN_ENV: secrets.token_urlsafe(32), ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)}
+    # environment they inherit) hand it to their engine; the gateway sends it upstream. A secret already in this
+    # environment is the fleet's: operator commands run from the same shell (llmfleet rollout) then hold it.
+    secret = os.environ.get(CONTROL_TOKEN_ENV) or secrets.token_urlsafe(32)
+    fleet_env = {CONTROL_TOKEN_ENV: secret, ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
