@@ -13,11 +13,12 @@ Order (each step sees the previous one's number; the first that binds is named i
 3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
    while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
    zero), nor while a gateway's reports are stale (its queue is unknown). TTFT: P99 above the SLO adds one
-   replica while requests wait (at least ``ttftQueuePerReplica`` per ready replica, engines and gateways),
-   unless capacity is already arriving (cold start), and P99 within 80% of the SLO blocks shrinking, on the
-   same queueing evidence. Without it the misses are prompts whose prefill alone exceeds the SLO (the TTFT
-   floor: 16% of the Azure code trace's requests), which another replica does not shorten; acting on them
-   added a replica per cold start and never let the pool shrink. Throughput: the policy's own number. A lower
+   replica while requests wait (a median over the last ``ttftQueueWindowS``, default a cold start, of at
+   least ``ttftQueuePerReplica`` per ready replica, engines and gateways), unless capacity is already arriving
+   (cold start), and P99 within 80% of the SLO blocks shrinking, on the same queueing evidence. Without it the
+   misses are prompts whose prefill alone exceeds the SLO (the TTFT floor: 16% of the Azure code trace's
+   requests) or a burst's own backlog, gone before a replica launched now serves; acting on them added a
+   replica per cold start and never let the pool shrink. Throughput: the policy's own number. A lower
    priority can never undo a higher one, so two triggers never act against each other;
 4. bounds ``[min, max]``;
 5. stabilisation: a scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more", a
@@ -84,6 +85,17 @@ def _projection(ctx: ScalingContext, cfg: AutoscalingSpec) -> float | None:
     return level + slope * ctx.cold_start_s
 
 
+def _sustained_queue(ctx: ScalingContext, cfg: AutoscalingSpec, state: dict[str, Any]) -> float:
+    """The median queue depth of the ticks of the last ``ttftQueueWindowS`` (default a cold start), this one
+    included; the samples are carried in ``state["ttft_queues"]``. Ticks without fresh metrics add none."""
+    window = ctx.cold_start_s if cfg.ttft_queue_window_s is None else cfg.ttft_queue_window_s
+    samples = [(float(t), float(v)) for t, v in state.get("ttft_queues", ()) if ctx.now - t < window]
+    if ctx.has_metrics:
+        samples.append((ctx.now, ctx.queue_depth))
+    state["ttft_queues"] = samples
+    return _median([v for _, v in samples]) if samples else 0.0
+
+
 def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSpec) -> Verdict:
     """Turn ``proposal`` into a bounded, stabilised, SLO-ordered replica target (see module docstring)."""
     state: dict[str, Any] = dict(ctx.state)
@@ -141,11 +153,12 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
     # P99 TTFT is read as queueing only while requests wait; otherwise it is the prefill floor (module docstring).
     ready = sum(1 for r in ctx.fresh_ready if r.has_metrics)
     evidence = cfg.ttft_queue_per_replica * max(1, ready)
-    queued = cfg.ttft_queue_per_replica == 0 or (ctx.queue_depth > 0 and ctx.queue_depth >= evidence)
+    waiting = _sustained_queue(ctx, cfg, state)
+    queued = cfg.ttft_queue_per_replica == 0 or (waiting > 0 and waiting >= evidence)
     if ttft is not None and ttft > 0.8 * ctx.ttft_slo_s and not queued:
-        inputs["ttft_rule"] = f"not queueing: {ctx.queue_depth:g} waiting < {evidence:g}, P99 read as prefill"
+        inputs["ttft_rule"] = f"not queueing: {waiting:g} waiting (median) < {evidence:g}, P99 read as prefill"
     elif ttft is not None and ttft > ctx.ttft_slo_s:
-        over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms with {ctx.queue_depth:g} waiting"
+        over = f"ttft: P99 {ttft * 1000:.0f}ms > SLO {ctx.ttft_slo_s * 1000:.0f}ms with {waiting:g} waiting (median)"
         no_shrink = no_shrink or over
         # Add one while requests wait and no capacity is arriving yet (a cold start already under way is the
         # answer); a lagging P99 over an idle pool adds nothing.

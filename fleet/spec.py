@@ -564,6 +564,9 @@ class AutoscalingSpec(Spec):
     """Requests waiting (engines + gateways) per ready replica from which a P99 TTFT over the SLO counts as
     queueing; below it the misses are prefill more replicas cannot shorten, and the TTFT rule neither adds a
     replica nor blocks a scale-down. 0: any P99 over the SLO acts."""
+    ttft_queue_window_s: float | None = Field(default=None, ge=0, le=3600)
+    """The queue that evidence is the median of the ticks of this window (default the cold start): a burst's
+    own backlog, gone before a replica launched now could serve, is not queueing it can fix. 0: this tick's."""
 
 
 class ControlPlaneSpec(Spec):

@@ -193,3 +193,17 @@ def test_predictive_term_adds_at_most_its_step() -> None:
     ctx = context(ready("a", waiting=10, running=30), demand_history=steep)
     assert guard(ctx, 2, predictive=True, interval_s=5.0, predictive_max_step=2, max_scale_up_step=8).target == 4
     assert guard(ctx, 2, predictive=True, interval_s=5.0, predictive_max_step=8, max_scale_up_step=8).target > 4
+
+
+def test_ttft_rule_needs_a_queue_that_lasts_not_one_bursts_backlog() -> None:
+    # 10 s ticks, 30 s window: 20 waiting over 3 replicas in one tick is a burst's backlog; in two of three, not.
+    def run(waiting: list[float]) -> int:
+        state: dict[str, Any] = {}
+        for i, w in enumerate(waiting):
+            ctx = context(ready("a", waiting=w, running=40, ttft=2.0), *FLOOR[1:], now=1000.0 + 10 * i, state=state)
+            verdict = guard(ctx, 3, scale_down_stabilization_s=0)
+            state = verdict.state
+        return verdict.target
+
+    assert run([0.0, 0.0, 20.0]) == 3
+    assert run([0.0, 20.0, 20.0]) == 4
