@@ -40,6 +40,30 @@ def test_an_alias_may_take_the_name_of_a_pool_it_includes() -> None:
     assert loaded.spec.aliases[MODEL].pools["qwen-7b-v2"] == 5
 
 
+def test_an_aliass_rollout_settings_parse_and_default() -> None:
+    rollout = {"steps": [10, 50, 100], "bakeS": 3, "minSamples": 20, "baseline": "qwen-7b", "baselineAfter": "min"}
+    aliases = {
+        "chat": {"pools": {"qwen-7b": 100, "qwen-7b-v2": 0}, "rollout": rollout},
+        "other": {"pools": {"small": 1}},
+    }
+    spec = parse_spec(_document(aliases), file=FILE).spec
+    chat = spec.aliases["chat"].rollout
+    assert (chat.steps, chat.bake_s, chat.min_samples, chat.baseline, chat.baseline_after) == (
+        [10, 50, 100],
+        3.0,
+        20,
+        "qwen-7b",
+        "min",
+    )
+    default = spec.aliases["other"].rollout
+    assert (default.steps, default.bake_s, default.min_samples, default.tolerance) == (
+        [1, 5, 25, 50, 100],
+        300,
+        100,
+        0.1,
+    )
+
+
 # (case, aliases, extra overrides, expected key path, fragment of the message saying what is allowed)
 BROKEN: list[tuple[str, Any, dict[str, Any], str, str]] = [
     ("unknown pool", {"chat": {"pools": {"qwen-7b": 95, "qwen-9b": 5}}}, {}, "aliases.chat.pools.qwen-9b", "pools:"),
@@ -82,9 +106,37 @@ BROKEN: list[tuple[str, Any, dict[str, Any], str, str]] = [
         {"chat": {"pools": {"qwen-7b": 1}, "fallbak": "small"}},
         {},
         "aliases.chat.fallbak",
-        "did you mean 'fallback'? allowed keys: fallback, pools, sticky",
+        "did you mean 'fallback'? allowed keys: fallback, pools, rollout, sticky",
     ),
     ("name with a space", {"my chat": {"pools": {"qwen-7b": 1}}}, {}, "aliases.my chat", "pattern"),
+    (
+        "rollout steps that go down",
+        {"chat": {"pools": {"qwen-7b": 1}, "rollout": {"steps": [10, 5, 100]}}},
+        {},
+        "aliases.chat.rollout.steps",
+        "each step above the one before",
+    ),
+    (
+        "rollout steps short of 100",
+        {"chat": {"pools": {"qwen-7b": 1}, "rollout": {"steps": [10, 50]}}},
+        {},
+        "aliases.chat.rollout.steps",
+        "ending at 100",
+    ),
+    (
+        "rollout baseline outside the alias",
+        {"chat": {"pools": {"qwen-7b": 1}, "rollout": {"baseline": "small"}}},
+        {},
+        "aliases.chat",
+        "rollout.baseline 'small' is not one of the alias's pools",
+    ),
+    (
+        "rollout tolerance of 100%",
+        {"chat": {"pools": {"qwen-7b": 1}, "rollout": {"tolerance": 1.0}}},
+        {},
+        "aliases.chat.rollout.tolerance",
+        "less than 1",
+    ),
     (
         "tenant allowed an unknown alias",
         {"chat": {"pools": {"qwen-7b": 1}}},
