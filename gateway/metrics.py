@@ -1,7 +1,8 @@
 """Metrics: the gateway's Prometheus series and its JSON access log.
 
 Series (prefix ``llmfleet_gateway_``), labelled by tenant, model, status and replica where it makes sense:
-requests_total, ttft_seconds and e2e_seconds (as seen by the gateway), tokens_total{direction=in|out},
+requests_total, ttft_seconds (streamed answers only: a whole answer has no first token to time) and e2e_seconds
+(as seen by the gateway), tokens_total{direction=in|out},
 queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
 alias_routed_total{alias,pool} (requests for an alias, by the pool that took them),
 routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),

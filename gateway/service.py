@@ -444,12 +444,15 @@ class Gateway:
         out.done_s = self.clock() - out.received
         m = self.metrics
         m.child(m.requests, out.tenant, out.model, str(out.status)).inc()
+        # A first token is timed only on a stream: a whole answer arrives at once, and its time is the e2e latency,
+        # which would read as a slow first token in the TTFT SLI and in canary judgements.
+        ttft = out.first_token_s if out.status == 200 and out.stream else None
         if out.pool is not None:  # reported to the control plane, which judges canaries by it
-            self.traffic[out.pool].answered(out.status, out.first_token_s if out.status == 200 else None, _tpot(out))
+            self.traffic[out.pool].answered(out.status, ttft, _tpot(out))
         if out.status == 200:
             m.child(m.e2e, out.tenant, out.model).observe(out.done_s)
-            if out.first_token_s is not None:
-                m.child(m.ttft, out.tenant, out.model).observe(out.first_token_s)
+            if ttft is not None:
+                m.child(m.ttft, out.tenant, out.model).observe(ttft)
             if out.prompt_tokens:
                 m.child(m.tokens, out.tenant, out.model, "in").inc(out.prompt_tokens)
             if out.completion_tokens:

@@ -155,3 +155,24 @@ async def test_a_dead_quota_redis_shows_on_the_admin_metrics_and_fail_open_still
             text = await resp.text()
     assert "llmfleet_gateway_quota_store_up 0.0" in text
     assert 'llmfleet_gateway_quota_store_down_requests_total{decision="local"} 1.0' in text
+
+
+async def test_only_streamed_answers_are_timed_as_a_first_token(shared_sim: Proc) -> None:
+    """A whole answer arrives at once: timing it as a first token would make the TTFT SLI burn on e2e latency."""
+    async with serve_with_admin(settings_for([shared_sim.url])) as (url, admin_url, _):
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS["gold"], max_retries=0)
+        try:
+            await client.chat.completions.create(**CHAT)
+            await client.chat.completions.create(**CHAT)
+            async for _ in await client.chat.completions.create(**CHAT, stream=True):
+                pass
+        finally:
+            await client.close()
+        async with aiohttp.ClientSession() as session, session.get(admin_url + "/metrics") as resp:
+            text = await resp.text()
+    counts = {
+        line.split("{")[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(("llmfleet_gateway_ttft_seconds_count", "llmfleet_gateway_e2e_seconds_count"))
+    }
+    assert counts == {"llmfleet_gateway_ttft_seconds_count": 1.0, "llmfleet_gateway_e2e_seconds_count": 3.0}
