@@ -24,7 +24,9 @@ from fleet.wire import AliasEntry, AliasWeights, RolloutSide, RolloutStatus
 from rollout.canary import CanaryDecision, CanaryPlan, CanaryState, Observation, Side, abort, advance, start
 from rollout.slis import SliLedger
 
-__all__ = ["RolloutError", "Rollouts"]
+__all__ = ["KEEP_S", "RolloutError", "Rollouts"]
+
+KEEP_S = 60.0  # gateway answers kept this long outside any running rollout's window
 
 
 class RolloutError(ValueError):
@@ -53,8 +55,7 @@ class Rollouts:
         self.spec = spec
         self.log = log
         self.replicas = replicas
-        longest = max((a.rollout.bake_s for a in spec.aliases.values()), default=0.0)
-        self.ledger = SliLedger(keep_s=2 * longest + 60.0)  # a step's window, and then some
+        self.ledger = SliLedger()
         self.states: dict[str, CanaryState] = {}
         self.weights: dict[str, dict[str, int]] = {name: dict(a.pools) for name, a in spec.aliases.items()}
         self.retired: set[str] = set()  # baselines promoted away from, whose replicas.min is read as 0
@@ -117,7 +118,10 @@ class Rollouts:
 
     def tick(self, now: float) -> None:
         """Judge every running rollout's current step on its window."""
-        for state in [s for s in self.states.values() if s.active]:
+        running = [s for s in self.states.values() if s.active]
+        # Answers older than every running window (and than a minute, for the finished ones' status) are not read.
+        self.ledger.trim(min([now - KEEP_S, *(s.step_started_at for s in running)]))
+        for state in running:
             since, plan = state.step_started_at, state.plan
             seen = Observation(self.ledger.window(plan.baseline, since), self.ledger.window(plan.candidate, since))
             nxt, decision = advance(state, seen, now)

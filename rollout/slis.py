@@ -44,19 +44,20 @@ def _add(a: list[int], b: Sequence[int]) -> list[int]:
 
 
 class SliLedger:
-    """Every pool's reported answers, kept ``keep_s`` seconds."""
+    """Every pool's reported answers, in arrival order, until `trim` drops them."""
 
-    def __init__(self, keep_s: float = 3600.0) -> None:
-        self.keep_s = keep_s
+    def __init__(self) -> None:
         self._entries: dict[str, deque[tuple[float, PoolOutcomes]]] = {}
 
     def record(self, pool: str, outcomes: PoolOutcomes, now: float) -> None:
-        if outcomes.answered == 0:
-            return
-        entries = self._entries.setdefault(pool, deque())
-        entries.append((now, outcomes))
-        while entries and now - entries[0][0] > self.keep_s:
-            entries.popleft()
+        if outcomes.answered:
+            self._entries.setdefault(pool, deque()).append((now, outcomes))
+
+    def trim(self, before: float) -> None:
+        """Forget what arrived before ``before`` (no window that starts earlier will be asked for)."""
+        for entries in self._entries.values():
+            while entries and entries[0][0] < before:
+                entries.popleft()
 
     def window(self, pool: str, since: float) -> Side:
         """``pool``'s answers reported at or after ``since``: requests (every answer), 5xx, and p99s."""

@@ -123,3 +123,5 @@ def test_the_ledger_sums_a_pools_reports_inside_the_window_only() -> None:
     whole = ledger.window("qwen-v2", since=0.0)
     assert (whole.requests, whole.errors, whole.error_rate) == (20, 5, 0.25)
     assert whole.ttft_p99_s is not None and 0.075 < whole.ttft_p99_s <= 0.1
+    ledger.trim(before=15.0)
+    assert ledger.window("qwen-v2", since=0.0).requests == 10
