@@ -17,6 +17,7 @@ simulator just adds the duration. ``abort`` may be called between the two and fr
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from engine_sim.timing import StepTimer, StepWork
 from engine_sim.tokenizer import filler_ids
 
 __all__ = [
+    "DecodeRun",
     "FinishReason",
     "RequestStatus",
     "Scheduler",
@@ -164,6 +166,24 @@ class StepResult(NamedTuple):
     events: tuple[TokenEvent, ...]
 
 
+@dataclass
+class DecodeRun:
+    """Steps planned at once by `Scheduler.start_decode_run`: step ``j`` ends at ``ends[j]``; ``done`` are applied.
+
+    ``kv_ops`` are the KV calls the steps make, in the order single steps make them: ``(step, 0, i)`` grows
+    request ``i``'s blocks before step ``step``, ``(step, 1, i)`` caches the block it fills; ``computed[i]`` is
+    request ``i``'s computed tokens when the run began.
+    """
+
+    requests: tuple[SimRequest, ...]
+    computed: tuple[int, ...]
+    durations: list[float]
+    ends: list[float]
+    kv_ops: list[tuple[int, int, int]]
+    done: int = 0
+    ops_done: int = 0
+
+
 class Scheduler:
     """Continuous batching over a `KVCacheManager`, timed by a `StepTimer`; ``started_at`` anchors uptime."""
 
@@ -176,6 +196,7 @@ class Scheduler:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self._requests: dict[str, SimRequest] = {}
+        self._run: DecodeRun | None = None
 
     # -- queries ---------------------------------------------------------------------------------------
     @property
@@ -215,6 +236,8 @@ class Scheduler:
         request = self._requests.get(request_id)
         if request is None:
             return None
+        if self._run is not None:
+            raise RuntimeError("abort() during a decode run: finish it first")
         if request in self.running:
             self.running.remove(request)
         elif request in self.waiting:
@@ -228,6 +251,8 @@ class Scheduler:
     # -- the step ----------------------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan | None:
         """Pick this step's tokens per request; None when there is nothing to run."""
+        if self._run is not None:
+            raise RuntimeError("schedule() during a decode run: finish it first")
         # Runs once per step for every running request, so the step's work (`StepWork`) is summed as requests are
         # picked rather than in a second pass, and attributes are read into locals: same rule, same order.
         budget = self.config.max_num_batched_tokens
@@ -351,6 +376,124 @@ class Scheduler:
         """Schedule and complete one step at once (virtual time)."""
         plan = self.schedule(now)
         return None if plan is None else self.complete(plan)
+
+    # -- decode runs: many steps at once, for a discrete-event simulator ------------------------------------
+    # While nothing waits and every running request decodes, each step gives every request one token and only
+    # the step's context grows, so the steps up to the first finish are known in advance: their times from the
+    # batch size and the summed context, their KV calls from each request's block boundaries. A run applies
+    # them in aggregate (tokens, counters, KV calls in single-step order) instead of building every step and
+    # token; the state after any applied prefix is the state single steps leave. Token events are not built:
+    # the ITLs come back as (latency, count) pairs. The live engine does not use runs.
+    @property
+    def in_run(self) -> bool:
+        return self._run is not None
+
+    def start_decode_run(self, now: float, max_steps: int) -> float | None:
+        """Plan up to ``max_steps`` pure-decode steps from ``now``; the last one's end, or None when the next step
+        is not such a step (something waits, a request prefills or finishes next, jitter draws per step) or
+        fewer than two would run. Until `finish_decode_run`, only the run's methods and `add` may be called."""
+        running, config, bs = self.running, self.config, self.kv.block_size
+        n = len(running)
+        if self._run is not None or self.waiting or not n or n > config.max_num_batched_tokens or self.timer.jitter:
+            return None
+        steps, context = max_steps, 0
+        for r in running:
+            num_tokens, num_prompt = len(r.token_ids), len(r.prompt_token_ids)
+            if num_tokens - r.num_computed_tokens != 1 or num_tokens <= num_prompt:
+                return None  # not a decode
+            n_out = num_tokens - num_prompt
+            left = min(r.max_tokens - n_out, config.max_model_len - num_tokens)
+            if r.stop_after is not None:
+                left = min(left, r.stop_after - n_out)
+            steps = min(steps, left - 1)  # step ``left - 1`` samples its last token: the run stops before it
+            context += num_tokens
+        if steps < 2:
+            return None
+        ops: list[tuple[int, int, int]] = []
+        for i, r in enumerate(running):
+            c = r.num_computed_tokens
+            # Single steps call allocate_slots when the computed tokens end a block, cache_computed when the step
+            # fills one (`schedule` and `complete` skip both otherwise).
+            ops += [(j, 0, i) for j in range(-c % bs, steps, bs)]
+            ops += [(j, 1, i) for j in range(-(c + 1) % bs, steps, bs)]
+        ops.sort()
+        allocs = [j for j, kind, _ in ops if kind == 0]
+        if len(allocs) > self.kv.pool.num_free:  # each call takes at most one block: stop before one could fail
+            steps = allocs[self.kv.pool.num_free]
+            ops = [op for op in ops if op[0] < steps]
+            if steps < 2:
+                return None
+        durations: list[float] = []
+        ends: list[float] = []
+        start = now
+        for j in range(steps):
+            duration = self.timer.seconds(StepWork(n, context + j * n, 0.0), uptime_s=start - self.started_at)
+            start += duration
+            durations.append(duration)
+            ends.append(start)
+        self._run = DecodeRun(tuple(running), tuple(r.num_computed_tokens for r in running), durations, ends, ops)
+        return ends[-1]
+
+    def advance_decode_run(self, now: float) -> list[tuple[float, int]]:
+        """Apply the run's steps that ended before ``now``; their ITLs as (latency, count) pairs."""
+        run = self._run
+        if run is None:
+            return []
+        upto = bisect.bisect_left(run.ends, now)  # a step ending at ``now`` is still running, as for an event
+        return self._apply_run(run, upto)
+
+    def truncate_decode_run(self, now: float) -> float:
+        """End the run with the step running at ``now`` (a request arrived: the next step may admit it); its end."""
+        run = self._run
+        if run is None:
+            raise RuntimeError("no decode run")
+        last = min(bisect.bisect_left(run.ends, now), len(run.ends) - 1)
+        del run.ends[last + 1 :], run.durations[last + 1 :]
+        run.kv_ops = [op for op in run.kv_ops if op[0] <= last]
+        return run.ends[-1]
+
+    def finish_decode_run(self) -> list[tuple[float, int]]:
+        """Apply the rest of the run and end it; the ITLs as (latency, count) pairs."""
+        run = self._run
+        if run is None:
+            return []
+        out = self._apply_run(run, len(run.ends))
+        self._run = None
+        return out
+
+    def _apply_run(self, run: DecodeRun, upto: int) -> list[tuple[float, int]]:
+        first, count = run.done, upto - run.done
+        requests, ends, n = run.requests, run.ends, len(run.requests)
+        itls: list[tuple[float, int]] = []
+        if count > 0:
+            stats = self.stats
+            stats.steps += count
+            for duration in run.durations[first:upto]:  # one by one: the same float sum as single steps
+                stats.busy_seconds += duration
+            stats.generation_tokens += n * count
+            for r in requests:
+                itls.append((ends[first] - (r.last_token_time or ends[first]), 1))
+                r.token_ids += filler_ids(r.output_seed, len(r.token_ids), count)
+                r.num_computed_tokens += count
+                r.last_token_time = ends[upto - 1]
+            itls += [(ends[j] - ends[j - 1], n) for j in range(first + 1, upto)]
+            run.done = upto
+        # The KV calls after the tokens (caching hashes only computed blocks, which the new tokens don't change),
+        # up to the allocations of the step running now: a step takes its blocks when it starts.
+        kv, ops = self.kv, run.kv_ops
+        running_now = upto if upto < len(ends) else -1
+        while run.ops_done < len(ops):
+            j, kind, i = ops[run.ops_done]
+            if j >= upto and not (j == running_now and kind == 0):
+                break
+            run.ops_done += 1
+            r = requests[i]
+            if kind == 0:
+                if not kv.allocate_slots(r.request_id, run.computed[i] + j + 1):
+                    raise RuntimeError("a decode run ran out of KV blocks")  # start_decode_run rules this out
+            else:
+                kv.cache_computed(r.request_id, r.token_ids, run.computed[i] + j + 1)
+        return itls
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _chunk(self, request: SimRequest, remaining: int, budget: int) -> int:

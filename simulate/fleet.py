@@ -11,7 +11,11 @@ at once and stops when its last request finishes (drain).
 
 Events: arrivals, engine step ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and
 the agents' reports see; the gateway's in-flight count is always live; the gateway's report, rates from
-`gateway.reporting.PoolTraffic`, goes out at the same time), queue timeouts and control-loop ticks.
+`gateway.reporting.PoolTraffic`, goes out at the same time), queue timeouts and control-loop ticks. While a
+replica only decodes (nothing waits, nothing prefills), its steps until the next finish are one event, a decode
+run (`Scheduler.start_decode_run`): an arrival routed to it cuts the run after the step running then, a scrape
+applies the steps that ended before it. The results are those of one event per step (a test holds them equal);
+only the order in which ITLs are recorded differs, and every figure sorts them.
 
 Prompts are token ids built from the trace: a request's 512-token prefix blocks (Mooncake ``hash_ids``) become
 the same ids wherever they recur, so the engines' prefix caches and the prefix-affinity scorer see exactly the
@@ -49,6 +53,7 @@ __all__ = ["SCRAPE_S", "FleetSim", "Result", "prompt_text", "prompt_tokens", "qu
 SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
 TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
 UNIQUE_BASE = 1 << 40  # token ids of prompts that share nothing: one id per request, far from block ids
+RUN_STEPS = 256  # at most this many decode steps planned at once (a run is cut short when a request arrives)
 TEXT_BLOCKS = 16  # prefix blocks rendered as text for the prefix-affinity scorer (~4 characters per token)
 
 
@@ -82,6 +87,7 @@ class Replica:
     state: str = "launching"  # launching -> ready -> draining -> stopped
     stopped_at: float | None = None
     plan: StepPlan | None = None
+    run_seq: int = 0  # the scheduler's current decode run's event carries this; an older one is stale
     in_flight: int = 0
     # the last scrape: (running, waiting, kv_usage, ttft_p99_s, tokens_per_s), taken at ``scraped_at``
     scraped: tuple[float, float, float, float | None, float] = (0.0, 0.0, 0.0, None, 0.0)
@@ -130,8 +136,10 @@ class FleetSim:
         name: str = "",
         initial_replicas: int | None = None,
         floor_rids: frozenset[str] = frozenset(),
+        decode_runs: bool = True,
     ) -> None:
         self.floor_rids = floor_rids
+        self.run_steps = RUN_STEPS if decode_runs else 0  # 0: every step is its own event (the same results)
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
         self.interval_s = spec.autoscaling.interval_s
@@ -193,6 +201,7 @@ class FleetSim:
         handlers: dict[str, Callable[[float, Any], None]] = {
             "arrival": self.on_arrival,
             "step": self.on_step,
+            "run": self.on_run,
             "ready": self.on_ready,
             "scrape": self.on_scrape,
             "tick": self.on_tick,
@@ -274,6 +283,9 @@ class FleetSim:
             return
         self.traffic.admitted += 1
         replica = self.by_name[decision.endpoint.id]
+        if replica.scheduler.in_run:  # the step running now is the run's last: the next one may admit this request
+            replica.run_seq += 1
+            self.push(replica.scheduler.truncate_decode_run(now), "run", (replica, replica.run_seq))
         replica.scheduler.add(SimRequest(a.rid, prompt_tokens(a, index), max_tokens=a.output_tokens), now)
         replica.in_flight += 1
         self.gw_in_flight += 1
@@ -281,8 +293,14 @@ class FleetSim:
 
     # -- the engines ---------------------------------------------------------------------------------------
     def kick(self, r: Replica, now: float) -> None:
-        """Start the replica's next step when it is idle and has work."""
-        if r.plan is None and r.scheduler.has_work():
+        """Start the replica's next step when it is idle and has work: a decode run when it can be one (one event
+        for many steps), else a single step."""
+        if r.plan is None and not r.scheduler.in_run and r.scheduler.has_work():
+            end = r.scheduler.start_decode_run(now, self.run_steps) if self.run_steps else None
+            if end is not None:
+                r.run_seq += 1
+                self.push(end, "run", (r, r.run_seq))
+                return
             r.plan = r.scheduler.schedule(now)
             if r.plan is not None:
                 self.push(r.plan.end, "step", r)
@@ -292,6 +310,7 @@ class FleetSim:
         result = r.scheduler.complete(r.plan)
         r.plan = None
         res = self.result
+        itls = res.itls
         for ev in result.events:
             if ev.first:  # the client's TTFT includes the gateway queue; the agent sees the engine's
                 ttft = now - self.arrived_at.pop(ev.request.request_id)
@@ -303,7 +322,7 @@ class FleetSim:
                 res.prompt_tokens += ev.request.num_prompt_tokens
                 res.cached_tokens += max(0, ev.request.num_cached_tokens)
             else:
-                res.itls.append(ev.latency)
+                itls.append(ev.latency)
             if ev.finished is not None:
                 r.in_flight -= 1
                 self.gw_in_flight -= 1
@@ -313,6 +332,21 @@ class FleetSim:
             self.pump(now)
         if r.state == "draining" and r.in_flight == 0:
             self.stop(r, now)
+
+    def on_run(self, now: float, item: tuple[Replica, int]) -> None:
+        """A decode run's last step ended (no request finished in it: runs stop before a finish)."""
+        r, seq = item
+        if seq != r.run_seq:
+            return  # the run was cut short and has a later event
+        self.add_itls(r.scheduler.finish_decode_run())
+        self.kick(r, now)
+        if self.gw_queue:
+            self.pump(now)
+
+    def add_itls(self, itls: list[tuple[float, int]]) -> None:
+        out = self.result.itls
+        for latency, count in itls:
+            out.extend(array("d", [latency]) * count)
 
     def stop(self, r: Replica, now: float) -> None:
         r.state, r.stopped_at = "stopped", now
@@ -327,6 +361,8 @@ class FleetSim:
         for r in self.replicas:
             if r.state not in ("ready", "draining"):
                 continue
+            if r.scheduler.in_run:  # what single steps would have done by now
+                self.add_itls(r.scheduler.advance_decode_run(now))
             while r.ttfts and now - r.ttfts[0][0] > TTFT_WINDOW_S:
                 r.ttfts.popleft()
             p99 = quantile(sorted(v for _, v in r.ttfts), 0.99) if r.ttfts else None

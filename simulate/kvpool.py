@@ -40,7 +40,7 @@ class LazyBlockPool(BlockPool):
         if count > self.num_free:
             raise RuntimeError(f"allocate({count}) with {self.num_free} free blocks")
         fresh = min(count, self.num_blocks - self._next_fresh)
-        out = [Block(i, ref_count=1) for i in range(self._next_fresh, self._next_fresh + fresh)]
+        out = [Block(i, 1) for i in range(self._next_fresh, self._next_fresh + fresh)]  # ref_count 1
         self._next_fresh += fresh
         if count > fresh:
             out.extend(super().allocate(count - fresh))

@@ -124,8 +124,9 @@ def prepare(
     )
 
 
-def run_config(prepared: Prepared, config: Config, seed: int) -> Result:
-    """Simulate ``config`` on the prepared trace."""
+def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bool = True) -> Result:
+    """Simulate ``config`` on the prepared trace (``decode_runs=False``: one event per engine step, for
+    measuring what decode runs save; the results are the same)."""
     spec = _spec(prepared.stack)
     pool = prepared.pool
     controller = make_controller(spec, pool, config.scaling)
@@ -139,5 +140,6 @@ def run_config(prepared: Prepared, config: Config, seed: int) -> Result:
         name=config.name,
         initial_replicas=initial,
         floor_rids=prepared.floor_rids,
+        decode_runs=decode_runs,
     )
     return sim.run()

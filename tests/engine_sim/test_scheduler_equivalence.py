@@ -146,3 +146,83 @@ def test_generated_ids_read_a_chunk_at_a_time_are_filler_ids(seed: int, start: i
     request = SimRequest("r", [0] * start, max_tokens=room, output_seed=seed)
     got = [request.filler_token(start + i) for i in range(steps)]
     assert got == filler_ids(seed, start, steps)
+
+
+def _drive(sched: Scheduler, seed: int, runs: bool) -> tuple[list[Any], list[float], Any]:
+    """Arrivals and one-second-style scrapes on an event clock; with ``runs`` the scheduler decodes in runs (cut
+    when a request arrives, advanced at each scrape), as `simulate.fleet.FleetSim` drives it. The scrape log,
+    every ITL (sorted) and the final stats."""
+    rng = random.Random(seed)
+    arrivals = sorted((rng.uniform(0.0, 3.0), 0, i) for i in range(30))
+    scrapes = [(0.25 * k, 1, 0) for k in range(1, 40)]
+    outside = sorted(arrivals + scrapes)
+    plan: StepPlan | None = None
+    run_end: float | None = None
+    log: list[Any] = []
+    itls: list[tuple[float, int]] = []
+
+    def kick(now: float) -> None:
+        nonlocal plan, run_end
+        if plan is None and run_end is None and sched.has_work():
+            run_end = sched.start_decode_run(now, 256) if runs else None
+            if run_end is None:
+                plan = sched.schedule(now)
+
+    k = 0
+    while True:
+        step_end = plan.end if plan is not None else run_end
+        if k < len(outside) and (step_end is None or outside[k][0] <= step_end):
+            now, kind, i = outside[k]
+            k += 1
+            if kind == 0:
+                if run_end is not None:
+                    run_end = sched.truncate_decode_run(now)
+                prompt = [1_000 + i % 4] * 16 + [2_000 + i] * rng.randrange(1, 300)  # some share a block
+                sched.add(SimRequest(f"r{i}", prompt, max_tokens=rng.randrange(1, 120)), now)
+                kick(now)
+            else:
+                if run_end is not None:
+                    itls += sched.advance_decode_run(now)
+                running = [(r.request_id, r.num_computed_tokens, list(r.token_ids)) for r in sched.running]
+                log.append((now, sched.stats.generation_tokens, sched.stats.steps, sched.kv.pool.num_free, running))
+        elif plan is not None:
+            result = sched.complete(plan)
+            itls += [(e.latency, 1) for e in result.events if not e.first]
+            now, plan = plan.end, None
+            kick(now)
+        elif run_end is not None:
+            itls += sched.finish_decode_run()
+            now, run_end = run_end, None
+            kick(now)
+        else:
+            break
+    return log, sorted(x for latency, count in itls for x in [latency] * count), sched.stats
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(60, 1000), caching=st.booleans())
+def test_decode_runs_leave_the_state_single_steps_leave(seed: int, blocks: int, caching: bool) -> None:
+    config = make_config(
+        max_model_len=512, num_gpu_blocks_override=blocks, max_num_batched_tokens=256, enable_prefix_caching=caching
+    )
+    assert _drive(build_scheduler(config), seed, runs=True) == _drive(build_scheduler(config), seed, runs=False)
+
+
+def test_a_decode_run_stops_before_a_finish_and_refuses_what_is_not_a_decode() -> None:
+    sched = build_scheduler(make_config())
+    sched.add(SimRequest("a", [1] * 20, max_tokens=10), 0.0)
+    assert sched.start_decode_run(0.0, 256) is None  # waiting: a prefill comes next
+    now = sched.step(0.0).plan.end  # type: ignore[union-attr]
+    sched.add(SimRequest("b", [2] * 20, max_tokens=3), now)
+    now = sched.step(now).plan.end  # type: ignore[union-attr]
+    # a has 2 of 10 tokens, b 1 of 3: b's last token comes in the second step from now, so one step could run
+    assert sched.start_decode_run(now, 256) is None
+    now = sched.step(now).plan.end  # type: ignore[union-attr]
+    now = sched.step(now).plan.end  # type: ignore[union-attr]  # b finished: a alone, at 4 of 10
+    end = sched.start_decode_run(now, 256)
+    assert end is not None and sched.in_run
+    itls = sched.finish_decode_run()
+    assert sum(count for _, count in itls) == 5 and sched.running[0].num_output_tokens == 9  # the 10th: a step
+    assert sched.start_decode_run(end, 256) is None
+    result = sched.step(end)
+    assert result is not None and result.events[0].finished is not None
