@@ -21,7 +21,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_validate_all_shipped_stacks_exits_zero() -> None:
     result = run("validate")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("ok ") == 4
+    assert result.stdout.count("ok ") == len(list((ROOT / "stacks").glob("Pulumi.*.yaml"))) >= 5
 
 
 def test_validate_a_broken_file_exits_one_and_names_the_key(tmp_path: Path) -> None:

@@ -293,7 +293,8 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "scaling policy parameter of another policy",
         {"llmfleet:autoscaling": {"policy": {"name": "target-tracking", "params": {"threshold": 3}}}},
         "llmfleet:autoscaling.policy.params.threshold",
-        "allowed keys: releaseTimeConstantS, targetKvUsage, targetQueuePerReplica, targetUtilisation",
+        "allowed keys: releaseTimeConstantS, sustainQuantile, sustainWindowS, targetKvUsage, targetQueuePerReplica, "
+        "targetUtilisation",
     ),
 ]
 
