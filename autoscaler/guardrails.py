@@ -73,16 +73,16 @@ def demand_trend(history: tuple[tuple[float, float], ...]) -> float:
     return _median(slopes) if slopes else 0.0
 
 
-def _projection(ctx: ScalingContext, cfg: AutoscalingSpec) -> float | None:
-    """Demand projected a cold start ahead from the trend of the last ``predictiveFitS``; None until the
-    samples cover that window (less one tick: they are taken once a tick)."""
+def _projection(ctx: ScalingContext, cfg: AutoscalingSpec) -> tuple[float, float] | None:
+    """The trend line's demand now and a cold start ahead, fitted over the last ``predictiveFitS``; None until
+    the samples cover that window (less one tick: they are taken once a tick)."""
     fit_s = cfg.predictive_fit_s or ctx.cold_start_s
     samples = tuple((t, v) for t, v in ctx.demand_history if ctx.now - t <= fit_s)
     if not samples or ctx.now - samples[0][0] < fit_s - cfg.interval_s:
         return None
     slope = demand_trend(samples)
     level = _median([v + slope * (ctx.now - t) for t, v in samples])  # the fitted line's value now
-    return level + slope * ctx.cold_start_s
+    return level, level + slope * ctx.cold_start_s
 
 
 def _sustained_queue(ctx: ScalingContext, cfg: AutoscalingSpec, state: dict[str, Any]) -> float:
@@ -124,11 +124,14 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
     reason = proposal.reason
 
     # 2. predictive term
-    projected = _projection(ctx, cfg) if cfg.predictive and ctx.demand > 0 else None
-    if projected is not None:
+    trend = _projection(ctx, cfg) if cfg.predictive and ctx.demand > 0 else None
+    if trend is not None:
+        level, projected = trend
         inputs["projected_demand"] = round(projected, 3)
-        if projected > ctx.demand:
-            predicted = math.ceil(proposal.desired * projected / ctx.demand - _EPS)
+        # The proposal grows as the trend does; measured from the line, not from this tick's demand, whose
+        # dip below the line after a busy stretch would read as growth.
+        if projected > ctx.demand and level > 0 and projected > level:
+            predicted = math.ceil(proposal.desired * projected / level - _EPS)
             predicted = min(predicted, desired + cfg.predictive_max_step)
             if predicted > desired:
                 desired = predicted

@@ -180,6 +180,7 @@ def _history(values: list[float], now: float = 1000.0) -> tuple[tuple[float, flo
         ("a burst in the last tick: no trend", _history([20, 20, 20, 20, 20, 20, 40]), 2),
         ("a rise sustained over the window: ahead of it", _history([10, 15, 20, 25, 30, 35, 40]), 4),
         ("a rise over less than the window: not yet", _history([30, 35, 40]), 2),
+        ("a dip after a busy stretch is no growth", _history([200, 200, 200, 200, 200, 200, 40]), 2),
     ],
 )
 def test_predictive_term_acts_on_a_trend_sustained_over_its_window(case: str, history: tuple, target: int) -> None:
