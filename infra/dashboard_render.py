@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 
 from infra.dashboards.panels import substitute
 
-__all__ = ["COLUMNS", "PANEL_PX", "RenderError", "Rendered", "image_size", "render", "variable_values"]
+__all__ = ["COLUMNS", "PANEL_PX", "RenderError", "Rendered", "image_size", "render", "run_starts", "variable_values"]
 
 COLUMNS = 3
 PANEL_PX = (600, 320)  # width, height of one panel
@@ -111,7 +111,9 @@ def _scale(unit: str) -> tuple[float, str]:
     return (100.0, "%") if unit == "percentunit" else (1.0, f" {unit}" if unit in ("s", "reqps") else "")
 
 
-def _draw_timeseries(ax: Axes, panel: Mapping[str, Any], series: Sequence[Series], events: Sequence[float]) -> None:
+def _draw_timeseries(
+    ax: Axes, panel: Mapping[str, Any], series: Sequence[Series], events: Sequence[float], span: tuple[float, float]
+) -> None:
     factor, suffix = _scale(panel.get("fieldConfig", {}).get("defaults", {}).get("unit", ""))
     for s in series:
         ax.plot(s.times, [v * factor for v in s.values], label=s.label, linewidth=1.2)
@@ -121,6 +123,7 @@ def _draw_timeseries(ax: Axes, panel: Mapping[str, Any], series: Sequence[Series
     for at in events:
         ax.axvline(at, color="orange", linewidth=0.8, alpha=0.7)
     ax.xaxis_date(tz=UTC)
+    ax.set_xlim(span[0] / _DAY_S, span[1] / _DAY_S)  # every panel the whole range, data or not
     ax.set_ylabel(suffix.strip())
     ax.tick_params(labelsize=7)
     if series:
@@ -148,6 +151,13 @@ def _draw_stat(ax: Axes, panel: Mapping[str, Any], series: Sequence[Series]) -> 
     ax.set_yticks([])
 
 
+def run_starts(times: Sequence[float], step_s: float) -> list[float]:
+    """The first of each run of consecutive samples in ``times`` (matplotlib date numbers, ``step_s`` apart within
+    a run). A gap counts from one and a half steps: in days, two samples one step apart differ by a step give or
+    take float rounding."""
+    return [t for i, t in enumerate(times) if i == 0 or (t - times[i - 1]) * _DAY_S > 1.5 * step_s]
+
+
 def _event_times(
     prom: _Prometheus, dashboard: Mapping[str, Any], values: Mapping[str, str], step_s: float
 ) -> list[float]:
@@ -156,7 +166,7 @@ def _event_times(
     for note in dashboard.get("annotations", {}).get("list", []):
         if note.get("enable") and note.get("expr"):
             for s in prom.query(substitute(note["expr"], values), "", f"annotation {note.get('name')}"):
-                events += [t for i, t in enumerate(s.times) if i == 0 or (t - s.times[i - 1]) * _DAY_S > step_s]
+                events += run_starts(s.times, step_s)
     return events
 
 
@@ -205,7 +215,7 @@ def render(
             if panel.get("type") == "stat":
                 _draw_stat(ax, panel, series)
             else:
-                _draw_timeseries(ax, panel, series, events)
+                _draw_timeseries(ax, panel, series, events, (start, end))
     figure.tight_layout(rect=(0, 0, 1, 0.97))
     out_png.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out_png, dpi=_DPI)
