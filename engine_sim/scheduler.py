@@ -12,7 +12,9 @@ One step, as in ``vllm/v1/core/sched/scheduler.py``:
 
 The object never reads a clock or sleeps: ``schedule(now)`` returns a `StepPlan` with the step's duration
 and ``complete(plan)`` applies it at ``plan.end``. A real-time driver sleeps in between; a discrete-event
-simulator just adds the duration. ``abort`` may be called between the two and frees blocks at once.
+simulator just adds the duration. ``abort`` may be called between the two and frees blocks at once. A
+discrete-event simulator may also take many pure-decode steps at once (``start_decode_run``), with the same
+outcome as single steps.
 """
 
 from __future__ import annotations
