@@ -4,7 +4,7 @@
   connection at all.
 * engines (``component: engine``): the vLLM port (8001) from gateway pods and the Prometheus scraper; the agent
   port (8000) from gateway pods, the control plane and the scraper.
-* the control plane: its port from agents (engine pods) and gateways.
+* the control plane: its port from agents (engine pods), gateways and the scraper.
 * the gateway: its port from anywhere, as the public entry that authenticates every request itself; its admin port
   (/readyz, /metrics) from the scraper only.
 * the in-cluster quota Redis (``kubernetes`` target): its port from gateways only.
@@ -64,7 +64,9 @@ def network_policy_specs(spec: FleetSpec, in_cluster_redis: bool) -> dict[str, d
         "llmfleet-control-plane-ingress": {
             **control_plane,
             "policy_types": ["Ingress"],
-            "ingress": [{"from": [engines, gateways], "ports": [_port(spec.control_plane.port)]}],
+            # The scraper reads /metrics (replicas, targets: the dashboards' replica panels and annotations); every
+            # write on this port needs the control credential anyway.
+            "ingress": [{"from": [engines, gateways, _scraper(spec)], "ports": [_port(spec.control_plane.port)]}],
         },
         "llmfleet-gateway-ingress": {
             **_pods(contract.COMPONENT_GATEWAY),

@@ -60,6 +60,7 @@ class SloRules(pulumi.ComponentResource):
         for component, ports in (
             (contract.COMPONENT_ENGINE, ("engine", "agent")),
             (contract.COMPONENT_GATEWAY, ("admin",)),
+            (contract.COMPONENT_CONTROL_PLANE, ("http",)),
         ):
             k8s.apiextensions.CustomResource(
                 f"{name}-monitor-{component}",

@@ -282,16 +282,18 @@ def test_prometheus_rules_are_each_pools_generated_slo_rules(prod: OfflineRun, p
     assert 'ratio_rate5m{pool="qwen-7b"} > 0.0144' in alerts["LlmfleetAvailabilityBudgetBurnFast"]["expr"]
 
 
-def test_pod_monitors_scrape_engines_and_gateways_with_the_pool_label_the_rules_use(prod: OfflineRun) -> None:
+def test_pod_monitors_scrape_engines_gateways_and_the_control_plane_with_the_pool_label(prod: OfflineRun) -> None:
     monitors = {
         m.props["metadata"]["name"]: m.props["spec"]
         for m in prod.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
     }
-    assert set(monitors) == {"llmfleet-engine", "llmfleet-gateway"}
+    assert set(monitors) == {"llmfleet-engine", "llmfleet-gateway", "llmfleet-control-plane"}
     engine = monitors["llmfleet-engine"]
     assert engine["selector"]["matchLabels"] == {"app.kubernetes.io/component": "engine"}
     assert [e["port"] for e in engine["podMetricsEndpoints"]] == ["engine", "agent"]
     assert [e["port"] for e in monitors["llmfleet-gateway"]["podMetricsEndpoints"]] == ["admin"]  # /metrics there
+    # The control plane's replica counts and targets: the dashboards' replica panels and scaling annotations.
+    assert [e["port"] for e in monitors["llmfleet-control-plane"]["podMetricsEndpoints"]] == ["http"]
     (relabel,) = engine["podMetricsEndpoints"][0]["relabelings"]
     assert relabel["targetLabel"] == "llmfleet_io_pool"
     (rule,) = prod.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")

@@ -80,17 +80,20 @@ def test_the_scraper_namespace_comes_from_the_stack() -> None:
 
 
 @pytest.mark.parametrize("stack", CLOUD_STACKS)
-def test_control_plane_admits_agents_and_gateways_and_the_gateway_admits_anyone_but_its_admin_port(stack: str) -> None:
+def test_control_plane_admits_agents_gateways_and_the_scraper_and_the_gateway_admits_anyone_but_its_admin_port(
+    stack: str,
+) -> None:
     run = stack_run(stack)
     spec = load_spec(stack).spec
     namespace = spec.cluster.namespace
+    scraper = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: spec.observability.prometheus_namespace}}}
     control = _selecting(run, namespace, contract.COMPONENT_CONTROL_PLANE)
     assert _peers(control, spec.control_plane.port) == [
         _component(contract.COMPONENT_ENGINE),
         _component(contract.COMPONENT_GATEWAY),
+        scraper,
     ]
     gateway = _selecting(run, namespace, contract.COMPONENT_GATEWAY)
-    scraper = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: spec.observability.prometheus_namespace}}}
     assert gateway == [
         {"ports": [{"protocol": "TCP", "port": spec.gateway.port}]},  # no `from`: any source
         {"from": [scraper], "ports": [{"protocol": "TCP", "port": spec.gateway.admin_port}]},  # /metrics, /readyz
