@@ -22,7 +22,7 @@ from engine_sim.metrics import EngineMetricsRecorder
 from fleet.ports import free_port
 from fleet.spec import FleetSpec
 from gateway.metrics import GatewayMetrics
-from infra.dashboard_render import RenderError, image_size, render
+from infra.dashboard_render import RenderError, image_size, render, run_starts
 from infra.dashboards import build_dashboards
 from tests.support.wait import wait_for
 
@@ -177,3 +177,10 @@ def test_a_query_prometheus_refuses_names_the_panel(prometheus: str, tmp_path: P
     now = time.time()
     with pytest.raises(RenderError, match="Unbalanced"):
         render(broken, prometheus, now - 60, now, tmp_path / "broken.png")
+
+
+def test_an_annotation_is_drawn_once_per_run_of_samples() -> None:
+    # Sample times in days, as matplotlib takes them: one step apart they differ by a step only up to rounding.
+    step, first = 2.0, 1_796_111_299.0
+    times = [(first + step * i) / 86400 for i in [*range(30), *range(40, 45)]]
+    assert run_starts(times, step) == [times[0], times[30]]
