@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AccessLog", "GatewayMetrics"]
 
+# 200 (the denominator), 429 (quota, not an error) and the 5xx an answer can have: the availability SLI's series.
+_SLO_STATUSES = ("200", "429", "500", "502", "503", "504")
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
@@ -86,6 +88,16 @@ class GatewayMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def start_at_zero(self, tenants: Sequence[str], models: Sequence[str]) -> None:
+        """Export ``requests_total`` at 0 for every tenant and model with the statuses the SLOs count, before any
+        request: a series that first appears at its first increment starts at that value, and ``rate()`` and
+        ``increase()`` never see that first step, so a pool's first burst of errors would be missed by the
+        availability SLI, its alerts and the error budget."""
+        for tenant in tenants:
+            for model in models:
+                for status in _SLO_STATUSES:
+                    self.child(self.requests, tenant, model, status)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -137,6 +137,7 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))
         self.tracing = tracing or Tracing()  # no provider: no-op spans
         self.metrics.watch_quota(quota)  # the quota store's health, when the backend has a shared store
+        self.metrics.start_at_zero([t.name for t in spec.tenants], [p.served_name for p in spec.pools])
         self.access_log = AccessLog() if settings.access_log else None
         self.keys = KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes)
         self.pools: dict[str, PoolSpec] = {}

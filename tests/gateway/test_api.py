@@ -176,3 +176,13 @@ async def test_only_streamed_answers_are_timed_as_a_first_token(shared_sim: Proc
         if line.startswith(("llmfleet_gateway_ttft_seconds_count", "llmfleet_gateway_e2e_seconds_count"))
     }
     assert counts == {"llmfleet_gateway_ttft_seconds_count": 1.0, "llmfleet_gateway_e2e_seconds_count": 3.0}
+
+
+async def test_request_counters_start_at_zero_so_a_first_burst_of_errors_shows_in_rate(shared_sim: Proc) -> None:
+    async with serve_with_admin(settings_for([shared_sim.url])) as (_, admin_url, _gateway):
+        async with aiohttp.ClientSession() as session, session.get(admin_url + "/metrics") as resp:
+            text = await resp.text()
+    for tenant in ("gold", "bronze"):
+        for status in ("200", "502", "503", "504"):
+            line = f'llmfleet_gateway_requests_total{{model="{MODEL}",status="{status}",tenant="{tenant}"}} 0.0'
+            assert line in text
