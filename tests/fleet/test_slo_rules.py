@@ -171,10 +171,11 @@ def _series_and_recorded(spec: FleetSpec) -> tuple[list[str], set[str]]:
 async def test_rules_read_only_series_and_edges_a_real_gateway_and_simulator_export(procs: Procs) -> None:
     sim = procs.start(sim_args(), name="sim")
     settings = settings_for([sim.wait_url("API server")])
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+    # Streamed: the gateway times a first token (its TTFT histogram) only on a stream.
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "stream": True}
     async with serve_with_admin(settings) as (url, admin, _), httpx.AsyncClient(timeout=30) as client:
         answer = await client.post(f"{url}/v1/chat/completions", json=body, headers=GOLD)
-        assert answer.status_code == 200, answer.text
+        assert answer.status_code == 200 and "data: [DONE]" in answer.text, answer.text
         gateway = (await client.get(f"{admin}/metrics")).text
         engine = (await client.get(f"{sim.url}/metrics")).text
     exprs, recorded = _series_and_recorded(settings.spec)
