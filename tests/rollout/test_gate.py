@@ -45,9 +45,11 @@ def test_the_gate_passes_an_identical_candidate_and_fails_a_slower_one_naming_th
     code, slow = gate(two_pools, tmp_path / "slow.json", "--degradation", "1.25")
     printed = capsys.readouterr().out
     assert code == 1, printed
-    assert "gate: FAIL" in printed and "TPOT p99" in printed.splitlines()[-1]
-    deltas = {d["metric"]: d for d in slow["deltas"]}  # type: ignore[union-attr]
-    assert deltas["TPOT p99"]["worse"] and deltas["TPOT p99"]["change"] > 0.10
+    worse = [d["metric"] for d in slow["deltas"] if d["worse"]]  # type: ignore[union-attr]
+    # Which of them cross the 10% depends on where the slower engine's queue builds; at least one does, and the
+    # verdict names each.
+    assert worse and slow["passed"] is False
+    assert printed.splitlines()[-1] == f"gate: FAIL: {', '.join(worse)} worse than 10%"
 
 
 @pytest.mark.parametrize(
