@@ -581,6 +581,11 @@ class ControlPlaneSpec(Spec):
     lease_ttl_s: float = Field(default=600.0, gt=0, le=86_400)
     """A restart lease expires after this if its holder does not release it."""
 
+    @property
+    def client_url(self) -> str:
+        """Where an operator's command reaches it: ``url``, else this machine's port (the local fleet)."""
+        return self.url or f"http://127.0.0.1:{self.port}"
+
 
 class ImagesSpec(Spec):
     """Container images, pinned by digest. ``runtime`` runs the gateway, the control plane and simulated engines;

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             print(exc, file=sys.stderr)
             return 2
-        url = spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+        url = spec.control_plane.client_url
     credential = ClientCredential.from_env(Kind.CONTROL_PLANE)
     auth = BearerAuth(credential) if credential is not None else None
     try:

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     else:
-        url = args.control_plane or spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+        url = args.control_plane or spec.control_plane.client_url
         try:
             with httpx.Client(base_url=url, timeout=10.0) as client:
                 budgets = from_control_plane(client, spec)

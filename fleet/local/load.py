@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is None:
         asyncio.run(load)
     else:
-        control_plane = args.control_plane or spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+        control_plane = args.control_plane or spec.control_plane.client_url
         asyncio.run(_recorded(load, control_plane, stats))
     if tty:
         print(file=sys.stderr)

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             print(exc, file=sys.stderr)
             return 2
-        url = spec.control_plane.url or f"http://127.0.0.1:{spec.control_plane.port}"
+        url = spec.control_plane.client_url
     try:
         with httpx.Client(base_url=url, timeout=5.0) as client:
             status = collect(client, args.decisions)
