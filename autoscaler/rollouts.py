@@ -16,15 +16,18 @@ step limits, drains: no request is lost). A rollback or an abort leaves the cand
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from autoscaler.decisions import Decision, RolloutStep
 from fleet.spec import FleetSpec, PoolSpec
 from fleet.wire import AliasEntry, AliasWeights, RolloutSide, RolloutStatus
-from rollout.canary import CanaryDecision, CanaryPlan, CanaryState, Observation, Side, abort, advance, start
+from rollout.canary import CanaryDecision, CanaryPlan, CanaryState, Observation, Phase, Side, abort, advance, start
 from rollout.slis import SliLedger
 
-__all__ = ["KEEP_S", "RolloutError", "Rollouts"]
+__all__ = ["KEEP_S", "RolloutCollector", "RolloutError", "Rollouts"]
 
 KEEP_S = 60.0  # gateway answers kept this long outside any running rollout's window
 
@@ -212,3 +215,30 @@ class Rollouts:
             ttft_p99_s=side.ttft_p99_s,
             tpot_p99_s=side.tpot_p99_s,
         )
+
+
+class RolloutCollector(Collector):
+    """Reads `Rollouts` at scrape time: ``llmfleet_alias_weight{alias,pool}`` (the weights gateways serve now) and
+    ``llmfleet_rollout_phase{alias,candidate,phase}`` (1 for each alias's rollout's current phase, 0 for the others),
+    so a dashboard or an alert can follow a canary."""
+
+    def __init__(self, rollouts: Rollouts) -> None:
+        self._rollouts = rollouts
+
+    def collect(self) -> Iterable[Metric]:
+        weights = GaugeMetricFamily(
+            "llmfleet_alias_weight", "Each pool's weight in its alias, as gateways serve it", labels=["alias", "pool"]
+        )
+        for alias, pools in sorted(self._rollouts.weights.items()):
+            for pool, weight in sorted(pools.items()):
+                weights.add_metric([alias, pool], weight)
+        yield weights
+        phases = GaugeMetricFamily(
+            "llmfleet_rollout_phase",
+            "1 for the phase each alias's last rollout is in (baking, promoted, rolled-back, aborted)",
+            labels=["alias", "candidate", "phase"],
+        )
+        for alias, state in sorted(self._rollouts.states.items()):
+            for phase in Phase:
+                phases.add_metric([alias, state.plan.candidate, phase.value], 1.0 if state.phase is phase else 0.0)
+        yield phases

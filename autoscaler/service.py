@@ -65,7 +65,7 @@ from autoscaler.leases import LeaseRefused, LeaseStoreError, LeaseTable
 from autoscaler.loop import ControlLoop
 from autoscaler.registry import GatewayRegistry, ReplicaRegistry
 from autoscaler.rollout_api import add_rollout_routes
-from autoscaler.rollouts import Rollouts
+from autoscaler.rollouts import RolloutCollector, Rollouts
 from autoscaler.shares import admission_shares, grantable
 from fleet.capacity import admission_capacity
 from fleet.control_api import create_control_app, error_response, errors
@@ -208,6 +208,7 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
     )
     gateways, budgets, rollouts = cp.gateways, cp.budgets, cp.rollouts
     assert gateways is not None and budgets is not None and rollouts is not None  # set by ControlPlane.__post_init__
+    cp.metrics.register(RolloutCollector(rollouts))
 
     def unknown_pool(name: str) -> JSONResponse:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "pool")

@@ -126,6 +126,11 @@ async def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_naming
     decisions = (await canary.http.get("/v1/decisions", params={"pool": "qwen-v2"})).json()["decisions"]
     rollouts = [d for d in decisions if d["kind"] == "rollout"]
     assert rollouts[-1]["action"] == "rollback" and rollouts[-1]["weights"] == {"qwen-v1": 100, "qwen-v2": 0}
+    metrics = (await canary.http.get("/metrics")).text  # what a dashboard or an alert follows
+    assert 'llmfleet_alias_weight{alias="chat",pool="qwen-v2"} 0.0' in metrics
+    assert 'llmfleet_alias_weight{alias="chat",pool="qwen-v1"} 100.0' in metrics
+    assert 'llmfleet_rollout_phase{alias="chat",candidate="qwen-v2",phase="rolled-back"} 1.0' in metrics
+    assert 'llmfleet_rollout_phase{alias="chat",candidate="qwen-v2",phase="baking"} 0.0' in metrics
 
 
 async def test_a_slower_candidate_is_rolled_back_naming_tpot(canary: Canary) -> None:
