@@ -3,19 +3,45 @@
 Every runtime part (gateway, agent, autoscaler, simulator) and the Pulumi program read this one model.
 Keys are camelCase in YAML (``gpuMemoryUtilization``) and snake_case in Python. Models are frozen and reject
 unknown keys; cross-field checks that need the catalogue or the plugin registries live in `fleet.validate`.
+The pool's keys are in `fleet.spec_pool`, the gateway's in `fleet.spec_gateway`, the shared base in
+`fleet.spec_base`; every model is importable from here.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
+
+from fleet.spec_base import _DIGEST, _KEY_PREFIX, _REGISTRY, KEY_HASH, Name, PluginRef, Spec
+from fleet.spec_gateway import (
+    GatewaySpec,
+    GatewayTlsSpec,
+    GatewayTracingSpec,
+    QueueSpec,
+    QuotaRedisSpec,
+    RetrySpec,
+    RoutingSpec,
+    TimeoutSpec,
+)
+from fleet.spec_pool import (
+    DRAIN_MARGIN_S,
+    AdapterSpec,
+    DrainSpec,
+    EngineSpec,
+    ModelFactsSpec,
+    PoolSpec,
+    ReplicasSpec,
+    RestartWindowSpec,
+    SimSpec,
+    SloSpec,
+    WorkloadSpec,
+)
 
 __all__ = [
     "DRAIN_MARGIN_S",
+    "KEY_HASH",
+    "AdapterSpec",
     "AliasSpec",
     "AutoscalingSpec",
     "ClusterSpec",
@@ -48,37 +74,6 @@ __all__ = [
     "TimeoutSpec",
     "WorkloadSpec",
 ]
-
-_NAME = r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$"
-Name = Annotated[str, Field(pattern=_NAME, description="lowercase DNS label: letters, digits, '-'")]
-KEY_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DIGEST = r"^sha256:[0-9a-f]{64}$"
-_ACM_ARN = r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"
-_REVISION = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-_KEY_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
-# A registry host (and port) with an optional path, e.g. ghcr.io/acme/llmfleet: no tag, no digest.
-_REGISTRY = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$"
-
-
-class Spec(BaseModel):
-    """Base of every spec model: frozen, camelCase aliases, unknown keys rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        validate_default=True,
-        use_attribute_docstrings=True,
-    )
-
-
-class PluginRef(Spec):
-    """A plugin chosen by name with parameters, e.g. ``{name: queue-depth, weight: 2, params: {...}}``."""
-
-    name: str
-    weight: float = Field(default=1.0, ge=0.0, le=100.0)
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class ClusterSpec(Spec):
@@ -129,374 +124,6 @@ class CpuNodeGroupSpec(Spec):
     """Instance type of the CPU node group (gateways, control plane)."""
     min_nodes: int = Field(default=2, ge=1, le=100)
     max_nodes: int = Field(default=6, ge=1, le=100)
-
-
-class ModelFactsSpec(Spec):
-    """Overrides for a model that is not in the built-in catalogue."""
-
-    parameters: float = Field(gt=0)
-    layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    tied_embeddings: bool = False
-    max_position: int = Field(default=32768, gt=0)
-    dtype: Literal["bfloat16", "float16", "fp8", "float32"] = "bfloat16"
-
-
-class SimSpec(Spec):
-    """Simulator-only settings (engine kind ``sim``)."""
-
-    gpu_profile: str = "a100-80gb"
-    time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)
-    """>1 runs the model clock faster."""
-    startup_seconds: float = Field(default=2.0, ge=0.0, le=3600.0)
-    jitter: float = Field(default=0.0, ge=0.0, le=0.5)
-    degradation_per_72h: float = Field(default=0.0, ge=0.0, le=0.9)
-    seed: int = 0
-
-
-class EngineSpec(Spec):
-    kind: str = "vllm"
-    """Engine launcher: `vllm` or `sim` (the simulator)."""
-    version: str = "0.33.0"
-    """Engine release the agent builds arguments for."""
-    tensor_parallel_size: int = Field(default=1, ge=1, le=8)
-    """GPUs per replica (`--tensor-parallel-size`)."""
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.98)
-    """Fraction of GPU memory the engine may use (`--gpu-memory-utilization`)."""
-    max_model_len: int = Field(default=8192, ge=256, le=1_048_576)
-    """Longest prompt + output (`--max-model-len`)."""
-    max_num_seqs: int = Field(default=256, ge=1, le=4096)
-    """Most sequences in one batch (`--max-num-seqs`)."""
-    max_num_batched_tokens: int = Field(default=2048, ge=16, le=262_144)
-    """Token budget per engine step (`--max-num-batched-tokens`)."""
-    enable_prefix_caching: bool = True
-    """Automatic prefix caching (`--enable-prefix-caching`)."""
-    dtype: Literal["auto", "bfloat16", "float16"] = "auto"
-    max_loras: int = Field(default=1, ge=1, le=64)
-    """LoRA adapters in one batch (`--max-loras`): GPU slots reserved at start-up, each costing KV cache."""
-    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
-    """Largest adapter rank a slot holds (`--max-lora-rank`)."""
-    max_cpu_loras: int | None = Field(default=None, ge=1, le=1024)
-    """Adapters kept in host memory (`--max-cpu-loras`; default: `maxLoras`); others are read from disk again."""
-    extra_args: list[str] = Field(default_factory=list)
-    """Further engine arguments, appended verbatim."""
-    sim: SimSpec = Field(default_factory=SimSpec)
-
-
-class ReplicasSpec(Spec):
-    min: int = Field(default=1, ge=0, le=1000)
-    """Fewest replicas the autoscaler keeps."""
-    max: int = Field(default=4, ge=1, le=1000)
-    """Most replicas the autoscaler starts."""
-
-
-class SloSpec(Spec):
-    ttft_p99_ms: float = Field(default=300.0, gt=0, le=60_000)
-    """Time to first token, 99th percentile."""
-    decode_tokens_per_s_p99: float = Field(default=30.0, gt=0, le=10_000)
-    """Per-stream decode speed the slowest 1% must still reach."""
-    availability: float = Field(default=0.999, gt=0.9, lt=1.0)
-    """Fraction of successful requests over 30 days."""
-    error_rate: float = Field(default=0.005, gt=0.0, lt=0.5)
-    """End-to-end error rate ceiling."""
-    budget_window: str = Field(default="30d", pattern=r"^[1-9][0-9]{0,5}[mhd]$")
-    """Error budget window: a whole number of minutes, hours or days (`30d`, `12h`, `90m`), at most 366 days."""
-    freeze_on_exhausted_budget: bool = True
-    """While any of the pool's error budgets is spent, refuse risky changes (planned-restart leases, rollouts)."""
-
-    @property
-    def budget_window_s(self) -> float:
-        """`budget_window` in seconds."""
-        return int(self.budget_window[:-1]) * {"m": 60.0, "h": 3600.0, "d": 86400.0}[self.budget_window[-1]]
-
-    @model_validator(mode="after")
-    def _window_at_most_a_year(self) -> SloSpec:
-        if self.budget_window_s > 366 * 86400.0:
-            raise ValueError(f"budgetWindow {self.budget_window!r} is longer than 366 days")
-        return self
-
-
-class WorkloadSpec(Spec):
-    mean_prompt_tokens: int = Field(default=200, ge=1, le=1_000_000)
-    """Mean prompt length of the traffic."""
-    mean_output_tokens: int = Field(default=80, ge=1, le=1_000_000)
-    """Mean output length of the traffic."""
-    cached_prompt_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Share of prompt tokens expected to hit the prefix cache."""
-    peak_qps: float = Field(default=10.0, ge=0.0, le=1_000_000)
-    """Peak requests/s (e.g. from the last 90 days)."""
-    capacity_buffer: float = Field(default=0.3, ge=0.0, le=3.0)
-    """Head-room over the peak: replicas = ceil(peak / per-replica x (1 + buffer))."""
-    per_replica_qps: float | None = Field(default=None, gt=0)
-    """Measured figure; overrides the model."""
-
-
-class RestartWindowSpec(Spec):
-    """A daily window in which replicas past ``minUptimeHours`` restart, ``maxUnavailable`` at a time."""
-
-    enabled: bool = False
-    """Restart long-running engines in a daily window."""
-    start: time = time(3, 0)
-    """Window start, local time of `timezone`."""
-    duration_minutes: int = Field(default=120, ge=1, le=1440)
-    """Window length."""
-    timezone: str = "UTC"
-    """IANA time zone of `start`."""
-    min_uptime_hours: float = Field(default=24.0, ge=0.0, le=24 * 365)
-    """Restart only engines up at least this long."""
-    max_unavailable: int = Field(default=1, ge=1, le=100)
-    """Replicas of the pool restarting at once (restart leases)."""
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown IANA time zone {value!r} (e.g. 'UTC', 'Europe/Berlin')") from exc
-        return value
-
-
-DRAIN_MARGIN_S = 5.0  # left between the end of a drain and the kubelet's SIGKILL
-
-
-class DrainSpec(Spec):
-    """Drain budget, waited once: stop routing, keep serving ``propagationSeconds`` while routers notice, then give
-    the in-flight requests the rest: grace = propagation + shutdown timeout + 5 s margin."""
-
-    grace_seconds: int = Field(default=120, ge=10, le=3600)
-    """TerminationGracePeriodSeconds: the whole drain."""
-    propagation_seconds: float = Field(default=10.0, ge=0.0, le=300.0)
-    """Time for routers to stop sending new requests, after readiness falls and before in-flight ones are drained."""
-
-    @property
-    def shutdown_timeout(self) -> int:
-        """Seconds in-flight requests get after the propagation delay (vLLM's ``--shutdown-timeout`` for engines,
-        the gateway's ``--shutdown-timeout``): grace - propagation - margin."""
-        return max(0, int(self.grace_seconds - self.propagation_seconds - DRAIN_MARGIN_S))
-
-    @property
-    def engine_shutdown_timeout(self) -> int:
-        """vLLM ``--shutdown-timeout``: `shutdown_timeout`."""
-        return self.shutdown_timeout
-
-
-class AdapterSpec(Spec):
-    """A LoRA adapter on the pool's base model, e.g. ``{name: sql, source: acme/qwen-7b-sql-lora}``."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-    """The name clients send as `model` to use it."""
-    source: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-    """Its id in the model store (`llmfleet model push --model ID`), else on the Hugging Face Hub."""
-    revision: str = Field(default="main", pattern=_REVISION)
-    rank: int = Field(default=16, ge=1, le=512)
-    """Its LoRA rank (at most `engine.maxLoraRank`): the size of its weights, so its load time."""
-
-
-class PoolSpec(Spec):
-    name: Name
-    """Pool name (Deployment and label value)."""
-    model: str
-    """Model id as the engine loads it (e.g. Qwen/Qwen2.5-7B-Instruct)."""
-    served_model_name: str | None = None
-    """The name clients send as `model` (default: model)."""
-    model_revision: str = Field(default="main", pattern=_REVISION)
-    """Revision the agent fetches from the model store (`llmfleet model push --revision`); use the Hub's name for
-    it (commit, branch or tag) so that a Hub fallback loads the same weights."""
-    model_facts: ModelFactsSpec | None = None
-    """Model shape for the memory math when the model is not in the catalogue."""
-    node_group: str | None = None
-    """GPU node group; required on aws and kubernetes targets."""
-    gpu: str | None = None
-    """GPU type when there is no node group (local, kubernetes)."""
-    engine: EngineSpec = Field(default_factory=EngineSpec)
-    replicas: ReplicasSpec = Field(default_factory=ReplicasSpec)
-    slo: SloSpec = Field(default_factory=SloSpec)
-    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    restart_window: RestartWindowSpec = Field(default_factory=RestartWindowSpec)
-    drain: DrainSpec = Field(default_factory=DrainSpec)
-    cold_start_seconds: float = Field(default=120.0, gt=0, le=3600)
-    """Budget for an engine to become ready (weights, warm-up): the agent's deadline, the autoscaler's horizon."""
-    static_replicas: list[str] = Field(default_factory=list)
-    """Engine URLs for a gateway without discovery."""
-    resume_streams: bool = False
-    """When an engine fails mid-stream, the gateway continues the generation on another replica (vLLM's
-    continue_final_message) and the client sees one stream; off: the stream ends with an error event."""
-    adapters: list[AdapterSpec] = Field(default_factory=list)
-    """LoRA adapters served on the base model (vLLM `--enable-lora --lora-modules`); a request names one as its
-    `model`."""
-
-    @property
-    def served_name(self) -> str:
-        return self.served_model_name or self.model
-
-    @property
-    def runs_engine_image(self) -> bool:
-        """Its pods run the engine image (vLLM); simulated and node-group-less pools run the runtime image."""
-        return self.engine.kind != "sim" and self.node_group is not None
-
-    @model_validator(mode="after")
-    def _min_le_max(self) -> PoolSpec:
-        if self.replicas.min > self.replicas.max:
-            raise ValueError(f"replicas.min ({self.replicas.min}) must be <= replicas.max ({self.replicas.max})")
-        return self
-
-    @model_validator(mode="after")
-    def _adapters_distinct(self) -> PoolSpec:
-        names = [a.name for a in self.adapters]
-        clash = sorted({n for n in names if names.count(n) > 1} | ({self.served_name} & set(names)))
-        if clash:
-            raise ValueError(f"adapter names must be distinct and differ from the served model name: {clash}")
-        too_big = [a.name for a in self.adapters if a.rank > self.engine.max_lora_rank]
-        if too_big:
-            raise ValueError(f"adapters {too_big} have a rank above engine.maxLoraRank ({self.engine.max_lora_rank})")
-        return self
-
-
-class QueueSpec(Spec):
-    per_replica_threshold: int = Field(default=8, ge=0, le=10_000)
-    """Requests in flight per ready replica before new ones wait in the gateway queue."""
-    max_waiting: int = Field(default=256, ge=0, le=1_000_000)
-    """Waiting requests before 429."""
-    timeout_s: float = Field(default=10.0, gt=0, le=600)
-    """Longest wait in the queue before 503."""
-
-
-class TimeoutSpec(Spec):
-    connect_s: float = Field(default=2.0, gt=0, le=60)
-    """Connect timeout to an engine."""
-    first_token_s: float = Field(default=30.0, gt=0, le=600)
-    """Time to the first byte from the engine before 504."""
-    total_s: float = Field(default=600.0, gt=0, le=7200)
-    """Whole request."""
-    header_read_s: float = Field(default=10.0, gt=0, le=300)
-    """A client's request line and headers must arrive within this (slow-header clients are closed); also how
-    long an idle keep-alive connection stays open."""
-    body_read_s: float = Field(default=30.0, gt=0, le=600)
-    """A client's request body must arrive within this, else 408."""
-
-
-class RetrySpec(Spec):
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    """Attempts per request, first included (retries only before the first byte)."""
-    budget_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
-    """Retries allowed as a fraction of recent requests."""
-
-
-class RoutingSpec(Spec):
-    filters: list[PluginRef] = Field(
-        default_factory=lambda: [
-            PluginRef(name="ready"),
-            PluginRef(name="serves-model"),
-            PluginRef(name="serves-adapter"),
-        ]
-    )
-    """Routing filters by name (ready, serves-model, serves-adapter, not-ejected, fresh-metrics)."""
-    scorers: list[PluginRef] = Field(
-        default_factory=lambda: [
-            PluginRef(name="queue-depth", weight=2.0),
-            PluginRef(name="kv-usage"),
-            PluginRef(name="adapter-affinity"),
-        ]
-    )
-    """Routing scorers by name and weight (queue-depth, kv-usage, in-flight, prefix-affinity, session-affinity,
-    adapter-affinity)."""
-    picker: PluginRef = Field(default_factory=lambda: PluginRef(name="p2c"))
-    """Routing picker by name (p2c, max-score, random, round-robin)."""
-    stale_after_s: float = Field(default=5.0, gt=0, le=300)
-    """Engine metrics older than this are stale."""
-    scrape_interval_s: float = Field(default=0.5, gt=0, le=60)
-    """How often the gateway refreshes engine load."""
-
-
-class QuotaRedisSpec(Spec):
-    """The Redis the program provisions for ``quotaBackend: redis`` when ``redisUrl`` is unset."""
-
-    node_type: str = Field(default="cache.t4g.small", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
-    """ElastiCache node type (aws; two nodes in two zones)."""
-    auth_token_secret: str = Field(default="quotaRedis:authToken", pattern=r"^[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_.-]+$")
-    """Pulumi secret config key holding the Redis password (16 to 128 characters; no /, @ or double quote)."""
-
-
-class GatewayTlsSpec(Spec):
-    """TLS on the gateway's public listener: on aws the NLB terminates it with an ACM certificate; on kubernetes the
-    gateway process does, from a ``kubernetes.io/tls`` Secret."""
-
-    certificate_arn: str | None = Field(
-        default=None, pattern=r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"
-    )
-    """ACM certificate of the NLB's TLS listener (port 443); target aws."""
-    secret_name: str | None = Field(default=None, pattern=_NAME)
-    """Target kubernetes: a TLS Secret (tls.crt, tls.key) in the namespace; the gateway serves HTTPS with it."""
-    source_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"])
-    """Who may reach the public listener (the Service's loadBalancerSourceRanges)."""
-
-
-_OTLP_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[^\s?#]*)?$")
-
-
-class GatewayTracingSpec(Spec):
-    """OpenTelemetry spans of every request's phases (docs/gateway.md, Tracing), sent over OTLP/HTTP."""
-
-    otlp_endpoint: str | None = None
-    """OTLP/HTTP collector, e.g. `http://otel-collector:4318` (spans go to its `/v1/traces`); unset: tracing off."""
-    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
-    """Fraction of new traces recorded; a caller's traceparent keeps its own sampling decision."""
-    service_name: str = Field(default="llmfleet-gateway", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-    """`service.name` of the gateway's spans."""
-
-    @field_validator("otlp_endpoint")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not _OTLP_URL.match(value):
-            raise ValueError(
-                "expected the http:// or https:// URL of an OTLP/HTTP collector, e.g. http://otel-collector:4318"
-            )
-        return value
-
-
-class GatewaySpec(Spec):
-    replicas: int = Field(default=2, ge=1, le=100)
-    """Gateway Deployment replicas."""
-    port: int = Field(default=8080, ge=1, le=65535)
-    """Gateway listen port."""
-    admin_port: int = Field(default=8081, ge=1, le=65535)
-    """Port of /metrics, /readyz and /healthz, plain HTTP; never behind the public Service."""
-    routing: RoutingSpec = Field(default_factory=RoutingSpec)
-    session_header: str = "x-session-id"
-    """Request header carrying a session id for session affinity."""
-    queue: QueueSpec = Field(default_factory=QueueSpec)
-    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
-    retries: RetrySpec = Field(default_factory=RetrySpec)
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
-    """Largest request body before 413."""
-    quota_backend: Literal["memory", "redis"] = "memory"
-    """Where tenant quotas are counted: per process or shared through Redis."""
-    redis_url: str | None = None
-    """Redis for shared quotas; on aws and kubernetes leave unset and the program provisions one."""
-    redis: QuotaRedisSpec = Field(default_factory=QuotaRedisSpec)
-    quota_store_down: Literal["fail-open", "fail-closed"] = "fail-open"
-    """Redis unreachable: fail-open counts quotas in each gateway, each a share of the tenant's limits; fail-closed
-    answers 503 with Retry-After. Either way a metric and a log line say so, and recovery is automatic."""
-    public: bool = True
-    """Expose the gateway through a public load balancer."""
-    tls: GatewayTlsSpec = Field(default_factory=GatewayTlsSpec)
-    drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
-    """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
-    in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""
-    tracing: GatewayTracingSpec = Field(default_factory=GatewayTracingSpec)
-    """Request spans exported over OTLP/HTTP (docs/gateway.md, Tracing); off unless `otlpEndpoint` is set."""
-
-    @model_validator(mode="after")
-    def _admin_port_apart(self) -> GatewaySpec:
-        if self.admin_port == self.port:
-            raise ValueError(f"adminPort ({self.admin_port}) must differ from port: /metrics stays off the public port")
-        return self
 
 
 class TenantSpec(Spec):
