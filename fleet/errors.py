@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Problem", "SpecError"]
+__all__ = ["Problem", "SpecError", "key_error", "key_warning"]
 
 
 @dataclass(frozen=True)
@@ -44,3 +44,13 @@ class SpecError(ValueError):
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def key_error(path: str, message: str, value: object = None) -> Problem:
+    """An error at the stack key ``llmfleet:<path>``."""
+    return Problem(f"llmfleet:{path}", message, value=value)
+
+
+def key_warning(path: str, message: str) -> Problem:
+    """A warning at the stack key ``llmfleet:<path>``."""
+    return Problem(f"llmfleet:{path}", message, level="warning")
