@@ -15,7 +15,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -46,6 +45,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.metrics import AccessLog, GatewayMetrics
+from gateway.outcome import Outcome, record
 from gateway.proxy import Timeouts, open_stream, send_json
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.retries import RetryBudget
@@ -60,34 +60,6 @@ __all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use", "may_use_al
 REQUEST_ID = web.RequestKey("request_id", str)
 
 log = logging.getLogger("llmfleet.gateway")
-
-
-@dataclass
-class Outcome:
-    """What the access log and the metrics record about one request."""
-
-    request_id: str
-    received: float  # monotonic clock
-    tenant: str = "-"
-    model: str = "-"
-    status: int = 0
-    alias: str | None = None  # the alias the client named, when it named one
-    adapter: str | None = None  # the LoRA adapter the client named, when it named one
-    pool: str | None = None
-    replica: str | None = None
-    attempts: int = 0
-    resumes: int = 0  # attempts to continue a broken stream (`gateway.streams`)
-    stream: bool = False
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    used_tokens: int = 0
-    queued_s: float | None = None
-    routed_s: float | None = None
-    first_token_s: float | None = None
-    done_s: float | None = None
-    upstream_s: float = 0.0
-    error: str | None = None
-    stream_status: int | None = None  # what a stream that failed after its 200 headers counts as (`gateway.streams`)
 
 
 class Attempt:
@@ -443,47 +415,8 @@ class Gateway:
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def _record(self, out: Outcome, wall: float) -> None:
         out.done_s = self.clock() - out.received
-        m = self.metrics
-        m.child(m.requests, out.tenant, out.model, str(out.status)).inc()
-        # A first token is timed only on a stream: a whole answer arrives at once, and its time is the e2e latency,
-        # which would read as a slow first token in the TTFT SLI and in canary judgements.
-        ttft = out.first_token_s if out.status == 200 and out.stream else None
-        if out.pool is not None:  # reported to the control plane, which judges canaries by it
-            self.traffic[out.pool].answered(out.status, ttft, _tpot(out))
-        if out.status == 200:
-            m.child(m.e2e, out.tenant, out.model).observe(out.done_s)
-            if ttft is not None:
-                m.child(m.ttft, out.tenant, out.model).observe(ttft)
-            if out.prompt_tokens:
-                m.child(m.tokens, out.tenant, out.model, "in").inc(out.prompt_tokens)
-            if out.completion_tokens:
-                m.child(m.tokens, out.tenant, out.model, "out").inc(out.completion_tokens)
-        if out.attempts and not out.stream:
-            m.child(m.overhead, out.model).observe(max(0.0, out.done_s - out.upstream_s - (out.queued_s or 0.0)))
-        if self.access_log is not None:
-            self.access_log.write(
-                {
-                    "ts": round(wall, 6),
-                    "request_id": out.request_id,
-                    "tenant": out.tenant,
-                    "model": out.model,
-                    "alias": out.alias,
-                    "adapter": out.adapter,
-                    "pool": out.pool,
-                    "replica": out.replica,
-                    "status": out.status,
-                    "error": out.error,
-                    "stream": out.stream,
-                    "attempts": out.attempts,
-                    "resumes": out.resumes,
-                    "prompt_tokens": out.prompt_tokens,
-                    "completion_tokens": out.completion_tokens,
-                    "queued_s": _r(out.queued_s),
-                    "routed_s": _r(out.routed_s),
-                    "first_token_s": _r(out.first_token_s),
-                    "done_s": _r(out.done_s),
-                }
-            )
+        traffic = self.traffic[out.pool] if out.pool is not None else None
+        record(out, wall, self.metrics, traffic, self.access_log)
 
 
 def may_use(tenant: TenantSpec, pool: PoolSpec) -> bool:
@@ -510,19 +443,6 @@ def _authorization(request: web.Request) -> str | None:
 
 def _no_ready_replica(pool: PoolSpec) -> NoReadyReplica:
     return NoReadyReplica(f"no ready replica for model '{pool.served_name}'", retry_after=2.0)
-
-
-def _tpot(out: Outcome) -> float | None:
-    """Seconds per output token after the first, of a stream that succeeded with two tokens or more; None
-    otherwise (a whole answer arrives at once: its tokens are not timed)."""
-    tokens, first, done = out.completion_tokens, out.first_token_s, out.done_s
-    if out.status != 200 or not out.stream or not tokens or tokens < 2 or first is None or done is None:
-        return None
-    return max(0.0, done - first) / (tokens - 1)
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
 
 
 def _used(parsed: ParsedRequest, prompt: int | None, completion: int | None) -> int:
