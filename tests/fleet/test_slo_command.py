@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fleet.cli import main
@@ -22,10 +19,10 @@ from fleet.wire import PoolBudget, SloBudget
 from gateway.metrics import GatewayMetrics
 from tests.support import stacks
 from tests.support.procs import Proc
+from tests.support.prometheus import query, running_prometheus
 from tests.support.wait import wait_for
 
 MODEL = stacks.MODEL
-PROMETHEUS = shutil.which("prometheus")
 
 
 class ServedGateway:
@@ -72,38 +69,19 @@ def gateway() -> Iterator[ServedGateway]:
 @pytest.fixture
 def prometheus(tmp_path: Path, gateway: ServedGateway) -> Iterator[str]:
     """Prometheus 2.x scraping ``gateway`` every second, its TSDB in tmp_path."""
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: gateway, static_configs: [{{targets: ['127.0.0.1:{gateway.port}']}}]}}\n"
-    )
-    assert PROMETHEUS is not None
-    argv = [
-        PROMETHEUS,
-        f"--config.file={config}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            process.terminate()
-            process.wait(timeout=20)
+    with running_prometheus(tmp_path, f"127.0.0.1:{gateway.port}") as url:
+        yield url
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="needs prometheus on PATH")
 def test_slo_reads_the_spend_from_prometheus(
     prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stack = stacks.write_stack(tmp_path / "Pulumi.budget.yaml", "local-sim")
 
     def scraped_thrice() -> bool:
-        query = {"query": f'count_over_time(llmfleet_gateway_requests_total{{status="503",model="{MODEL}"}}[5m])'}
-        result = httpx.get(f"{prometheus}/api/v1/query", params=query, timeout=2.0).json()["data"]["result"]
+        result = query(
+            prometheus, f'count_over_time(llmfleet_gateway_requests_total{{status="503",model="{MODEL}"}}[5m])'
+        )
         return bool(result) and float(result[0]["value"][1]) >= 3
 
     wait_for(scraped_thrice, timeout_s=40.0, what="three scrapes of the gateway in Prometheus", interval_s=0.5)

@@ -3,27 +3,22 @@ from it as a PNG of the expected size, with data in its panels."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
-import yaml
 from matplotlib.image import imread
 
 from agent.metrics import AgentMetrics
 from engine_sim.metrics import EngineMetricsRecorder
-from fleet.ports import free_port
 from fleet.spec import FleetSpec
 from gateway.metrics import GatewayMetrics
 from infra.dashboard_render import RenderError, image_size, render, run_starts
 from infra.dashboards import build_dashboards
+from tests.support.prometheus import query, running_prometheus
 from tests.support.wait import wait_for
 
 MODEL, POOL, TENANT = "qwen2.5-7b-instruct", "qwen-7b", "acme"
@@ -103,47 +98,14 @@ def exporters() -> Iterator[str]:
 @pytest.fixture
 def prometheus(exporters: str, tmp_path: Path) -> Iterator[str]:
     """A real Prometheus scraping ``exporters`` every second, with the pool label the engine PodMonitor adds."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("prometheus is not installed (CI installs it)")
-        pytest.skip("prometheus is not installed")
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "fleet",
-                "static_configs": [{"targets": [exporters], "labels": {"llmfleet_io_pool": POOL}}],
-            }
-        ],
-    }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.kill()
-        process.wait(timeout=20)
-        log.close()
+    with running_prometheus(tmp_path, exporters, {"llmfleet_io_pool": POOL}) as url:
+        yield url
 
 
 def _scraped(url: str, times: int) -> bool:
     """True once Prometheus holds ``times`` scrapes of the fleet: several points of the range then have two
     samples in their rate window, whatever instant the range's last step falls on."""
-    query = f'count_over_time(llmfleet_gateway_requests_total{{status="200"}}[1m]) >= {times}'
-    body = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5.0).json()
-    return bool(body["data"]["result"])
+    return bool(query(url, f'count_over_time(llmfleet_gateway_requests_total{{status="200"}}[1m]) >= {times}'))
 
 
 def test_every_prod_dashboard_renders_with_data_from_a_real_prometheus(
@@ -169,11 +131,6 @@ def test_a_query_prometheus_refuses_names_the_panel(prometheus: str, tmp_path: P
         "title": "broken",
         "panels": [{"type": "timeseries", "title": "Unbalanced", "targets": [{"expr": "sum(rate(x[1m])"}]}],
     }
-    wait_for(
-        lambda: httpx.get(f"{prometheus}/-/ready", timeout=2.0).status_code == 200,
-        timeout_s=30,
-        what="Prometheus to be ready",
-    )
     now = time.time()
     with pytest.raises(RenderError, match="Unbalanced"):
         render(broken, prometheus, now - 60, now, tmp_path / "broken.png")
