@@ -21,7 +21,16 @@ from fleet.problems import NAMESPACE, validation_problems
 from fleet.spec import FleetSpec
 from fleet.validate import check_spec
 
-__all__ = ["LoadedStack", "NAMESPACE", "STACKS_DIR", "find_stack", "list_stacks", "load_spec", "parse_spec"]
+__all__ = [
+    "LoadedStack",
+    "NAMESPACE",
+    "STACKS_DIR",
+    "control_plane_url",
+    "find_stack",
+    "list_stacks",
+    "load_spec",
+    "parse_spec",
+]
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 
@@ -62,6 +71,12 @@ def load_spec(
     except yaml.YAMLError as exc:
         raise SpecError(str(path), [Problem("(yaml)", f"not valid YAML: {exc}", file=str(path))]) from exc
     return parse_spec(document, file=str(path), name=name, registries=registries)
+
+
+def control_plane_url(stack: str, override: str | None) -> str:
+    """Where an operator's command reaches the control plane: ``override``, else the stack's
+    (`ControlPlaneSpec.client_url`); SpecError when the stack has to be read and cannot be."""
+    return override if override is not None else load_spec(stack).spec.control_plane.client_url
 
 
 def _display_path(path: Path) -> Path:

@@ -79,8 +79,8 @@ class Endpoint:
     ejections: int = 0  # consecutive ejections (sets the backoff)
     ejected_until: float = 0.0
     served: int = field(default=0)
-    lora: bool = False  # its pool declares LoRA adapters: the probe also reads /v1/models
-    adapters: frozenset[str] = frozenset()  # the adapters its /v1/models lists
+    lora: bool = False  # its pool declares LoRA adapters: the probe also reads /v1/models, until it has
+    adapters: frozenset[str] | None = None  # the adapters its /v1/models lists; None until read
 
     def view(self, now: float) -> EndpointView:
         m = self.metrics
@@ -97,7 +97,7 @@ class Endpoint:
             kv_usage=m.kv_usage if m else 0.0,
             in_flight=self.in_flight,
             max_num_seqs=self.max_num_seqs,
-            adapters=self.adapters,
+            adapters=self.adapters or frozenset(),
             active_adapters=m.lora_active if m else frozenset(),
         )
 
@@ -247,7 +247,9 @@ class Refresher:
         )
 
     async def _probe(self, ep: Endpoint) -> None:
-        if ep.lora:  # which adapters it serves: a replica started before an adapter was added lacks it
+        # Which adapters it serves (a replica started before an adapter was added lacks it): read once, since the
+        # engine's adapters are its command line's, fixed for the life of this endpoint (a new URL is a new one).
+        if ep.lora and ep.adapters is None:
             models = await self._get(ep.url + "/v1/models")
             if models is not None:
                 ep.adapters = served_adapters(models, ep.model)
@@ -295,10 +297,11 @@ def static_replica_id(pool: str, index: int) -> str:
     return f"{pool}-static-{index}"
 
 
-def served_adapters(models_json: str, base: str) -> frozenset[str]:
-    """The adapters an engine's ``/v1/models`` lists on ``base`` (cards whose ``parent`` is the base model)."""
+def served_adapters(models_json: str, base: str) -> frozenset[str] | None:
+    """The adapters an engine's ``/v1/models`` lists on ``base`` (cards whose ``parent`` is the base model); None
+    for an answer that is not a model list (read again next probe)."""
     try:
         cards = json.loads(models_json).get("data", [])
         return frozenset(c["id"] for c in cards if isinstance(c, dict) and c.get("parent") == base and "id" in c)
     except (ValueError, AttributeError, TypeError):
-        return frozenset()
+        return None

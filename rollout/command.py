@@ -23,7 +23,7 @@ import httpx
 
 from fleet.control_auth import BearerAuth, ClientCredential, Kind
 from fleet.errors import SpecError
-from fleet.loader import load_spec
+from fleet.loader import control_plane_url
 
 __all__ = ["add_arguments", "format_rollout", "run"]
 
@@ -74,14 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "start" and args.candidate is None:
         print("llmfleet rollout start: --candidate is required", file=sys.stderr)
         return 2
-    url = args.control_plane
-    if url is None:
-        try:
-            spec = load_spec(args.stack).spec
-        except SpecError as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        url = spec.control_plane.client_url
+    try:
+        url = control_plane_url(args.stack, args.control_plane)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     credential = ClientCredential.from_env(Kind.CONTROL_PLANE)
     auth = BearerAuth(credential) if credential is not None else None
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from fleet.errors import SpecError
-from fleet.loader import load_spec
+from fleet.loader import control_plane_url
 
 __all__ = ["add_arguments", "collect", "format_status", "run"]
 
@@ -106,14 +106,11 @@ def format_status(status: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = args.control_plane
-    if url is None:
-        try:
-            spec = load_spec(args.stack).spec
-        except SpecError as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        url = spec.control_plane.client_url
+    try:
+        url = control_plane_url(args.stack, args.control_plane)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         with httpx.Client(base_url=url, timeout=5.0) as client:
             status = collect(client, args.decisions)

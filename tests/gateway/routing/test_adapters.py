@@ -3,6 +3,7 @@ that holds it."""
 
 from __future__ import annotations
 
+from gateway.endpoints import served_adapters
 from gateway.routing.filters.adapter import ServesAdapter
 from gateway.routing.scorers.adapter import AdapterAffinity
 from tests.gateway.builders import endpoint, request
@@ -30,3 +31,9 @@ def test_affinity_remembers_where_this_gateway_sent_an_adapter_for_resident_s() 
     scorer.observe(request(adapter="chat", now=100.0), NEW)
     assert scorer.score([NEW, BUSY], request(adapter="chat", now=159.0)) == [1.0, 0.0]
     assert scorer.score([NEW, BUSY], request(adapter="chat", now=161.0)) == [0.0, 0.0]  # likely pushed out since
+
+
+def test_a_models_list_gives_the_adapters_on_the_base_and_anything_else_is_read_again() -> None:
+    listing = '{"data": [{"id": "qwen", "parent": null}, {"id": "sql", "parent": "qwen"}, {"id": "x", "parent": "y"}]}'
+    assert served_adapters(listing, "qwen") == frozenset({"sql"})
+    assert served_adapters("Service Unavailable", "qwen") is None  # not yet known: the next probe reads it again
