@@ -16,7 +16,7 @@ program gives it).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import httpx
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.decisions import Decision, ScaleDown
 from fleet.contract import pool_deployment_name
+from fleet.control_auth import BearerAuth, ClientCredential, Kind
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["DELETION_COST", "MERGE_PATCH", "KubernetesActuator", "KubernetesError", "in_cluster_client"]
@@ -38,14 +39,26 @@ class KubernetesError(RuntimeError):
     """The API server refused a request (status and body in the message)."""
 
 
-def in_cluster_client() -> httpx.AsyncClient:
-    """A client for the API server from the pod's service account (KUBERNETES_SERVICE_HOST/PORT)."""
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    token = (_SA / "token").read_text().strip()
+def in_cluster_client(
+    account_dir: Path = _SA,
+    env: Mapping[str, str] = os.environ,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """A client for the API server from the pod's service account (KUBERNETES_SERVICE_HOST/PORT).
+
+    The token is read on each request from ``account_dir/token`` (again only when its modification time or size
+    changed): kubelet rotates projected tokens hourly, and the API server rejects a token older than its extended
+    90-day validity, so a token read once at start breaks scaling and leases on a long-running control plane.
+    ``transport`` replaces the TLS transport (tests); the CA is then not loaded.
+    """
+    host, port = env["KUBERNETES_SERVICE_HOST"], env.get("KUBERNETES_SERVICE_PORT", "443")
+    # Kind is unused for a raw token file: the file's content is presented as read.
+    credential = ClientCredential(Kind.CONTROL_PLANE, path=account_dir / "token", raw=True)
     return httpx.AsyncClient(
         base_url=f"https://{host}:{port}",
-        headers={"Authorization": f"Bearer {token}"},
-        verify=str(_SA / "ca.crt"),
+        auth=BearerAuth(credential),
+        verify=str(account_dir / "ca.crt") if transport is None else True,
+        transport=transport,
         timeout=10.0,
     )
 

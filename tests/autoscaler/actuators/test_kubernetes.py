@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
-from autoscaler.actuators.kubernetes import DELETION_COST, KubernetesActuator, KubernetesError
+from autoscaler.actuators.kubernetes import DELETION_COST, KubernetesActuator, KubernetesError, in_cluster_client
 from autoscaler.decisions import ScaleDown, ScaleUp
 from fleet.loader import load_spec
 
@@ -124,3 +126,24 @@ async def test_api_errors_raise_with_status(api: tuple[ApiServer, str]) -> None:
     with pytest.raises(KubernetesError, match="HTTP 404"):
         await actuator.current(spec.pool("qwen-7b"))
     await actuator.close()
+
+
+async def test_in_cluster_client_sends_a_rotated_token_on_the_next_request(tmp_path: Path) -> None:
+    """kubelet rewrites the projected token file; the next request carries the new token, not the one at start."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        return httpx.Response(200, json=scale_object(2))
+
+    token = tmp_path / "token"
+    token.write_text("token-one\n")
+    os.utime(token, (1_000, 1_000))
+    env = {"KUBERNETES_SERVICE_HOST": "10.100.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    client = in_cluster_client(tmp_path, env, transport=httpx.MockTransport(handler))
+    async with client:
+        await client.get(SCALE_PATH)
+        token.write_text("token-two\n")  # same size: only the modification time tells it changed
+        os.utime(token, (2_000, 2_000))
+        await client.get(SCALE_PATH)
+    assert seen == ["Bearer token-one", "Bearer token-two"]
