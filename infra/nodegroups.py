@@ -10,7 +10,6 @@ limit of 1, so pods cannot reach the node's instance metadata and credentials.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 
 import pulumi
@@ -20,7 +19,7 @@ from fleet import contract
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
 from infra.iam import ServiceRole, service_role
-from infra.k8s_base import IMAGE_UID
+from infra.node_userdata import node_user_data
 
 __all__ = [
     "CAPACITY_TYPES",
@@ -34,55 +33,6 @@ __all__ = [
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
-
-_NODE_CONFIG = """apiVersion: node.eks.aws/v1alpha1
-kind: NodeConfig
-spec:
-  instance:
-    localStorage:
-      strategy: RAID0
-"""
-
-
-# A oneshot unit ordered after nodeadm's RAID setup and before the kubelet: the engines' model cache on the RAID,
-# owned by the images' user, so that no pod needs root to make it writable (a hostPath ignores fsGroup).
-_MODEL_CACHE_UNIT = f"""[Unit]
-Description=llmfleet model cache owned by the images' user
-After=setup-local-disks.service
-Before=kubelet.service
-RequiresMountsFor={contract.MODEL_CACHE_HOST_PATH.rsplit("/", 1)[0]}
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}
-ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}/store
-ExecStart=/usr/bin/install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {contract.MODEL_CACHE_HOST_PATH}/hf
-
-[Install]
-WantedBy=kubelet.service
-"""
-
-_MODEL_CACHE_SCRIPT = f"""#!/bin/bash
-set -euo pipefail
-cat > /etc/systemd/system/llmfleet-model-cache.service <<'UNIT'
-{_MODEL_CACHE_UNIT}UNIT
-systemctl daemon-reload
-systemctl enable llmfleet-model-cache.service
-systemctl start --no-block llmfleet-model-cache.service
-"""
-
-
-def node_user_data(model_cache: bool = False) -> str:
-    """Base64 MIME user data: a nodeadm NodeConfig that RAIDs the instance-store NVMe drives (merged by EKS), and
-    with ``model_cache`` (GPU nodes) a script installing the unit that creates the engines' model cache."""
-    boundary = "LLMFLEET"
-    parts = [f"Content-Type: application/node.eks.aws\n\n{_NODE_CONFIG}"]
-    if model_cache:
-        parts.append(f'Content-Type: text/x-shellscript; charset="us-ascii"\n\n{_MODEL_CACHE_SCRIPT}')
-    body = f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{boundary}"\n\n'
-    body += "".join(f"--{boundary}\n{part}\n" for part in parts) + f"--{boundary}--\n"
-    return base64.b64encode(body.encode()).decode()
 
 
 def gpu_node_labels(spec: FleetSpec, group: GpuNodeGroupSpec) -> dict[str, str]:

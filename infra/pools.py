@@ -12,15 +12,16 @@ simulator) from the pool's spec. The pod is built so that draining is loss-free:
 * the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk: the agent
   fetches the pool's model from the stack's bucket (``LLMFLEET_MODEL_BUCKET``) into ``/models/store``
   (``LLMFLEET_MODEL_CACHE``), Hub downloads go to ``/models/hf`` (``HF_HOME``); replicas on one node share it.
-  The node's bootstrap creates the folder owned by the images' user (`infra.nodegroups.node_user_data`), so no
+  The node's bootstrap creates the folder owned by the images' user (`infra.node_userdata.node_user_data`), so no
   container runs as root; the hostPath is of type ``Directory``: a node without it fails the pod visibly instead
   of the kubelet creating a root-owned folder the agent cannot write;
 * the engines' API key (``$LLMFLEET_ENGINE_API_KEY``) comes from its Secret; the agent gives it to vLLM, so
   reaching the engine's port without it gets a 401;
 * pod security: the images' user (uid/gid 10001), non-root, no privilege escalation, every capability dropped,
   the runtime's seccomp profile. The agent and vLLM share one container and the agent writes the weights it
-  fetches, so the cache stays writable to that container, and so does the root file system (vLLM, Triton and
-  torch write caches under the home folder); ``/tmp`` is an emptyDir;
+  fetches, so the cache stays writable to that container, and so does the root file system (libraries write
+  small caches under the home folder); vLLM's, Triton's and Inductor's compile caches are on the node cache
+  (``/models/compile``, `COMPILE_CACHE_ENV`), so a restart does not recompile; ``/tmp`` is an emptyDir;
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
 * ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it).
 """
@@ -50,6 +51,7 @@ from infra.k8s_base import (
 
 __all__ = [
     "IMAGE_UID",
+    "COMPILE_CACHE_ENV",
     "MODEL_CACHE_MOUNT",
     "MODEL_STORE_DIR",
     "EnginePool",
@@ -61,6 +63,13 @@ __all__ = [
 MODEL_CACHE_MOUNT = "/models"  # the node cache volume inside the engine container
 MODEL_STORE_DIR = f"{MODEL_CACHE_MOUNT}/store"  # models fetched from the model store (agent.model_store)
 HF_HOME_DIR = f"{MODEL_CACHE_MOUNT}/hf"  # the Hugging Face cache, for pools that load from the Hub
+# vLLM's, Triton's and Inductor's compile caches default under $HOME/.cache and /tmp, which a restart loses; on
+# the node cache a restarted replica reuses its compiled graphs and kernels (`infra.node_userdata` makes them).
+COMPILE_CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{MODEL_CACHE_MOUNT}/compile/vllm",
+    "TRITON_CACHE_DIR": f"{MODEL_CACHE_MOUNT}/compile/triton",
+    "TORCHINDUCTOR_CACHE_DIR": f"{MODEL_CACHE_MOUNT}/compile/inductor",
+}
 
 
 def engine_labels(spec: FleetSpec, pool: PoolSpec) -> dict[str, str]:
@@ -115,6 +124,7 @@ def engine_deployment_spec(
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
         {"name": "HF_HOME", "value": HF_HOME_DIR},
         {"name": "LLMFLEET_MODEL_CACHE", "value": MODEL_STORE_DIR},
+        *({"name": k, "value": v} for k, v in COMPILE_CACHE_ENV.items()),
         engine_api_key_env(),  # the agent hands it to vLLM as $VLLM_API_KEY
     ]
     if model_bucket is not None:
