@@ -10,7 +10,6 @@ import difflib
 import hashlib
 import ipaddress
 import math
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from fleet.catalog import GIB, GPUS, INSTANCES, MODELS, ec2_instance_types
 from fleet.errors import Problem, key_error as _err, key_warning as _warn
 from fleet.paid_capacity import plan_groups
 from fleet.perf import kv_bytes_per_token
+from fleet.placeholders import PLACEHOLDER_DIGEST, ROLE_ARN, placeholder_problems
 from fleet.plugins import (
     ACTUATOR,
     ENGINE_KIND,
@@ -39,13 +39,12 @@ from fleet.plugins import (
 )
 from fleet.spec import DRAIN_MARGIN_S, FleetSpec, PoolSpec
 from fleet.validate_models import check_adapter_routing, check_aliases, check_unique_names
+from fleet.validate_timing import check_timing
 
 __all__ = ["DEMO_API_KEY", "PLACEHOLDER_DIGEST", "check_spec", "hash_api_key"]
 
 # The local stack's demo key. Local-only: any other stack carrying its hash is rejected.
 DEMO_API_KEY = "sk-llmfleet-demo"
-# A digest that is well-formed but names no image: a stack file's stand-in until a release's digest is pinned.
-PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 
 
 def hash_api_key(key: str) -> str:
@@ -67,8 +66,10 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += check_unique_names(spec)
     problems += _check_tenants(spec)
     problems += _check_gateway(spec)
+    problems += check_timing(spec)
     problems += _check_images(spec)
     problems += _check_cluster_access(spec)
+    problems += placeholder_problems(spec)  # warnings here; errors on `pulumi up` (infra.config)
     problems += check_aliases(spec)
     problems += check_adapter_routing(spec)
     return problems
@@ -336,8 +337,6 @@ def _check_gateway_tls(spec: FleetSpec) -> Iterator[Problem]:
             "required for a public gateway on aws: an ACM certificate for the NLB's TLS listener "
             "(plain HTTP would carry API keys in clear text)",
         )
-    elif spec.target == "aws" and tls.certificate_arn is not None and ":000000000000:" in tls.certificate_arn:
-        yield _warn("gateway.tls.certificateArn", "a placeholder: set your ACM certificate's ARN before `pulumi up`")
     if spec.target == "kubernetes" and tls.secret_name is None:
         yield _err(
             "gateway.tls.secretName",
@@ -376,12 +375,6 @@ def _check_images(spec: FleetSpec) -> Iterator[Problem]:
                 f"its digest; pin it with `pulumi config set --path 'llmfleet:images.{key}' sha256:... "
                 f"-s {spec.environment}` or in the stack file",
             )
-        elif digest == PLACEHOLDER_DIGEST:
-            yield _warn(
-                f"images.{key}",
-                f"a placeholder that names no image: pin the release's {image} digest "
-                f"(`images/build.sh {image}` prints it) before `pulumi up`",
-            )
 
 
 PRODUCTION_ENVIRONMENTS = frozenset({"prod", "production"})  # held to the strictest cluster access rules
@@ -390,8 +383,6 @@ LOG_RETENTION_DAYS = (
     *(1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545),
     *(731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
 )
-_DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
-_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]+$")
 
 
 def _check_cluster_access(spec: FleetSpec) -> Iterator[Problem]:
@@ -404,10 +395,6 @@ def _check_cluster_access(spec: FleetSpec) -> Iterator[Problem]:
         except ValueError:
             yield _err(path, "not a CIDR block; use an address range such as 203.0.113.0/24", cidr)
             continue
-        if any(network.subnet_of(doc) for doc in _DOCUMENTATION_NETS if doc.version == network.version):  # type: ignore[arg-type]
-            yield _warn(
-                path, f"{cidr} is a documentation range (RFC 5737) that no client uses: a placeholder to replace"
-            )
         if network.prefixlen == 0:
             what = (
                 "opens the Kubernetes API endpoint to the whole internet; list your office, VPN or CI egress "
@@ -419,9 +406,7 @@ def _check_cluster_access(spec: FleetSpec) -> Iterator[Problem]:
                 yield _warn(path, what)
     for key, arns in (("adminRoleArns", cluster.admin_role_arns), ("ciRoleArns", cluster.ci_role_arns)):
         for i, arn in enumerate(arns):
-            if _ROLE_ARN.match(arn) and ":000000000000:" in arn:
-                yield _warn(f"cluster.{key}[{i}]", "a placeholder account: set your role's ARN before `pulumi up`")
-            elif not _ROLE_ARN.match(arn):
+            if not ROLE_ARN.match(arn):
                 yield _err(
                     f"cluster.{key}[{i}]", "not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<name>)", arn
                 )

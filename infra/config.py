@@ -2,22 +2,28 @@
 
 Pulumi hands structured config values to the program as JSON strings; `spec_from_config` turns them back
 into the stack document and validates it with `fleet.loader.parse_spec`, so `pulumi up` rejects exactly what
-`llmfleet validate` rejects. Secrets: tenants' keys (only their hashes leave this module), the quota Redis'
-password, and the engines' API key (``engines:apiKey``, `ENGINE_API_KEY_CONFIG`). `stack_config` goes the other
-way (a stack file -> the flat map the engine passes the program), which is how the offline run feeds a stack
-file to the real program.
+`llmfleet validate` rejects, and on ``pulumi up`` of a target-aws stack also rejects the placeholders
+(`fleet.placeholders`) that ``llmfleet validate`` only warns about. Secrets: tenants' keys (only their hashes
+leave this module), the quota Redis' password, and the engines' API key (``engines:apiKey``,
+`ENGINE_API_KEY_CONFIG`). `stack_config` goes the other way (a stack file -> the flat map the engine passes the
+program), which is how the offline run feeds a stack file to the real program.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.settings import get_monitor
 
 from fleet.commands.registries import all_registries
+from fleet.errors import SpecError
 from fleet.loader import NAMESPACE, parse_spec
+from fleet.placeholders import placeholder_problems
 from fleet.spec import FleetSpec
 from fleet.validate import hash_api_key
 from infra.quota_redis import provisions_redis
@@ -45,8 +51,19 @@ def _config_value(raw: str) -> Any:
     return raw
 
 
-def spec_from_config(stack: str) -> FleetSpec:
-    """Read every ``llmfleet:<key>`` the FleetSpec declares; raise SpecError listing every problem."""
+def under_mocks() -> bool:
+    """True when the program runs under `pulumi.runtime.set_mocks` (the tests, ``llmfleet policy``): they run
+    with ``preview=False``, like a real ``pulumi up``, so only the monitor tells them apart."""
+    return isinstance(get_monitor(), MockMonitor)
+
+
+def spec_from_config(stack: str, strict_placeholders: bool | None = None) -> FleetSpec:
+    """Read every ``llmfleet:<key>`` the FleetSpec declares; raise SpecError listing every problem.
+
+    On target aws, placeholders (account 000000000000, all-zero digests, documentation CIDRs) are errors when
+    ``strict_placeholders`` is true, by default on a real ``pulumi up`` (neither a preview nor `under_mocks`):
+    AWS would refuse them only after the cluster exists. A real preview logs them as warnings.
+    """
     config = pulumi.Config(NAMESPACE)
     values: dict[str, Any] = {}
     for name, field in FleetSpec.model_fields.items():
@@ -58,7 +75,18 @@ def spec_from_config(stack: str) -> FleetSpec:
     if region is not None:
         values["aws:region"] = region
     file = f"Pulumi.{stack}.yaml (config)"
-    return parse_spec({"config": values}, file=file, name=stack, registries=all_registries()).spec
+    spec = parse_spec({"config": values}, file=file, name=stack, registries=all_registries()).spec
+    if spec.target != "aws":
+        return spec
+    mocked = under_mocks()
+    strict = (not pulumi.runtime.is_dry_run() and not mocked) if strict_placeholders is None else strict_placeholders
+    placeholders = [dataclasses.replace(p, file=file) for p in placeholder_problems(spec, level="error")]
+    if placeholders and strict:
+        raise SpecError(file, placeholders)
+    if not mocked:
+        for problem in placeholders:
+            pulumi.log.warn(f"{problem.render()} (an error on `pulumi up`)")
+    return spec
 
 
 def stack_config(document: Mapping[str, Any]) -> dict[str, str]:
