@@ -77,8 +77,10 @@ __all__ = [
 
 
 class ClusterSpec(Spec):
-    kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
-    """EKS Kubernetes version."""
+    kubernetes_version: str = Field(default="1.35", pattern=r"^1\.\d{2}$")
+    """EKS Kubernetes version of the control plane, the node groups and the managed add-ons. Keep it in EKS
+    standard support (1.35 until 27 Mar 2027): the cluster's support policy is STANDARD, so EKS upgrades it at the
+    end of standard support. Raise it one minor version per `pulumi up`."""
     namespace: Name = "llmfleet"
     """Namespace of every llmfleet workload."""
     kubeconfig: str | None = None
@@ -89,8 +91,8 @@ class ClusterSpec(Spec):
     admin_role_arns: list[str] = Field(default_factory=list)
     """IAM roles (arn:aws:iam::<account>:role/<name>) given cluster admin through EKS access entries (people)."""
     ci_role_arns: list[str] = Field(default_factory=list)
-    """IAM roles of the CI that runs `pulumi up`, given cluster admin the same way, so a `pulumi up` by an identity
-    other than the cluster's creator is not refused as Unauthorized."""
+    """IAM roles of the CI that runs `pulumi up`, given cluster admin the same way. The cluster grants its creator
+    nothing implicitly, so the identity that runs the first `pulumi up` must be in one of the two lists."""
     log_retention_days: int = 90
     """Days the EKS control-plane log group keeps its logs (a CloudWatch retention: 1, 3, 5, 7, 14, 30, 60, 90,
     120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653)."""
@@ -113,8 +115,9 @@ class GpuNodeGroupSpec(Spec):
     """Most nodes in each zone (the autoscaler's ceiling)."""
     capacity_type: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
     """Purchase option of the nodes."""
-    root_volume_gib: int = Field(default=200, ge=50, le=16384)
-    """Root volume size (model cache lives on the instance NVMe)."""
+    root_volume_gib: int = Field(default=100, ge=50, le=16384)
+    """Root volume size. Every catalogue GPU type has instance-store NVMe: nodeadm's RAID holds the model cache and
+    bind-mounts containerd's images, the kubelet's volumes and pod logs, so the root keeps only the OS."""
 
 
 class CpuNodeGroupSpec(Spec):

@@ -1,7 +1,18 @@
 """Cluster: EKS at the stack's Kubernetes version, secrets encrypted with a KMS key, an OIDC provider for IRSA.
 
-Access uses EKS access entries (authentication mode ``API``); the identity running ``pulumi up`` gets admin
-through ``bootstrapClusterCreatorAdminPermissions``. The kubeconfig uses ``aws eks get-token``.
+Access uses EKS access entries (authentication mode ``API``), one per role in ``cluster.adminRoleArns`` and
+``cluster.ciRoleArns``, and nothing implicit: ``bootstrapClusterCreatorAdminPermissions`` is false, because EKS
+would otherwise make an entry for the creating role itself and the program's entry for that same role (it is
+listed, so a later ``up`` from another identity works) would fail with 409 ``ResourceInUseException``. So the
+identity that runs the first ``pulumi up`` must be one of the listed roles. The kubeconfig uses
+``aws eks get-token``.
+
+Version policy: ``upgradePolicy.supportType`` is ``STANDARD``, so the cluster never enters paid extended support
+(EKS upgrades it at the end of standard support instead). The cluster, its KMS keys and (elsewhere) the model
+bucket and image repositories are ``protect``ed, and the cluster has EKS deletion protection: ``pulumi destroy``
+follows the teardown in docs/cloud.md. The managed add-ons (``vpc-cni`` and ``kube-proxy`` here, ``coredns``
+with the nodes, `infra.nodegroups`) run the default build EKS names for the cluster's Kubernetes version, so a
+version bump upgrades them.
 """
 
 from __future__ import annotations
@@ -14,9 +25,37 @@ import pulumi_aws as aws
 
 from infra.iam import ServiceRole, irsa_managed_role, service_role
 
-__all__ = ["CLUSTER_ADMIN_POLICY", "Cluster", "ClusterArgs", "endpoint_config", "kubeconfig", "logs_key_policy"]
+__all__ = [
+    "CLUSTER_ADMIN_POLICY",
+    "Cluster",
+    "ClusterArgs",
+    "access_entry_principals",
+    "addon_version",
+    "endpoint_config",
+    "kubeconfig",
+    "logs_key_policy",
+]
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def access_entry_principals(admin_role_arns: list[str], ci_role_arns: list[str]) -> list[tuple[str, int, str]]:
+    """(kind, index, ARN) of each access entry: one per distinct role, the admin list first. A role in both
+    lists gets one entry (a second would be refused as already in use)."""
+    seen: set[str] = set()
+    entries: list[tuple[str, int, str]] = []
+    for kind, arns in (("admin", admin_role_arns), ("ci", ci_role_arns)):
+        for index, arn in enumerate(arns):
+            if arn not in seen:
+                seen.add(arn)
+                entries.append((kind, index, arn))
+    return entries
+
+
+def addon_version(addon: str, kubernetes_version: str) -> pulumi.Output[str]:
+    """The build of ``addon`` EKS installs by default on ``kubernetes_version`` (DescribeAddonVersions)."""
+    found = aws.eks.get_addon_version_output(addon_name=addon, kubernetes_version=kubernetes_version)
+    return found.version
 
 
 def logs_key_policy(account_id: str, partition: str, region: str, log_group_arn: str) -> str:
@@ -114,18 +153,21 @@ class Cluster(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]  # the EKS-made cluster security group; every managed node carries it
     cni_role: ServiceRole
     cni_addon: aws.eks.Addon  # node groups wait for it: a node turns Ready once aws-node runs
+    kube_proxy_addon: aws.eks.Addon
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:infra:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
+        # Deleting a key makes what it encrypted unreadable: the keys and the cluster are protected.
+        kept = pulumi.ResourceOptions(parent=self, protect=True)
         key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS secrets envelope encryption for {args.cluster_name}",
             enable_key_rotation=True,
             deletion_window_in_days=30,
             tags=tags,
-            opts=child,
+            opts=kept,
         )
         role = service_role(f"{name}-cluster", "eks.amazonaws.com", ["AmazonEKSClusterPolicy"], self, tags)
         # The control-plane log group, made before the cluster (EKS would make one without encryption or expiry).
@@ -146,7 +188,7 @@ class Cluster(pulumi.ComponentResource):
                 )
             ),
             tags=tags,
-            opts=child,
+            opts=kept,
         )
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs",
@@ -162,30 +204,38 @@ class Cluster(pulumi.ComponentResource):
             version=args.kubernetes_version,
             role_arn=role.arn,
             vpc_config=endpoint_config(args.subnet_ids, args.public_access_cidrs),
-            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": False},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=["api", "audit", "authenticator"],
+            upgrade_policy={"support_type": "STANDARD"},
+            deletion_protection=True,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*role.attachments, log_group]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*role.attachments, log_group],
+                protect=True,
+                # EKS reads the bootstrap flag only at creation and the provider replaces the cluster when it
+                # changes: a cluster made with the old default (true) keeps it instead of being replaced.
+                ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"],
+            ),
         )
-        for kind, arns in (("admin", args.admin_role_arns), ("ci", args.ci_role_arns)):
-            for index, arn in enumerate(arns):
-                entry = aws.eks.AccessEntry(
-                    f"{name}-{kind}-{index}",
-                    cluster_name=cluster.name,
-                    principal_arn=arn,
-                    type="STANDARD",
-                    tags=tags,
-                    opts=child,
-                )
-                aws.eks.AccessPolicyAssociation(
-                    f"{name}-{kind}-{index}",
-                    cluster_name=cluster.name,
-                    principal_arn=entry.principal_arn,
-                    policy_arn=CLUSTER_ADMIN_POLICY,
-                    access_scope={"type": "cluster"},
-                    opts=child,
-                )
+        for kind, index, arn in access_entry_principals(args.admin_role_arns, args.ci_role_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-{kind}-{index}",
+                cluster_name=cluster.name,
+                principal_arn=arn,
+                type="STANDARD",
+                tags=tags,
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-{kind}-{index}",
+                cluster_name=cluster.name,
+                principal_arn=entry.principal_arn,
+                policy_arn=CLUSTER_ADMIN_POLICY,
+                access_scope={"type": "cluster"},
+                opts=child,
+            )
         issuer = cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer if ids and ids[0].oidcs else "")
         self.oidc_provider = aws.iam.OpenIdConnectProvider(
             f"{name}-oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=tags, opts=child
@@ -207,11 +257,24 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-vpc-cni",
             cluster_name=cluster.name,
             addon_name="vpc-cni",
+            addon_version=addon_version("vpc-cni", args.kubernetes_version),
             service_account_role_arn=self.cni_role.arn,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             configuration_values=json.dumps({"enableNetworkPolicy": "true"}),
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=self.cni_role.attachments),
+        )
+        # kube-proxy is a DaemonSet: like aws-node it is healthy before any node exists. (CoreDNS needs a node
+        # to run on, so `infra.nodegroups` adds it after the CPU group.)
+        self.kube_proxy_addon = aws.eks.Addon(
+            f"{name}-kube-proxy",
+            cluster_name=cluster.name,
+            addon_name="kube-proxy",
+            addon_version=addon_version("kube-proxy", args.kubernetes_version),
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=child,
         )
         self.register_outputs({"name": cluster.name, "oidcProviderArn": self.oidc_provider.arn})

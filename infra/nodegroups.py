@@ -6,6 +6,12 @@ model and pools. Each node assembles its instance-store NVMe drives into RAID0 (
 the model cache. One group per zone lets the autoscaler add capacity where it is missing and is required for
 Capacity Blocks, which are zonal. Every launch template encrypts its root volume and enforces IMDSv2 with a hop
 limit of 1, so pods cannot reach the node's instance metadata and credentials.
+
+Every group runs the cluster's Kubernetes version (``version``), so a version bump in the stack rolls the nodes
+after the control plane; CoreDNS is a versioned managed add-on created once the CPU group can run it. The
+scaling config follows `infra.node_scaling`: a day-2 change of a group's bounds carries a desired size EKS
+accepts. Nodes may pull from ECR (``AmazonEC2ContainerRegistryPullOnly``) and are reachable with SSM Session
+Manager (``AmazonSSMManagedInstanceCore``; no SSH key, no open port) to debug nodeadm, the RAID or the GPUs.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import pulumi_aws as aws
 from fleet import contract
 from fleet.catalog import GPUS, INSTANCES
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
+from infra.cluster import addon_version
 from infra.iam import ServiceRole, service_role
+from infra.node_scaling import live_scaling, plan_scaling
 from infra.node_userdata import node_user_data
 
 __all__ = [
     "CAPACITY_TYPES",
     "GPU_AMI_TYPE",
+    "NODE_POLICIES",
     "NodeGroups",
     "NodeGroupsArgs",
     "gpu_node_labels",
@@ -33,6 +42,9 @@ __all__ = [
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
+# PullOnly, not ReadOnly: nodes pull images and never list or describe repositories. SSM core: a shell on a node
+# through Session Manager, the only way onto a node (no SSH key, no inbound port).
+NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"]
 
 
 def gpu_node_labels(spec: FleetSpec, group: GpuNodeGroupSpec) -> dict[str, str]:
@@ -68,37 +80,52 @@ class NodeGroups(pulumi.ComponentResource):
     gpu_group_arns: list[pulumi.Output[str]]
     gpu_group_names: dict[tuple[str, str], pulumi.Output[str]]  # (GPU group, zone) -> EKS node group name
     cpu_group: aws.eks.NodeGroup
+    coredns_addon: aws.eks.Addon
 
     def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:infra:NodeGroups", name, None, opts)
         spec = args.spec
+        self._cluster = contract.cluster_name(spec.environment)  # the plain name, to read the live node groups
         tags = {**args.tags, contract.TAG_ENVIRONMENT: spec.environment}
         role = service_role(
             f"{name}-node",
             "ec2.amazonaws.com",
             # No AmazonEKS_CNI_Policy: the VPC CNI has its own IRSA role (`infra.cluster.Cluster.cni_role`).
-            ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"],
+            NODE_POLICIES,
             self,
             tags,
         )
         cpu = spec.cpu_node_group
         cpu_template = self._launch_template(f"{name}-cpu", cpu.instance_type, 100, tags)
+        cpu_scaling = plan_scaling(cpu.min_nodes, cpu.max_nodes, live_scaling(self._cluster, f"{name}-cpu"))
         self.cpu_group = aws.eks.NodeGroup(
             f"{name}-cpu",
             cluster_name=args.cluster_name,
+            version=spec.cluster.kubernetes_version,
             node_role_arn=role.arn,
             subnet_ids=list(args.private_subnet_ids.values()),
             ami_type=CPU_AMI_TYPE,
             instance_types=[cpu.instance_type],
             capacity_type="ON_DEMAND",
             launch_template={"id": cpu_template.id, "version": cpu_template.latest_version.apply(str)},
-            scaling_config={"min_size": cpu.min_nodes, "max_size": cpu.max_nodes, "desired_size": cpu.min_nodes},
+            scaling_config=cpu_scaling.scaling_config,
             update_config={"max_unavailable": 1},
             labels={contract.LABEL_NODE_ROLE: "cpu"},
             tags=tags,
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["scalingConfig.desiredSize"], depends_on=role.attachments
+                parent=self, ignore_changes=cpu_scaling.ignore_changes, depends_on=role.attachments
             ),
+        )
+        # CoreDNS runs on the CPU nodes (it tolerates no GPU taint): made after the group, or it never turns ACTIVE.
+        self.coredns_addon = aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=args.cluster_name,
+            addon_name="coredns",
+            addon_version=addon_version("coredns", spec.cluster.kubernetes_version),
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cpu_group]),
         )
         self.gpu_groups = {}
         self.gpu_group_arns = []
@@ -179,25 +206,25 @@ class NodeGroups(pulumi.ComponentResource):
         template = self._launch_template(
             f"{name}-{key}", group.instance_type, group.root_volume_gib, group_tags, reservation, model_cache=True
         )
+        scaling = plan_scaling(
+            group.min_nodes_per_az, max(1, group.max_nodes_per_az), live_scaling(self._cluster, f"{name}-{key}")
+        )
         return aws.eks.NodeGroup(
             f"{name}-{key}",
             cluster_name=args.cluster_name,
+            version=spec.cluster.kubernetes_version,
             node_role_arn=role.arn,
             subnet_ids=[args.private_subnet_ids[zone]],
             ami_type=GPU_AMI_TYPE,
             instance_types=None if reservation else [group.instance_type],
             capacity_type=CAPACITY_TYPES[group.capacity_type],
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
-            scaling_config={
-                "min_size": group.min_nodes_per_az,
-                "max_size": max(1, group.max_nodes_per_az),
-                "desired_size": group.min_nodes_per_az,
-            },
+            scaling_config=scaling.scaling_config,
             update_config={"max_unavailable": 1},
             labels=gpu_node_labels(spec, group),
             taints=[{"key": contract.GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}],
             tags=group_tags,
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["scalingConfig.desiredSize"], depends_on=role.attachments
+                parent=self, ignore_changes=scaling.ignore_changes, depends_on=role.attachments
             ),
         )

@@ -126,3 +126,17 @@ def test_engines_keep_their_compile_caches_on_the_node_cache() -> None:
         ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
     ):
         assert env[variable] == f"{MODEL_CACHE_MOUNT}/compile/{folder}"
+
+
+def test_nodes_may_only_pull_images_and_are_reachable_through_session_manager() -> None:
+    run = stack_run("prod")
+    attached = {
+        a.props["policyArn"].rsplit("/", 1)[-1]
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a.name.startswith("nodes-node-")
+    }
+    assert attached == {
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEC2ContainerRegistryPullOnly",
+        "AmazonSSMManagedInstanceCore",
+    }
