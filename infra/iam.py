@@ -21,6 +21,7 @@ __all__ = [
     "irsa_managed_role",
     "irsa_role",
     "model_read_policy",
+    "nodegroup_name",
     "service_role",
 ]
 
@@ -129,14 +130,33 @@ def irsa_managed_role(
     return _with_managed(name, role, managed_policies)
 
 
-def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:
-    """Describe and resize exactly these node groups, and terminate instances of this cluster's node groups.
+def nodegroup_name(arn: str) -> str:
+    """The node group name in an EKS node group ARN, ``arn:<partition>:eks:<region>:<account>:nodegroup/<cluster>/
+    <name>/<id>``. An ARN whose resource is ``nodegroup/<name>`` alone (as the offline mocks answer) names it
+    directly. ValueError for anything else."""
+    resource = arn.split(":", 5)[-1]
+    kind, _, path = resource.partition("/")
+    parts = path.split("/")
+    if kind != "nodegroup" or not all(parts):
+        raise ValueError(f"not a node group ARN: {arn!r}")
+    if len(parts) == 3:
+        return parts[1]
+    if len(parts) == 1:
+        return parts[0]
+    raise ValueError(f"not a node group ARN: {arn!r}")
 
-    Scale-in terminates the node a drain emptied (``TerminateInstanceInAutoScalingGroup`` with a decrement);
-    managed node groups tag their Auto Scaling groups ``eks:cluster-name``, which scopes that right.
+
+def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:
+    """Describe and resize exactly these node groups, and terminate instances of exactly these node groups.
+
+    Scale-in terminates the node a drain emptied (``TerminateInstanceInAutoScalingGroup`` with a decrement).
+    EKS tags each managed node group's Auto Scaling group ``eks:cluster-name`` and ``eks:nodegroup-name``; the
+    right is scoped by both, so the CPU group (same cluster, another name) and any other node group are out of
+    reach.
     """
     if not node_group_arns:
         return _document([{"Effect": "Deny", "Action": "eks:UpdateNodegroupConfig", "Resource": "*"}])
+    names = sorted({nodegroup_name(arn) for arn in node_group_arns})
     return _document(
         [
             {
@@ -150,7 +170,12 @@ def autoscaler_policy(node_group_arns: Sequence[str], cluster_name: str) -> str:
                 "Effect": "Allow",
                 "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
                 "Resource": "*",
-                "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name}},
+                "Condition": {
+                    "StringEquals": {
+                        "aws:ResourceTag/eks:cluster-name": cluster_name,
+                        "aws:ResourceTag/eks:nodegroup-name": names,
+                    }
+                },
             },
         ]
     )

@@ -5,7 +5,8 @@ tags are immutable, so a pushed tag always names the same bits; every push is sc
 with KMS; and a lifecycle rule expires untagged images beyond the newest few. On kubernetes the images live
 under the stack's ``images.registry``. Either way a workload runs ``<repository>@sha256:<digest>``, with the
 digest from the stack (``images.runtimeDigest``, ``images.engineDigest``), never a tag: a node runs exactly the
-image that was built and reviewed, and `images/push.sh` copies an image without changing its digest.
+image that was built and reviewed, and `images/push.sh` copies an image without changing its digest. The
+repositories are ``protect``ed (``pulumi destroy`` would otherwise fail on them half-way, RepositoryNotEmpty).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class ImageRepositories(pulumi.ComponentResource):
                 image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
                 encryption_configurations=[aws.ecr.RepositoryEncryptionConfigurationArgs(encryption_type="KMS")],
                 tags=dict(args.tags),
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self, protect=True),
             )
             aws.ecr.LifecyclePolicy(
                 f"{name}-{image}",

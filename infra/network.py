@@ -3,6 +3,11 @@
 Nodes live in the private subnets; the public subnets hold only the NAT gateways and internet-facing load
 balancers (tagged ``kubernetes.io/role/elb``). One NAT per zone keeps a zone's egress independent of the
 others: losing a zone never cuts the surviving zones off from S3, ECR or the model hub.
+
+An S3 gateway endpoint sits on every private route table: weight fetches from the model bucket and ECR's image
+layers (which ECR serves from S3) then bypass the NAT gateways and their per-GB processing charge; a gateway
+endpoint itself is free. Interface endpoints (ECR's API, STS) cost per zone-hour and carry little traffic here,
+so there are none.
 """
 
 from __future__ import annotations
@@ -12,7 +17,12 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-__all__ = ["Network", "NetworkArgs", "subnet_cidrs"]
+__all__ = ["Network", "NetworkArgs", "s3_endpoint_service", "subnet_cidrs"]
+
+
+def s3_endpoint_service(region: str) -> str:
+    """The S3 gateway endpoint's service name in ``region``."""
+    return f"com.amazonaws.{region}.s3"
 
 
 def subnet_cidrs(index: int) -> tuple[str, str]:
@@ -27,6 +37,7 @@ class NetworkArgs:
     cluster_name: str
     zones: list[str]
     tags: dict[str, str] = field(default_factory=dict)
+    region: str | None = None  # None: the provider's region (aws:region)
 
 
 class Network(pulumi.ComponentResource):
@@ -59,6 +70,7 @@ class Network(pulumi.ComponentResource):
         )
         self.public_subnet_ids = {}
         self.private_subnet_ids = {}
+        private_route_tables: list[pulumi.Output[str]] = []
         for index, zone in enumerate(args.zones):
             public_cidr, private_cidr = subnet_cidrs(index)
             public = aws.ec2.Subnet(
@@ -99,8 +111,20 @@ class Network(pulumi.ComponentResource):
             aws.ec2.RouteTableAssociation(
                 f"{name}-private-{zone}", subnet_id=private.id, route_table_id=private_rt.id, opts=child
             )
+            private_route_tables.append(private_rt.id)
             self.public_subnet_ids[zone] = public.id
             self.private_subnet_ids[zone] = private.id
+        # The stack's region: the one given, else the provider's own setting (aws:region), else the provider's.
+        region: pulumi.Input[str] = args.region or pulumi.Config("aws").get("region") or aws.get_region_output().region
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=pulumi.Output.from_input(region).apply(s3_endpoint_service),
+            vpc_endpoint_type="Gateway",
+            route_table_ids=private_route_tables,
+            tags={**tags, "Name": f"{name}-s3"},
+            opts=child,
+        )
         self.vpc_id = vpc.id
         self.register_outputs(
             {

@@ -2,7 +2,9 @@
 
 Engines pull weights from the bucket into the node's NVMe cache; they can read it and nothing else
 (`infra.iam.model_read_policy`). Versioning keeps an overwritten model recoverable; all public access is
-blocked and objects are encrypted with KMS (bucket keys keep the KMS request cost flat).
+blocked and objects are encrypted with KMS (bucket keys keep the KMS request cost flat). The bucket is
+``protect``ed: ``pulumi destroy`` stops at it instead of failing half-way on a non-empty bucket (docs/cloud.md,
+"Tearing down").
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class ModelStore(pulumi.ComponentResource):
             bucket_prefix=f"llmfleet-{args.environment}-models-",
             force_destroy=False,
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
         aws.s3.BucketVersioning(
             f"{name}-models", bucket=bucket.id, versioning_configuration={"status": "Enabled"}, opts=child

@@ -127,7 +127,11 @@ def test_autoscaler_may_resize_only_the_fleets_gpu_node_groups(prod: OfflineRun)
     assert set(resize["Action"]) == {"eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"}
     assert sorted(resize["Resource"]) == sorted(g.props["arn"] for g in gpu_groups(prod))
     assert terminate["Action"] == "autoscaling:TerminateInstanceInAutoScalingGroup"
-    assert terminate["Condition"] == {"StringEquals": {"aws:ResourceTag/eks:cluster-name": "llmfleet-prod"}}
+    assert terminate["Condition"]["StringEquals"]["aws:ResourceTag/eks:cluster-name"] == "llmfleet-prod"
+    # ... and only these groups' instances (tests/infra/test_autoscaler_scope.py)
+    assert sorted(terminate["Condition"]["StringEquals"]["aws:ResourceTag/eks:nodegroup-name"]) == sorted(
+        g.props["nodeGroupName"] for g in gpu_groups(prod)
+    )
 
 
 def test_engine_role_only_reads_the_model_bucket(prod: OfflineRun) -> None:
