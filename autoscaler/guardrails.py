@@ -9,7 +9,9 @@ Order (each step sees the previous one's number; the first that binds is named i
    ``predictiveFitS`` (default a cold start), projected from the fitted line's value now, and only once the
    samples cover that window: a burst of a tick or two moves neither the median slope nor the line, and a
    trend of three ticks at start-up is not stretched over a cold start. A least-squares fit over the window
-   read each ten-second burst of the Azure code trace as a trend and projected it to the pool's maximum;
+   read each ten-second burst of the Azure code trace as a trend and projected it to the pool's maximum. It
+   scales the load's own need (``Proposal.live``), never capacity a policy holds on purpose (target tracking's
+   release envelope);
 3. SLO priority, availability > TTFT > throughput. Availability: capacity below ``min`` is restored at once;
    while any replica is stale, failed or without metrics the pool never shrinks (its load is unknown, never
    zero), nor while a gateway's reports are stale (its queue is unknown). TTFT: P99 above the SLO adds one
@@ -131,7 +133,11 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
         # The proposal grows as the trend does; measured from the line, not from this tick's demand, whose
         # dip below the line after a busy stretch would read as growth.
         if projected > ctx.demand and level > 0 and projected > level:
-            predicted = math.ceil(proposal.desired * projected / level - _EPS)
+            # The trend scales what this tick's load needs, not capacity the policy holds after a burst: an
+            # envelope still holding a burst's replicas, multiplied by the noise of a flat minute's slope, added
+            # replicas a minute after a ten-second burst had passed.
+            live = proposal.desired if proposal.live is None else proposal.live
+            predicted = math.ceil(live * projected / level - _EPS)
             predicted = min(predicted, desired + cfg.predictive_max_step)
             if predicted > desired:
                 desired = predicted

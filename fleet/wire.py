@@ -29,6 +29,7 @@ __all__ = [
     "DecisionsResponse",
     "GatewayAccepted",
     "GatewayReport",
+    "RATE_WINDOW_S",
     "LeaseGrant",
     "LeaseRequest",
     "LeasesResponse",
@@ -103,6 +104,11 @@ class PoolOutcomes(Wire):
     @property
     def answered(self) -> int:
         return self.ok + self.client_errors + self.errors
+
+
+RATE_WINDOW_S = 10.0
+"""The window a gateway's ``arrived_per_s`` is a mean over (the simulator's gateway uses the same): a step in
+demand reaches the control plane spread over this long, which the scaler's own windows must leave room for."""
 
 
 class GatewayReport(Wire):

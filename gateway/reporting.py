@@ -41,7 +41,7 @@ import aiohttp
 from fleet.clock import Clock
 from fleet.control_auth import ClientCredential, Kind
 from fleet.push import Backoff, push_loop
-from fleet.wire import LATENCY_EDGES_S, GatewayAccepted, GatewayReport, PoolOutcomes
+from fleet.wire import LATENCY_EDGES_S, RATE_WINDOW_S, GatewayAccepted, GatewayReport, PoolOutcomes
 from gateway.admission import Admission
 
 __all__ = ["GatewayReporter", "PoolTraffic", "default_gateway_id"]
@@ -133,7 +133,7 @@ class GatewayReporter:
         clock: Clock,
         interval_s: float = 1.0,
         gateway_id: str | None = None,
-        window_s: float = 10.0,
+        window_s: float = RATE_WINDOW_S,
         max_backoff_s: float = 30.0,
         credential: ClientCredential | None = None,
         on_share: Callable[[str, float | None], None] = lambda pool, share: None,

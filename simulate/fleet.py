@@ -41,7 +41,7 @@ from engine_sim.config import EngineConfig
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan
 from fleet.capacity import admission_capacity, model_facts, pool_gpu
 from fleet.spec import FleetSpec, PoolSpec
-from fleet.wire import GatewayReport
+from fleet.wire import RATE_WINDOW_S, GatewayReport
 from gateway.reporting import PoolTraffic
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.control import Controller
@@ -372,7 +372,7 @@ class FleetSim:
             sched = r.scheduler
             r.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
             r.scraped_at = now
-        arrived, admitted, span = self.traffic.rates(now, 10.0)
+        arrived, admitted, span = self.traffic.rates(now, RATE_WINDOW_S)
         self.gw_report = GatewayReport(
             gateway="gw-0",
             pool=self.pool.name,

@@ -35,6 +35,10 @@ class Proposal:
     reason: str
     inputs: Mapping[str, Any] = field(default_factory=dict)
     state: Mapping[str, Any] = field(default_factory=dict)
+    live: float | None = None
+    """The part of ``desired`` this tick's load asks for, before capacity a policy holds on purpose (a release
+    envelope); None: all of ``desired``. The predictive term scales this one: a trend multiplies what the load
+    needs, not what is kept for a burst that already passed."""
 
 
 class ScalingPolicy(abc.ABC):

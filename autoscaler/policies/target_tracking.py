@@ -18,7 +18,8 @@ term alone scales one cold start late on a ramp; the rate warns before the cliff
 no gateway reported recently or the pool has no plan.
 
 The queue and the rate these terms read are not this tick's but the ``sustainQuantile`` (default the median)
-of what the last ``sustainWindowS`` (default one cold start) of ticks saw, kept in the policy's state as
+of what the last ``sustainWindowS`` of ticks saw (default one cold start for the queue; for the rate, already a
+mean over the gateways' 10 s window, a cold start less that window: `rate_window`), kept in the policy's state as
 ``queues`` and ``rates``: a replica launched now serves from a cold start on, so it can only answer demand that
 lasts about that long. A ten-second burst (16x the mean on the Azure code trace) is one or two samples of
 fifteen and moves neither median; a rise or a queue that holds for half the window does. The burst itself is
@@ -44,7 +45,7 @@ replica-hours; ``releaseTimeConstantS: 0`` turns the envelope off.
 
 Parameters (``autoscaling.policy.params``): ``targetQueuePerReplica`` (> 0), ``targetKvUsage`` and
 ``targetUtilisation`` (in (0, 1]) override the stack-wide targets; ``releaseTimeConstantS`` (>= 0) the release
-time constant; ``sustainWindowS`` (>= 0, default one cold start; 0: this tick only) and ``sustainQuantile``
+time constant; ``sustainWindowS`` (>= 0, default as above; 0: this tick only) and ``sustainQuantile``
 (in [0, 1], default 0.5) the queue depth and request rate the queue and capacity terms read.
 
     autoscaling:
@@ -60,8 +61,9 @@ from pydantic import Field
 from autoscaler.context import ScalingContext
 from autoscaler.policies import Proposal, ScalingPolicy
 from fleet.plugins import PluginParams
+from fleet.wire import RATE_WINDOW_S
 
-__all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas", "sustained"]
+__all__ = ["RELEASE_COLD_STARTS", "TargetTracking", "capacity_replicas", "rate_window", "sustained"]
 
 RELEASE_COLD_STARTS = 6.0  # default release time constant, in cold starts
 
@@ -84,6 +86,16 @@ def sustained(
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))], samples
 
 
+def rate_window(cold_start_s: float) -> float:
+    """The default window of the rate term: a cold start less the gateways' own rate window, at least half a
+    cold start. The reported rate is already a mean over `RATE_WINDOW_S`, so a step reaches the scaler spread
+    over that long; the median over a whole cold start on top of it ordered a step's capacity only after more
+    than a cold start (16 s on the local stack's 15 s). With this window a step is ordered within
+    ``RATE_WINDOW_S + window / 2``, under a cold start whenever the cold start is at least 14 s; a ten-second
+    burst, ``RATE_WINDOW_S`` of a raised mean, still moves no median of a window longer than twice that."""
+    return max(cold_start_s - RATE_WINDOW_S, cold_start_s / 2)
+
+
 def capacity_replicas(ctx: ScalingContext, target_u: float, rate: float | None = None) -> float | None:
     """Replicas ``rate`` (default: the gateways' last report) needs at ``target_u`` of the planned per-replica
     QPS; None when the rate is unknown (no fresh gateway report) or the pool has no plan."""
@@ -104,7 +116,8 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         release_time_constant_s: float | None = Field(default=None, ge=0.0)
         """Release time constant of the envelope (default 6 cold starts; 0 turns the envelope off)."""
         sustain_window_s: float | None = Field(default=None, ge=0.0)
-        """How far back the queue and capacity terms read (default one cold start; 0: this tick only)."""
+        """How far back the queue and capacity terms read (default: one cold start for the queue, a cold start
+        less the gateways' 10 s rate window, at least half a cold start, for the rate; 0: this tick only)."""
         sustain_quantile: float = Field(default=0.5, ge=0.0, le=1.0)
         """Which quantile of the queue depths and request rates seen in that window they read (1: the peak)."""
 
@@ -117,7 +130,8 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         target_kv = p.target_kv_usage or ctx.target_kv_usage
         target_u = p.target_utilisation or ctx.target_utilisation
         window = ctx.cold_start_s if p.sustain_window_s is None else p.sustain_window_s
-        sustained_rate, rates = sustained(ctx, "rates", ctx.request_rate, window, p.sustain_quantile)
+        rate_window_s = rate_window(ctx.cold_start_s) if p.sustain_window_s is None else p.sustain_window_s
+        sustained_rate, rates = sustained(ctx, "rates", ctx.request_rate, rate_window_s, p.sustain_quantile)
         sustained_queue, queues = sustained(
             ctx, "queues", ctx.queue_depth if ctx.has_metrics else None, window, p.sustain_quantile
         )
@@ -153,7 +167,7 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
             f"{ctx.max_num_seqs}x{target_u:g}"
         )
         if rate is not None:
-            reason += f", {sustained_rate:.1f} req/s over {window:g}s (now {ctx.request_rate:.1f}) / "
+            reason += f", {sustained_rate:.1f} req/s over {rate_window_s:g}s (now {ctx.request_rate:.1f}) / "
             reason += f"{ctx.per_replica_qps:.1f}x{target_u:g}"
             inputs["sustained_rate"] = round(sustained_rate or 0.0, 3)
         reason += ")"
@@ -171,4 +185,4 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         # Remember at most what the pool may run: a queue spike asking for 200 replicas of a 24-replica pool
         # must not hold the maximum for ln(200 / 24) time constants.
         remembered = min(envelope, float(ctx.max_replicas))
-        return Proposal(envelope, reason, inputs, {"envelope": (ctx.now, remembered), **carry})
+        return Proposal(envelope, reason, inputs, {"envelope": (ctx.now, remembered), **carry}, live=desired)

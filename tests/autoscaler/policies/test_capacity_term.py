@@ -62,7 +62,7 @@ def test_capacity_term_scales_ahead_of_the_batch_cliff() -> None:
     ctx = context(*replicas, request_rate=90.0, per_replica_qps=40.0)
     proposal = make_policy("target-tracking").propose(ctx)
     assert proposal.inputs["utilisation_replicas"] < 2 < proposal.inputs["capacity_replicas"] == 3.0
-    assert "90.0 req/s over 30s (now 90.0) / 40.0x0.75" in proposal.reason
+    assert "90.0 req/s over 20s (now 90.0) / 40.0x0.75" in proposal.reason  # 30 s cold start less the 10 s rate window
 
 
 def rate_ticks(rates: list[float], interval: float = 10.0, **params: Any) -> list[float]:
