@@ -486,7 +486,8 @@ def test_shipped_stacks_provision_a_redis_exactly_when_they_ask_for_one(stack: s
 # What the AWS provider docs ask each role to have attached before EKS uses it.
 CLUSTER_POLICIES = {"AmazonEKSClusterPolicy"}
 # No AmazonEKS_CNI_Policy: the VPC CNI has its own IRSA role (tests/infra/test_hardening.py).
-NODE_POLICIES = {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"}
+# PullOnly (the EKS node-role docs' ECR policy) and SSM core (Session Manager onto a node; infra/nodegroups.py).
+NODE_POLICIES = {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"}
 
 
 def _attachment_problems(run: OfflineRun) -> list[str]:
