@@ -25,6 +25,10 @@ class Command(Protocol):
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("fleet.commands.validate", "validate stack files (all stacks when none is given)"),
     "plan": ("fleet.commands.plan", "print a stack's capacity plan: replicas, GPUs, nodes, KV, cost"),
+    "preflight": (
+        "fleet.commands.preflight",
+        "read-only checks of the AWS account a stack deploys to, before `pulumi up`",
+    ),
     "hash-key": ("fleet.commands.hash_key", "print the sha256 form of an API key for a stack file"),
     "model": ("fleet.commands.model", "push a model directory to the stack's model store (`model push`)"),
     "sim": ("engine_sim.cli", "the vLLM-compatible engine simulator (`sim serve MODEL`)"),
