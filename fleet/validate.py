@@ -141,6 +141,13 @@ def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:
                 yield _err(f"{path}.zones[{j}]", f"not one of the stack's zones ({', '.join(zones)})", zone)
         if group.min_nodes_per_az > group.max_nodes_per_az:
             yield _err(f"{path}.minNodesPerAz", f"must be <= maxNodesPerAz ({group.max_nodes_per_az})")
+        if spec.target == "aws" and group.capacity_type == "spot":
+            yield _warn(
+                f"{path}.capacityType",
+                f"a Spot group runs one instance type ({group.instance_type}) and nothing falls back when it has no "
+                "Spot capacity, which for large GPU types is most of the time (EKS advises several instance types "
+                "for Spot); use on-demand at minNodesPerAz 0, or capacity-block",
+            )
 
 
 def _check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem]:

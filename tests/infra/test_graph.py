@@ -80,9 +80,10 @@ def test_prod_has_three_gpu_node_groups_in_three_zones(prod: OfflineRun) -> None
     assert {g.props["instanceTypes"][0] for g in groups} == {"p4de.24xlarge"}
 
 
-def test_staging_gpu_groups_are_spot(prod: OfflineRun) -> None:
+def test_staging_gpu_groups_are_on_demand(prod: OfflineRun) -> None:
     del prod  # Unused: staging has its own run.
-    assert {g.props["capacityType"] for g in gpu_groups(stack_run("staging"))} == {"SPOT"}
+    # Not Spot: one instance type and no fallback rarely gets p4de capacity (fleet/validate.py warns).
+    assert {g.props["capacityType"] for g in gpu_groups(stack_run("staging"))} == {"ON_DEMAND"}
 
 
 def test_network_has_public_and_private_subnet_and_nat_per_zone(prod: OfflineRun, prod_spec: FleetSpec) -> None:
