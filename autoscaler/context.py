@@ -77,6 +77,9 @@ class ScalingContext:
     ttft_slo_s: float = 0.3
     # timing
     cold_start_s: float = 120.0
+    # how much longer a replica that needs a new node takes to serve (its GPU group's nodeColdStartSeconds;
+    # 0: nodes are not provisioned ahead, as on the local and Kubernetes actuators)
+    node_lead_s: float = 0.0
     # the gateways' view (None: unknown) and the plan's per-replica capacity (None: no plan)
     gateway_waiting: float | None = None
     request_rate: float | None = None
@@ -175,6 +178,7 @@ def build_context(
     per_replica_qps: float | None = None,
     demand_history: tuple[tuple[float, float], ...] = (),
     state: Mapping[str, Any] | None = None,
+    node_lead_s: float = 0.0,
 ) -> ScalingContext:
     """The context of one pool at ``now``: the spec's targets and bounds plus the observed load.
 
@@ -193,6 +197,7 @@ def build_context(
         max_num_seqs=pool.engine.max_num_seqs,
         ttft_slo_s=pool.slo.ttft_p99_ms / 1000.0,
         cold_start_s=pool.cold_start_seconds,
+        node_lead_s=node_lead_s,
         gateway_waiting=gateway[0],
         request_rate=gateway[1],
         gateways_stale=gateway[2],

@@ -28,6 +28,9 @@ class Decision:
     at: float
     inputs: dict[str, Any] = field(default_factory=dict)
     policy: str = ""
+    nodes_for: int | None = None
+    """Replicas the pool's nodes should have room for (at least ``target``): what the demand trend needs a node
+    start plus a cold start ahead, so nodes are provisioned that much earlier than replicas. None: not modelled."""
 
     kind: Kind = "hold"
 

@@ -26,7 +26,12 @@ Order (each step sees the previous one's number; the first that binds is named i
 5. stabilisation: a scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more", a
    scale-down waits ``scaleDownStabilizationS`` of continuous "want less" and then goes to the highest count
    recommended inside that window;
-6. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``.
+6. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``;
+7. nodes ahead: a pool whose replicas may need a new GPU node (``node_lead_s``, its group's
+   ``nodeColdStartSeconds``) also gets ``nodes_for``, the replicas its nodes should have room for: the target,
+   raised by the same demand trend projected over a node start plus a cold start (by at most
+   ``predictiveMaxStep``). A replica that needs a new node serves after both starts, so the node must be asked
+   for that much earlier; the replica itself is still launched on the cold-start horizon.
 
 Capacity (fresh ready + arriving replicas) is what the proposal is compared against; replicas still starting
 count as capacity on its way, so a burst during a cold start does not launch a second wave. The result is
@@ -58,6 +63,7 @@ class Verdict:
     reason: str
     inputs: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    nodes_for: int | None = None  # replicas to provision nodes for (step 7)
 
 
 def _median(values: list[float]) -> float:
@@ -75,16 +81,32 @@ def demand_trend(history: tuple[tuple[float, float], ...]) -> float:
     return _median(slopes) if slopes else 0.0
 
 
-def _projection(ctx: ScalingContext, cfg: AutoscalingSpec) -> tuple[float, float] | None:
-    """The trend line's demand now and a cold start ahead, fitted over the last ``predictiveFitS``; None until
-    the samples cover that window (less one tick: they are taken once a tick)."""
+def _projection(
+    ctx: ScalingContext, cfg: AutoscalingSpec, horizon_s: float | None = None
+) -> tuple[float, float] | None:
+    """The trend line's demand now and ``horizon_s`` (default a cold start) ahead, fitted over the last
+    ``predictiveFitS``; None until the samples cover that window (less one tick: they are taken once a tick)."""
     fit_s = cfg.predictive_fit_s or ctx.cold_start_s
     samples = tuple((t, v) for t, v in ctx.demand_history if ctx.now - t <= fit_s)
     if not samples or ctx.now - samples[0][0] < fit_s - cfg.interval_s:
         return None
     slope = demand_trend(samples)
     level = _median([v + slope * (ctx.now - t) for t, v in samples])  # the fitted line's value now
-    return level, level + slope * ctx.cold_start_s
+    return level, level + slope * (ctx.cold_start_s if horizon_s is None else horizon_s)
+
+
+def _nodes_ahead(ctx: ScalingContext, cfg: AutoscalingSpec, proposal: Proposal, target: int) -> int | None:
+    """Replicas to provision nodes for (step 7): ``target``, raised by the demand trend projected over a node start
+    plus a cold start, by at most ``predictiveMaxStep``; None when nodes are not provisioned ahead."""
+    if ctx.node_lead_s <= 0:
+        return None
+    trend = _projection(ctx, cfg, ctx.cold_start_s + ctx.node_lead_s) if cfg.predictive and ctx.demand > 0 else None
+    if trend is None or trend[0] <= 0 or trend[1] <= trend[0]:
+        return target
+    level, projected = trend
+    live = proposal.desired if proposal.live is None else proposal.live
+    ahead = math.ceil(live * projected / level - _EPS) + (ctx.current - ctx.capacity)  # as a replica target
+    return min(max(ctx.max_replicas, ctx.current), max(target, min(ahead, target + cfg.predictive_max_step)))
 
 
 def _sustained_queue(ctx: ScalingContext, cfg: AutoscalingSpec, state: dict[str, Any]) -> float:
@@ -227,4 +249,9 @@ def apply_guardrails(ctx: ScalingContext, proposal: Proposal, cfg: AutoscalingSp
     target = max(0, ctx.current + (new_capacity - capacity))
     target = min(target, max(ctx.max_replicas, ctx.current))
     inputs["desired"] = desired
-    return Verdict(target, new_capacity, reason, inputs, state)
+
+    # 7. nodes ahead
+    nodes_for = _nodes_ahead(ctx, cfg, proposal, target)
+    if nodes_for is not None:
+        inputs["nodes_for"] = nodes_for
+    return Verdict(target, new_capacity, reason, inputs, state, nodes_for)

@@ -35,7 +35,7 @@ from autoscaler.step import DemandHistory, decide, gateway_demand, pick_victims
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
 
-__all__ = ["ControlLoop", "gateway_demand", "pick_victims", "planned_qps"]
+__all__ = ["ControlLoop", "gateway_demand", "node_lead", "pick_victims", "planned_qps"]
 
 log = logging.getLogger("llmfleet.autoscaler.loop")
 
@@ -70,6 +70,14 @@ def planned_qps(spec: FleetSpec, pool: PoolSpec) -> float | None:
     return qps if qps > 0 else None
 
 
+def node_lead(spec: FleetSpec, pool: PoolSpec) -> float:
+    """How much longer than its cold start a replica takes when it needs a new node: its GPU group's
+    ``nodeColdStartSeconds`` under the ``aws`` actuator (which grows node groups), else 0."""
+    if spec.autoscaling.actuator != "aws" or pool.node_group is None:
+        return 0.0
+    return spec.node_group(pool.node_group).node_cold_start_seconds
+
+
 class ControlLoop:
     def __init__(
         self,
@@ -85,6 +93,7 @@ class ControlLoop:
         self.registry = registry
         self.gateways = gateways or GatewayRegistry(registry.stale_after_s)
         self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
+        self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.pools}
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
@@ -145,6 +154,7 @@ class ControlLoop:
             per_replica_qps=self.per_replica_qps.get(pool.name),
             demand_history=self._demand.get(pool.name, ()),
             state=self._state.get(pool.name, {}),
+            node_lead_s=self.node_lead_s[pool.name],
         )
         self._state[pool.name] = step.state
         self._demand[pool.name] = step.demand_history
@@ -183,7 +193,7 @@ class ControlLoop:
             if not isinstance(decision, Hold):
                 await self.actuator.apply(decision)
             if self.startup.settled(pool.name, when):
-                await self.actuator.reconcile(pool, decision.target)
+                await self.actuator.reconcile(pool, decision.target, decision.nodes_for)
             out.append(decision)
         return out
 

@@ -93,6 +93,7 @@ def decide(
     per_replica_qps: float | None = None,
     demand_history: DemandHistory = (),
     state: Mapping[str, Any] | None = None,
+    node_lead_s: float = 0.0,
 ) -> Step:
     """One pool, one tick: the decision (not yet applied), with the next state and demand window."""
     ctx = build_context(
@@ -104,6 +105,7 @@ def decide(
         per_replica_qps=per_replica_qps,
         demand_history=demand_history,
         state=state,
+        node_lead_s=node_lead_s,
     )
     if ctx.has_metrics:
         history = advance_window(demand_history, now, ctx.demand, window_horizon(pool, autoscaling))
@@ -118,6 +120,7 @@ def decide(
         "at": now,
         "inputs": {**verdict.inputs, "replicas": [asdict(r) for r in ctx.replicas]},
         "policy": policy.name,
+        "nodes_for": verdict.nodes_for,
     }
     decision: Decision
     if verdict.target > ctx.current:

@@ -118,6 +118,10 @@ class GpuNodeGroupSpec(Spec):
     root_volume_gib: int = Field(default=100, ge=50, le=16384)
     """Root volume size. Every catalogue GPU type has instance-store NVMe: nodeadm's RAID holds the model cache and
     bind-mounts containerd's images, the kubelet's volumes and pod logs, so the root keeps only the OS."""
+    node_cold_start_seconds: float = Field(default=600.0, ge=0.0, le=7200.0)
+    """Seconds from raising a zone's desired size to a node that can start an engine (EC2 boot, nodeadm join,
+    the engine image pull): how far ahead the control plane provisions nodes, on top of the pool's cold start.
+    Replace the default with what your nodes measure; 0: nodes are not provisioned ahead."""
 
 
 class CpuNodeGroupSpec(Spec):

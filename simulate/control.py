@@ -12,7 +12,7 @@ from typing import Any
 
 from autoscaler.context import ReplicaLoad
 from autoscaler.decisions import Decision
-from autoscaler.loop import planned_qps
+from autoscaler.loop import node_lead, planned_qps
 from autoscaler.policies import ScalingPolicy, make_policy
 from autoscaler.registry import GatewaySeen
 from autoscaler.step import DemandHistory, decide, gateway_demand
@@ -32,6 +32,7 @@ class Controller:
     per_replica_qps: float | None
     stale_after_s: float
     gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
+    node_lead_s: float = 0.0  # the live loop's `node_lead`, so decisions (nodes_for included) stay the same
     state: dict[str, Any] = field(default_factory=dict)
     demand: DemandHistory = ()
 
@@ -53,6 +54,7 @@ class Controller:
             per_replica_qps=planned_qps(spec, pool) if gateway_reports else None,
             stale_after_s=spec.control_plane.stale_after_s,
             gateway_reports=gateway_reports,
+            node_lead_s=node_lead(spec, pool),
         )
 
     def step(self, now: float, replicas: tuple[ReplicaLoad, ...], gateway: GatewayReport | None = None) -> Decision:
@@ -70,6 +72,7 @@ class Controller:
             per_replica_qps=self.per_replica_qps,
             demand_history=self.demand,
             state=self.state,
+            node_lead_s=self.node_lead_s,
         )
         self.state, self.demand = step.state, step.demand_history
         return step.decision

@@ -87,9 +87,12 @@ class Actuator(abc.ABC):
     @abc.abstractmethod
     async def apply(self, decision: Decision) -> None: ...
 
-    async def reconcile(self, pool: PoolSpec, target: int) -> None:  # noqa: B027 - optional hook
-        """Called every tick with the pool's target, whatever the decision: converge slow resources (the aws
-        actuator reclaims GPU nodes a drain emptied). Default: nothing."""
+    async def reconcile(  # noqa: B027 - optional hook
+        self, pool: PoolSpec, target: int, nodes_for: int | None = None
+    ) -> None:
+        """Called every tick with the pool's target and the replicas its nodes should have room for
+        (`Decision.nodes_for`), whatever the decision: converge slow resources (the aws actuator grows node
+        groups ahead and reclaims GPU nodes a drain emptied). Default: nothing."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; default: nothing."""

@@ -12,6 +12,9 @@ no naming convention. Node counts:
   ``desiredSize``: lowering it lets the Auto Scaling group terminate *any* instance, including one whose engine
   is serving.
 * **Scale-down** drains and removes the victim pods first (the Kubernetes actuator), and nothing else.
+* **Ahead** (`reconcile`, every tick): when the decision's ``nodes_for`` (replicas the demand trend needs a node
+  start plus a cold start from now) exceeds its target, the zones grow for ``nodes_for`` already, so a replica
+  that needs a new node finds it instead of waiting out the node's start after its own launch.
 * **Reclaim** (`reconcile`, every tick): a GPU node of the group that runs no engine pod, beyond what the target
   and the group's ``minSize`` need in its zone, is cordoned and then terminated with
   ``autoscaling:TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)``: exactly the node a
@@ -152,18 +155,24 @@ class AwsActuator(Actuator, name="aws"):
         if self.pods is not None:
             await self.pods.apply(decision)
 
-    async def reconcile(self, pool: PoolSpec, target: int) -> None:
-        """Cordon and terminate the group's empty nodes beyond what each zone still needs.
+    async def reconcile(self, pool: PoolSpec, target: int, nodes_for: int | None = None) -> None:
+        """Grow the group ahead of the replicas, then cordon and terminate its empty nodes beyond what each zone
+        still needs.
 
-        A zone needs max(the group's minSize, the nodes ``target`` replicas of this pool want there + the nodes
-        running engines of other pools on the same group). Only nodes no engine pod is bound to are taken, the
-        newest first, and only once older than ``reclaim_after_s``.
+        ``nodes_for`` (`Decision.nodes_for`: what the demand trend needs a node start plus a cold start ahead)
+        above ``target`` raises the zones' desired sizes now, a node start before the replicas are launched.
+        A zone needs max(the group's minSize, the nodes ``max(target, nodes_for)`` replicas of this pool want
+        there + the nodes running engines of other pools on the same group). Only nodes no engine pod is bound
+        to are taken, the newest first, and only once older than ``reclaim_after_s``.
         """
+        keep = max(target, nodes_for or 0)
+        if keep > target:
+            await self.grow_nodes(pool, keep)
         if self.kube is None or self.autoscaling is None:
             return
         nodes = await self._nodes(self._group(pool))
         pools_on = await self._engine_pools_by_node()
-        wanted = self.wanted(pool, target)
+        wanted = self.wanted(pool, keep)
         now = self.clock()
         for zone, name in self.zones(pool):
             in_zone = [n for n in nodes if n.zone == zone]

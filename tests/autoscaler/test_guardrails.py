@@ -208,3 +208,21 @@ def test_ttft_rule_needs_a_queue_that_lasts_not_one_bursts_backlog() -> None:
 
     assert run([0.0, 0.0, 20.0]) == 3
     assert run([0.0, 20.0, 20.0]) == 4
+
+
+@pytest.mark.parametrize(
+    ("case", "history", "node_lead_s", "target", "nodes_for"),
+    [
+        ("nodes not provisioned ahead", _history([10, 15, 20, 25, 30, 35, 40]), 0.0, 4, None),
+        # slope 1/s: 40 + 30 = 70 a cold start ahead (4 replicas), 40 + 150 = 190 a node start more (+2 at most)
+        ("a rise: nodes a node start ahead", _history([10, 15, 20, 25, 30, 35, 40]), 120.0, 4, 6),
+        ("flat: nodes for the target", _history([40] * 7), 120.0, 2, 2),
+        ("a burst: no trend, nodes for the target", _history([20, 20, 20, 20, 20, 20, 40]), 120.0, 2, 2),
+    ],
+)
+def test_nodes_are_provisioned_a_node_start_ahead_of_replicas(
+    case: str, history: tuple, node_lead_s: float, target: int, nodes_for: int | None
+) -> None:
+    ctx = context(ready("a", waiting=10, running=30), demand_history=history, node_lead_s=node_lead_s)
+    verdict = guard(ctx, 2, predictive=True, interval_s=5.0)
+    assert (verdict.target, verdict.nodes_for) == (target, nodes_for), (case, verdict.reason)

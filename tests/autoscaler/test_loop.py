@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
 from autoscaler.decisions import Decision, Hold
-from autoscaler.loop import ControlLoop
+from autoscaler.loop import ControlLoop, node_lead
 from autoscaler.registry import ReplicaRegistry
 from fleet.spec import FleetSpec, PoolSpec
 from tests.support import stacks
@@ -17,6 +17,7 @@ class Recording(Actuator):
         self.replicas = replicas
         self.applied: list[Decision] = []
         self.reconciled: list[tuple[str, int]] = []
+        self.nodes_for: list[int | None] = []
 
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:
@@ -28,8 +29,9 @@ class Recording(Actuator):
     async def apply(self, decision: Decision) -> None:
         self.applied.append(decision)
 
-    async def reconcile(self, pool: PoolSpec, target: int) -> None:
+    async def reconcile(self, pool: PoolSpec, target: int, nodes_for: int | None = None) -> None:
         self.reconciled.append((pool.name, target))
+        self.nodes_for.append(nodes_for)
 
 
 async def test_every_tick_reconciles_each_pool_with_its_target_even_on_hold() -> None:
@@ -40,3 +42,12 @@ async def test_every_tick_reconciles_each_pool_with_its_target_even_on_hold() ->
     assert [type(d) for d in decisions] == [Hold] * len(spec.pools)  # no reports: hold, unknown is not zero
     assert actuator.applied == []
     assert actuator.reconciled == [(d.pool, d.target) for d in decisions]
+
+
+def test_only_the_aws_actuator_provisions_nodes_a_node_start_ahead() -> None:
+    aws = stacks.spec("aws", **{"gpuNodeGroups.0.nodeColdStartSeconds": 480, "autoscaling.actuator": "aws"})
+    assert node_lead(aws, aws.pools[0]) == 480.0
+    kubernetes = stacks.spec("aws", **{"autoscaling.actuator": "kubernetes"})
+    assert node_lead(kubernetes, kubernetes.pools[0]) == 0.0
+    local = stacks.spec("local")
+    assert node_lead(local, local.pools[0]) == 0.0

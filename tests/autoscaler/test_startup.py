@@ -40,7 +40,7 @@ class Fixed(Actuator):
     async def apply(self, decision: Decision) -> None:
         self.applied.append(decision)
 
-    async def reconcile(self, pool: PoolSpec, target: int) -> None:
+    async def reconcile(self, pool: PoolSpec, target: int, nodes_for: int | None = None) -> None:
         self.reconciled.append(target)
 
 

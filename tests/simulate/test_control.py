@@ -29,7 +29,7 @@ class Fleet(Actuator):
     async def apply(self, decision: Decision) -> None:
         pass
 
-    async def reconcile(self, pool: PoolSpec, target: int) -> None:
+    async def reconcile(self, pool: PoolSpec, target: int, nodes_for: int | None = None) -> None:
         pass
 
 

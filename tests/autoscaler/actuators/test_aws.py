@@ -250,3 +250,15 @@ async def test_reclaim_keeps_what_the_target_needs(aws: Aws, kube: tuple[KubeApi
     await actuator.reconcile(prod_spec().pool("qwen-7b"), target=16)
     assert len(actuator.terminated) == 1
     await client.aclose()
+
+
+async def test_nodes_grow_a_node_start_ahead_of_the_replicas_that_need_them(aws: Aws) -> None:
+    # The decision holds 3 replicas (one node in each zone) but the trend wants room for 30 a node start from
+    # now: the zones grow at once, before any replica is launched for them.
+    env = ActuatorEnv("prod", "http://cp", eks_client=aws.eks, scale_pods=False, nodegroups=NODEGROUPS)
+    actuator = build_actuator(prod_spec(), env, name="aws", dry_run=False)
+    assert isinstance(actuator, AwsActuator)
+    await actuator.reconcile(prod_spec().pool("qwen-7b"), target=3)
+    assert desired_sizes(aws.eks) == [1, 1, 1] and actuator.updates == []
+    await actuator.reconcile(prod_spec().pool("qwen-7b"), target=3, nodes_for=30)
+    assert desired_sizes(aws.eks) == [2, 1, 1]  # 30 replicas at 8 a node: 4 nodes over 3 zones
