@@ -34,6 +34,7 @@ from infra.lb_controller import LoadBalancerController, LoadBalancerControllerAr
 from infra.metrics_server import MetricsServer, MetricsServerArgs
 from infra.network import Network, NetworkArgs
 from infra.network_policies import NetworkPolicies
+from infra.node_guard import NodeGuard
 from infra.nodegroups import NodeGroups, NodeGroupsArgs
 from infra.observability import SloRules, SloRulesArgs
 from infra.pools import EnginePool, EnginePoolArgs
@@ -230,6 +231,9 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         opts=after_base,
     )
     TokenReviewAccess("control-auth", spec, opts=after_base)
+    if spec.target == "aws":
+        # The control plane's ClusterRole may patch every node: this policy narrows it to cordoning GPU nodes.
+        NodeGuard("node-guard", spec, opts=on_k8s)
     ControlPlane("control-plane", ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names), opts=after_base)
     SloRules("slo", SloRulesArgs(spec, after=before_rules), opts=after_base)
     if spec.observability.grafana_dashboards:
