@@ -102,6 +102,7 @@ class GatewayTlsSpec(Spec):
     """Who may reach the public listener (the Service's loadBalancerSourceRanges)."""
 
 
+_HOSTNAME = r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$"
 _OTLP_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[^\s?#]*)?$")
 
 
@@ -150,10 +151,14 @@ class GatewaySpec(Spec):
     answers 503 with Retry-After. Either way a metric and a log line say so, and recovery is automatic."""
     public: bool = True
     """Expose the gateway through a public load balancer."""
+    hostname: str | None = Field(default=None, max_length=253, pattern=_HOSTNAME)
+    """The DNS name clients use (the one the TLS certificate names), pointed at the load balancer; the stack's
+    gatewayUrl output is https://<hostname>. Unset: gatewayUrl is the load balancer's own name."""
     tls: GatewayTlsSpec = Field(default_factory=GatewayTlsSpec)
-    drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=615, propagation_seconds=10.0))
-    """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it, then finish
-    in-flight requests within the rest of the grace (default: the longest request, timeouts.totalS)."""
+    drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=725, propagation_seconds=120.0))
+    """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it (an NLB keeps
+    sending new connections for about 120 s), then finish in-flight requests within the rest of the grace
+    (default: the longest request, timeouts.totalS)."""
     tracing: GatewayTracingSpec = Field(default_factory=GatewayTracingSpec)
     """Request spans exported over OTLP/HTTP (docs/gateway.md, Tracing); off unless `otlpEndpoint` is set."""
 

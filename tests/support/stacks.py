@@ -75,14 +75,24 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "a100", "instanceType": "p4de.24xlarge", "minNodesPerAz": 1, "maxNodesPerAz": 2}
         ],
         "llmfleet:pools": [
-            _qwen_pool(nodeGroup="a100", engine={"kind": "vllm", "maxNumSeqs": 256}, replicas={"min": 3, "max": 12})
+            _qwen_pool(
+                nodeGroup="a100",
+                engine={"kind": "vllm", "maxNumSeqs": 256},
+                replicas={"min": 3, "max": 12},
+                drain={"graceSeconds": 345, "propagationSeconds": 10},  # covers the gateway's totalS (330)
+            )
         ],
         "llmfleet:tenants": [
             {"name": "acme", "apiKeysSecret": "tenantKeys:acme", "priority": 8},
             {"name": "research", "apiKeyHashes": [hash_api_key("example-research-key")], "priority": 2},
         ],
         "llmfleet:images": {"runtimeDigest": "sha256:" + "1" * 64, "engineDigest": "sha256:" + "2" * 64},
-        "llmfleet:gateway": {"tls": {"certificateArn": ACM_ARN}},
+        # totalS below the NLB TLS listener's fixed 350 s idle timeout; the host name the certificate covers.
+        "llmfleet:gateway": {
+            "tls": {"certificateArn": ACM_ARN},
+            "timeouts": {"totalS": 330},
+            "hostname": "api.example.com",
+        },
     },
     "local-sim": _local_stack(
         "agenttest",
