@@ -28,21 +28,37 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.metrics import AgentMetrics
+from agent.supervisor import Supervisor
 from fleet.control_api import create_control_app, error_response, errors
 from fleet.control_auth import Caller, ControlAuth, ControlAuthError, Kind
 from fleet.wire import AgentState
 
-if TYPE_CHECKING:
-    from agent.node import Agent
+__all__ = ["AgentHandle", "AgentStatus", "CommandAccepted", "Health", "Readiness", "create_app"]
 
-__all__ = ["AgentStatus", "CommandAccepted", "Health", "Readiness", "create_app"]
+
+class AgentHandle(Protocol):
+    """What the API reads of an agent (`agent.node.Agent` is one). The wiring module imports this one, never
+    the reverse, so the two form no import circle."""
+
+    @property
+    def replica(self) -> str: ...
+    @property
+    def supervisor(self) -> Supervisor: ...
+    @property
+    def metrics(self) -> AgentMetrics: ...
+    @property
+    def api_auth(self) -> ControlAuth | None: ...
+    @property
+    def prestop_from(self) -> Collection[str]: ...
+    def status(self) -> dict[str, Any]: ...
 
 
 class _Body(BaseModel):
@@ -143,7 +159,7 @@ def _local_caller(request: Request, prestop_from: Collection[str]) -> bool:
     return peer == own[0] or peer in prestop_from
 
 
-def create_app(agent: Agent, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
+def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
     """The FastAPI application serving ``agent`` (``auth`` None: the agent's ``api_auth``, else open)."""
     supervisor = agent.supervisor
     auth = auth or agent.api_auth or ControlAuth(None)
@@ -161,7 +177,7 @@ def create_app(agent: Agent, auth: ControlAuth | None = None, prestop_from: Coll
         return await checked(request)
 
     app = create_control_app(
-        f"llmfleet agent {agent.options.replica}",
+        f"llmfleet agent {agent.replica}",
         "One replica's agent: health, readiness, status, drain, reset and metrics.",
     )
     auth.install(app)

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from agent.api import create_app
 from agent.clock import Clock, SystemClock
 from agent.control import ControlClient
 from agent.engine_client import HttpEngineClient
@@ -188,6 +189,10 @@ class Agent:
     def engine_version(self) -> str:
         return self.supervisor.engine_version or f"{self.pool.engine.kind}-{self.pool.engine.version}"
 
+    @property
+    def replica(self) -> str:
+        return self.options.replica
+
     def status(self) -> dict[str, Any]:
         sup = self.supervisor
         load = self.reporter.last_load
@@ -251,8 +256,6 @@ class Agent:
 
     async def serve(self) -> int:
         """Run the API, the reporter and the supervisor; return the exit code when the engine has stopped."""
-        from agent.api import create_app
-
         server = ApiServer(create_app(self), bind(self.options.host, self.options.port))
         await server.start()
         log.info("agent %s for pool %s on %s", self.options.replica, self.pool.name, self.agent_url)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
     from fleet.spec import GatewayTracingSpec
-    from gateway.service import Outcome
+    from gateway.outcome import Outcome
 
 __all__ = ["UNTRACED", "RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]
 
