@@ -156,9 +156,9 @@ class GatewaySpec(Spec):
     gatewayUrl output is https://<hostname>. Unset: gatewayUrl is the load balancer's own name."""
     tls: GatewayTlsSpec = Field(default_factory=GatewayTlsSpec)
     drain: DrainSpec = Field(default_factory=lambda: DrainSpec(grace_seconds=725, propagation_seconds=120.0))
-    """Gateway pod shutdown: keep serving propagationSeconds while the load balancer deregisters it (an NLB keeps
-    sending new connections for about 120 s), then finish in-flight requests within the rest of the grace
-    (default: the longest request, timeouts.totalS)."""
+    """Gateway pod shutdown (default: graceSeconds 725, propagationSeconds 120): keep serving propagationSeconds
+    while the load balancer deregisters it (an NLB keeps sending new connections for about 120 s), then finish
+    in-flight requests within the rest of the grace (by default the longest request, timeouts.totalS)."""
     tracing: GatewayTracingSpec = Field(default_factory=GatewayTracingSpec)
     """Request spans exported over OTLP/HTTP (docs/gateway.md, Tracing); off unless `otlpEndpoint` is set."""
 
