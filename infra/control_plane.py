@@ -6,12 +6,13 @@ keep restart-window leases as Lease objects. On AWS its ServiceAccount assumes a
 the fleet's own GPU node groups and terminate only the cluster's node instances, a ClusterRole lets it read and
 cordon nodes (the only cluster-wide right: a node emptied by a drain is cordoned before it is terminated), and
 its arguments name each GPU node group (``--nodegroup GROUP:ZONE=NAME``). ``Recreate``: never two control
-planes deciding at once.
+planes deciding at once. Its pod template carries the sha256 of the rendered stack file it reads at start, so a
+stack edit rolls it; its Service waits for the AWS Load Balancer Controller, whose webhook sees every Service.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleet import contract
+from fleet.marks import ANN_CHECKSUM_STACK
 from fleet.spec import FleetSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
-from infra.k8s_base import container_security_context, http_probe, pod_security_context, spec_volumes
+from infra.k8s_base import (
+    container_security_context,
+    http_probe,
+    pod_security_context,
+    render_stack_file,
+    sha256_text,
+    spec_volumes,
+)
 
 __all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules", "nodegroup_args"]
 
@@ -64,6 +73,7 @@ class ControlPlaneArgs:
     role_arn: pulumi.Input[str] | None = None  # IRSA role resizing the GPU node groups (aws target)
     # (GPU group, zone) -> EKS node group name: the aws actuator's ``--nodegroup`` flags
     nodegroups: Mapping[tuple[str, str], pulumi.Input[str]] = field(default_factory=dict)
+    service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # the LB controller (its webhook)
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -164,7 +174,13 @@ class ControlPlane(pulumi.ComponentResource):
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {ANN_CHECKSUM_STACK: sha256_text(render_stack_file(spec))},
+                    },
+                    "spec": pod,
+                },
             },
             opts=child,
         )
@@ -176,6 +192,6 @@ class ControlPlane(pulumi.ComponentResource):
                 "selector": labels,
                 "ports": [{"name": "http", "port": port, "target_port": "http"}],
             },
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
         self.register_outputs({})

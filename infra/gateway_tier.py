@@ -2,8 +2,17 @@
 
 A Deployment of ``llmfleet gateway --stack <file> --port <port>`` spread over zones, a LoadBalancer Service
 (on AWS an NLB made by the AWS Load Balancer Controller: pod-IP targets, cross-zone, internet-facing, or
-internal when ``gateway.public`` is false, with listeners idling out only after the request timeout), an HPA
-on CPU (gateways are stateless) and a PodDisruptionBudget keeping all but one replica up during node drains.
+internal when ``gateway.public`` is false), an HPA on CPU (gateways are stateless) and a PodDisruptionBudget
+keeping all but one replica up during node drains.
+
+Idle timeout: a plain TCP listener's is set a minute above the request timeout; a TLS listener's is fixed at
+350 s (the controller skips listener attributes on TLS), so validation keeps the request timeout below it
+(`fleet.validate_timing`). Shutdown on aws: the preStop sleep (``drain.propagationSeconds``, at least 120 s)
+outlasts the NLB's deregistration, whose delay attribute is set to that sleep; the fleet namespace is labelled
+for the controller's readiness gates, so a rollout waits for new pods to be healthy targets.
+
+Rollouts on change: the pod template carries sha256 checksums of what a gateway reads at start (the rendered
+stack file, the tenant key hashes, the engines' API key), so `pulumi up` rolls the gateways when any changes.
 With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret; it always reads
 the engines' API key (sent upstream) from theirs.
 
@@ -23,6 +32,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleet import contract
+from fleet.marks import (
+    ANN_CHECKSUM_ENGINE_KEY,
+    ANN_CHECKSUM_STACK,
+    ANN_CHECKSUM_TENANT_KEYS,
+    LB_DEREGISTRATION_DELAY,
+    NLB_TLS_IDLE_TIMEOUT_S,
+)
 from fleet.spec import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
@@ -31,6 +47,9 @@ from infra.k8s_base import (
     engine_api_key_env,
     http_probe,
     pod_security_context,
+    render_stack_file,
+    secret_checksum,
+    sha256_text,
     spec_volumes,
 )
 from infra.quota_redis import provisions_redis
@@ -40,8 +59,11 @@ __all__ = [
     "Gateway",
     "GatewayArgs",
     "gateway_listener",
+    "gateway_pod_annotations",
     "gateway_service_annotations",
+    "listener_idle_timeout_s",
     "nlb_idle_timeout_s",
+    "prestop_seconds",
     "tls_termination",
 ]
 
@@ -66,17 +88,25 @@ def gateway_listener(spec: FleetSpec) -> tuple[str, int]:
 
 
 def nlb_idle_timeout_s(spec: FleetSpec) -> int:
-    """NLB listener idle timeout: a minute above the gateway's request timeout (the NLB allows 60 to 6000 s)."""
+    """A TCP listener's idle timeout: a minute above the gateway's request timeout (the NLB allows 60 to 6000 s)."""
     wanted = math.ceil(spec.gateway.timeouts.total_s) + 60
     return max(60, min(contract.NLB_MAX_IDLE_TIMEOUT_S, wanted))
+
+
+def listener_idle_timeout_s(spec: FleetSpec) -> int:
+    """The idle timeout of the gateway's listener on aws: fixed on TLS, `nlb_idle_timeout_s` on TCP."""
+    protocol, _ = gateway_listener(spec)
+    return NLB_TLS_IDLE_TIMEOUT_S if protocol == "TLS" else nlb_idle_timeout_s(spec)
 
 
 def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
     """The gateway's request timeout, and on aws the AWS Load Balancer Controller's NLB annotations.
 
     ``type: external`` hands the Service to the controller (the in-tree provider ignores it); pod-IP targets
-    skip the NodePort hop; the scheme follows ``gateway.public``; each listener's idle timeout exceeds the
-    request timeout, so a long generation is never cut by the NLB's 350 s default.
+    skip the NodePort hop; the scheme follows ``gateway.public``. A TCP listener's idle timeout is set above the
+    request timeout; a TLS listener takes no attribute (its 350 s is fixed and the controller would skip it).
+    The target group's deregistration delay is the preStop sleep: the NLB has stopped routing to a pod by the
+    time it stops listening.
     """
     annotations = {
         contract.ANN_REQUEST_TIMEOUT: str(math.ceil(spec.gateway.timeouts.total_s)),
@@ -91,7 +121,11 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
         f"{_LB}-attributes": "load_balancing.cross_zone.enabled=true",
     }
     protocol, port = gateway_listener(spec)
-    annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
+    if protocol == "TCP":
+        annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = (
+            f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
+        )
+    annotations[f"{_LB}-target-group-attributes"] = f"{LB_DEREGISTRATION_DELAY}={prestop_seconds(spec)}"
     if spec.gateway.tls.certificate_arn is not None:
         annotations |= {
             f"{_LB}-ssl-cert": spec.gateway.tls.certificate_arn,
@@ -99,6 +133,23 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
             f"{_LB}-ssl-negotiation-policy": TLS_POLICY,
         }
     return annotations
+
+
+def prestop_seconds(spec: FleetSpec) -> int:
+    """The gateway's preStop sleep: ``drain.propagationSeconds``, whole seconds."""
+    return math.ceil(spec.gateway.drain.propagation_seconds)
+
+
+def gateway_pod_annotations(
+    spec: FleetSpec, tenant_key_hashes: pulumi.Input[str], engine_api_key: pulumi.Input[str]
+) -> dict[str, pulumi.Input[str]]:
+    """Checksums of what a gateway reads at start: a change to any of them changes the pod template, so
+    `pulumi up` rolls the gateways (a revoked tenant key stops working once the rollout ends)."""
+    return {
+        ANN_CHECKSUM_STACK: sha256_text(render_stack_file(spec)),
+        ANN_CHECKSUM_TENANT_KEYS: secret_checksum(tenant_key_hashes),
+        ANN_CHECKSUM_ENGINE_KEY: secret_checksum(engine_api_key),
+    }
 
 
 def _quota_annotations(spec: FleetSpec) -> dict[str, str]:
@@ -121,14 +172,18 @@ def _labels(spec: FleetSpec) -> dict[str, str]:
 class GatewayArgs:
     spec: FleetSpec
     images: ImageRefs
+    tenant_key_hashes: pulumi.Input[str]  # JSON {tenant: [sha256:...]}: checksummed on the pod template
+    engine_api_key: pulumi.Input[str]  # secret: checksummed on the pod template
     deployment_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the quota Redis and its Secret
     service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the load balancer controller
 
 
 class Gateway(pulumi.ComponentResource):
-    """Gateway Deployment, LoadBalancer Service, HPA and PDB; ``url`` is where clients send requests."""
+    """Gateway Deployment, LoadBalancer Service, HPA and PDB; ``url`` is where clients send requests
+    (``https://<gateway.hostname>`` when set), ``load_balancer`` the load balancer's DNS name ("" without one)."""
 
     url: pulumi.Output[str]
+    load_balancer: pulumi.Output[str]
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:k8s:Gateway", name, None, opts)
@@ -188,7 +243,7 @@ class Gateway(pulumi.ComponentResource):
                     "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
                     # The pod left the Service's endpoints when it started terminating: the load balancer
                     # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
-                    "lifecycle": {"pre_stop": {"sleep": {"seconds": math.ceil(gw.drain.propagation_seconds)}}},
+                    "lifecycle": {"pre_stop": {"sleep": {"seconds": prestop_seconds(spec)}}},
                     "volume_mounts": mounts,
                     "security_context": container_security_context(read_only_root=True),
                     "env": [*_redis_env(spec), *token_env(), engine_api_key_env()],
@@ -212,7 +267,13 @@ class Gateway(pulumi.ComponentResource):
             spec={
                 "replicas": gw.replicas,
                 "selector": {"match_labels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": gateway_pod_annotations(spec, args.tenant_key_hashes, args.engine_api_key),
+                    },
+                    "spec": pod,
+                },
             },
             opts=pulumi.ResourceOptions(
                 parent=self, ignore_changes=["spec.replicas"], depends_on=[*args.deployment_after, account]
@@ -258,12 +319,18 @@ class Gateway(pulumi.ComponentResource):
         )
         web = "https" if tls_termination(spec) != "none" else "http"
         if load_balanced:
-            self.url = service.status.apply(lambda status: _lb_url(status, web))
+            self.load_balancer = service.status.apply(_lb_host)
+        else:
+            self.load_balancer = pulumi.Output.from_input("")
+        if gw.hostname is not None:
+            self.url = pulumi.Output.from_input(f"{web}://{gw.hostname}")
+        elif load_balanced:
+            self.url = self.load_balancer.apply(lambda host: f"{web}://{host}" if host else "")
         else:
             self.url = pulumi.Output.from_input(
                 f"{web}://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
             )
-        self.register_outputs({"url": self.url})
+        self.register_outputs({"url": self.url, "loadBalancer": self.load_balancer})
 
 
 def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:
@@ -274,9 +341,8 @@ def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:
     return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
 
 
-def _lb_url(status: Any, web: str) -> str:
+def _lb_host(status: Any) -> str:
     ingress = getattr(getattr(status, "load_balancer", None), "ingress", None) or []
     if not ingress:
         return ""
-    host = ingress[0].hostname or ingress[0].ip or ""
-    return f"{web}://{host}" if host else ""
+    return str(ingress[0].hostname or ingress[0].ip or "")

@@ -6,10 +6,18 @@ Every container reads the same stack file the stack was deployed from, so what r
 filled in. Tenants' plain keys never reach the cluster: the Secret holds only their sha256 hashes. The engines'
 API key does (engines must check it): its Secret reaches containers only through `engine_api_key_env`, which
 `infra.pools` and `infra.gateway_tier` use and the control plane does not.
+
+On aws the namespace is labelled for the AWS Load Balancer Controller's pod readiness gates: a gateway pod is
+Ready only once the NLB reports it healthy, so a rollout never leaves the load balancer with no healthy target.
+Its pod webhook fails open (``podMutatorWebhookConfig.failurePolicy: Ignore``, `infra.lb_controller`), so engine
+and control-plane pods start while the controller is down.
+
+Pods read these objects at start; `sha256_text` and `secret_checksum` make the checksums their templates carry.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +28,7 @@ import yaml
 from fleet import contract
 from fleet.control_auth import ENGINE_API_KEY_ENV
 from fleet.loader import NAMESPACE
+from fleet.marks import READINESS_GATE_LABEL
 from fleet.spec import FleetSpec
 
 __all__ = [
@@ -32,7 +41,10 @@ __all__ = [
     "http_probe",
     "pod_security_context",
     "pod_security_labels",
+    "namespace_labels",
     "render_stack_file",
+    "secret_checksum",
+    "sha256_text",
     "spec_volumes",
     "uses_host_path",
 ]
@@ -60,6 +72,25 @@ def pod_security_labels(spec: FleetSpec) -> dict[str, str]:
         labels.setdefault(f"pod-security.kubernetes.io/{mode}", "restricted")
         labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
     return labels
+
+
+def namespace_labels(spec: FleetSpec) -> dict[str, str]:
+    """The fleet namespace's labels: environment, Pod Security Admission and, on aws, readiness-gate injection."""
+    labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
+    labels |= pod_security_labels(spec)
+    if spec.target == "aws":
+        labels[READINESS_GATE_LABEL] = "enabled"
+    return labels
+
+
+def sha256_text(text: str) -> str:
+    """The hex sha256 of ``text`` (UTF-8): a pod template checksum."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def secret_checksum(value: pulumi.Input[str]) -> pulumi.Output[str]:
+    """`sha256_text` of a secret or computed value; the checksum stays secret when the value is."""
+    return pulumi.Output.from_input(value).apply(lambda v: sha256_text(str(v)))
 
 
 def pod_security_context() -> dict[str, Any]:
@@ -148,7 +179,7 @@ class FleetBase(pulumi.ComponentResource):
         labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
         ns = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": spec.cluster.namespace, "labels": {**labels, **pod_security_labels(spec)}},
+            metadata={"name": spec.cluster.namespace, "labels": namespace_labels(spec)},
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])

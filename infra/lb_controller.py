@@ -1,11 +1,19 @@
 """LB controller: the AWS Load Balancer Controller, which turns the gateway's LoadBalancer Service into an NLB.
 
-Without it the Kubernetes in-tree AWS provider handles every LoadBalancer Service: it cannot set an NLB
-listener's idle timeout (350 s, below a 600 s request), and gives no internal NLB the way we ask for one. The
-controller reconciles Services annotated ``aws-load-balancer-type: external`` (see
-`infra.gateway_tier.gateway_service_annotations`): an NLB whose targets are pod IPs, internet-facing or
-internal, with listener attributes from annotations. It must run before the gateway Service exists: its
-webhook and its reconciler are what give that Service a load balancer.
+Without it the Kubernetes in-tree AWS provider handles every LoadBalancer Service: no pod-IP targets, no
+target group attributes, no readiness gates. The controller reconciles Services annotated
+``aws-load-balancer-type: external`` (see `infra.gateway_tier.gateway_service_annotations`): an NLB whose
+targets are pod IPs, internet-facing or internal, with listener and target group attributes from annotations
+(a TLS listener takes none: pkg/deploy/elbv2/listener_manager.go leaves TLS out of the protocols with listener
+attributes, and its 350 s idle timeout is fixed).
+
+Its Service webhook (``mservice.elbv2.k8s.aws``) sees every Service created in the cluster and, in chart 1.14.0,
+fails closed (aws/eks-charts stable/aws-load-balancer-controller/values.yaml
+``serviceMutatorWebhookConfig.failurePolicy: Fail``): while the controller has no endpoints, creating a Service
+fails with ``no endpoints available``. So every Service the program creates (and the metrics-server chart)
+waits for the release, and the webhook is set to fail open (``Ignore``): a Service created while both
+controller pods are down, on a later day, is created unmutated; the gateway's ``type: external`` annotation
+still hands it to the controller. The pod webhook (readiness gates) fails open too.
 
 Its IRSA role gets `lb_controller_policy`, written for what this fleet asks of it (NLBs only, no ALB, WAF,
 Shield or Cognito): read the VPC and load balancers; create load balancers, target groups and security groups
@@ -78,8 +86,11 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
     """What the controller needs to run this cluster's NLBs, scoped by the ownership tag to this cluster.
 
     ``node_security_group_id`` is the security group of the nodes (and so of the pods): the controller opens
-    it to its load balancers' traffic, and may touch no other group it did not create. A TLS listener will
-    add ``acm:DescribeCertificate`` for its certificate.
+    it to its load balancers' traffic, and may touch no other group it did not create. The TLS listener names its
+    certificate (``aws-load-balancer-ssl-cert``), so no ACM call is needed: the controller calls ACM only to
+    discover certificates by host name (Ingress). Every action is in upstream's docs/install/iam_policy.json for
+    the pinned controller; what upstream has and this omits (ALB rules, WAF, Shield, Cognito, certificate
+    discovery, Outposts and IPAM pools) is listed, with why, in tests/infra/test_lb_controller_policy.py.
     """
     requested = {"StringEquals": {f"aws:RequestTag/{_OWNER_TAG}": cluster_name}}
     owned = {"StringEquals": {f"aws:ResourceTag/{_OWNER_TAG}": cluster_name}}
@@ -229,6 +240,9 @@ class LoadBalancerController(pulumi.ComponentResource):
             "region": args.region,
             "vpcId": args.vpc_id,
             "replicaCount": 2,
+            # Fail open: see the module docstring (chart 1.14.0 defaults the Service webhook to Fail).
+            "serviceMutatorWebhookConfig": {"failurePolicy": "Ignore"},
+            "podMutatorWebhookConfig": {"failurePolicy": "Ignore"},
             "serviceAccount": {
                 "create": True,
                 "name": LB_CONTROLLER_SERVICE_ACCOUNT,

@@ -23,13 +23,22 @@ simulator) from the pool's spec. The pod is built so that draining is loss-free:
   small caches under the home folder); vLLM's, Triton's and Inductor's compile caches are on the node cache
   (``/models/compile``, `COMPILE_CACHE_ENV`), so a restart does not recompile; ``/tmp`` is an emptyDir;
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
-* ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it).
+* ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it);
+* a first replica on a new node pulls a 25-29 GB vLLM image before the pool's ``coldStartSeconds`` even starts
+  (vllm-project/vllm#17163), longer than Pulumi's 10-minute await and Kubernetes' 600 s progress deadline: the
+  Deployment's ``progressDeadlineSeconds`` is `first_ready_seconds` (`ENGINE_IMAGE_PULL_S` plus the cold start)
+  and Pulumi awaits a little longer (`await_timeouts`: its custom timeouts, and ``pulumi.com/timeoutSeconds`` for
+  the policy pack to read); an update rolls one replica at a time, so its await grows with ``replicas.max``;
+* the pod template carries checksums of what the agent reads at start (its pool's part of the stack file, the
+  engines' API key), so `pulumi up` rolls the pool when they change and not on an unrelated tenant edit.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -37,6 +46,13 @@ import pulumi_kubernetes as k8s
 
 from fleet import contract
 from fleet.catalog import INSTANCES
+from fleet.marks import (
+    ANN_CHECKSUM_ENGINE_KEY,
+    ANN_CHECKSUM_POOL,
+    ANN_FIRST_READY,
+    ANN_PULUMI_TIMEOUT,
+    ANN_RESUME_STREAMS,
+)
 from fleet.spec import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
@@ -46,23 +62,64 @@ from infra.k8s_base import (
     engine_api_key_env,
     http_probe,
     pod_security_context,
+    secret_checksum,
+    sha256_text,
     spec_volumes,
 )
 
 __all__ = [
+    "ENGINE_IMAGE_PULL_S",
     "IMAGE_UID",
     "COMPILE_CACHE_ENV",
     "MODEL_CACHE_MOUNT",
     "MODEL_STORE_DIR",
     "EnginePool",
     "EnginePoolArgs",
+    "await_timeouts",
     "engine_deployment_spec",
     "engine_labels",
+    "first_ready_seconds",
+    "pool_checksum",
 ]
 
 MODEL_CACHE_MOUNT = "/models"  # the node cache volume inside the engine container
 MODEL_STORE_DIR = f"{MODEL_CACHE_MOUNT}/store"  # models fetched from the model store (agent.model_store)
 HF_HOME_DIR = f"{MODEL_CACHE_MOUNT}/hf"  # the Hugging Face cache, for pools that load from the Hub
+# Allowance for pulling and unpacking the engine image on a node that has never run it: 25-29 GB
+# (vllm-project/vllm#17163) through the NAT. Generous on purpose: a timed-out await fails the `up`, a long one
+# only waits.
+ENGINE_IMAGE_PULL_S = 1800
+
+
+def first_ready_seconds(pool: PoolSpec) -> int:
+    """How long a pool's first replica may take to turn Ready on a new node: the engine image's pull (pools
+    running the vLLM image) plus the pool's ``coldStartSeconds`` (weights, load, compile)."""
+    pull = ENGINE_IMAGE_PULL_S if pool.runs_engine_image else 0
+    return pull + math.ceil(pool.cold_start_seconds)
+
+
+def await_timeouts(pool: PoolSpec) -> tuple[int, int]:
+    """(create, update) seconds Pulumi awaits the Deployment: a create starts ``replicas.min`` at once; an update
+    replaces replicas one at a time (maxSurge 1), each a cold start on a warm node. Both outlast the progress
+    deadline, so a stuck rollout is reported by Kubernetes (ProgressDeadlineExceeded), not by a Pulumi timeout."""
+    create = first_ready_seconds(pool) + 300
+    update = create + max(0, pool.replicas.max - 1) * (math.ceil(pool.cold_start_seconds) + 60)
+    return create, update
+
+
+def pool_checksum(spec: FleetSpec, pool: PoolSpec) -> str:
+    """sha256 of what a pool's agent reads from the stack file: its pool, the control plane, the target, region and
+    model store. Tenants, quotas and the gateway's settings are not in it: editing them rolls no engine."""
+    read = {
+        "pool": pool.model_dump(mode="json", by_alias=True),
+        "controlPlane": spec.control_plane.model_dump(mode="json", by_alias=True),
+        "target": spec.target,
+        "region": spec.region,
+        "modelStore": spec.model_store.model_dump(mode="json", by_alias=True),
+    }
+    return sha256_text(json.dumps(read, sort_keys=True))
+
+
 # vLLM's, Triton's and Inductor's compile caches default under $HOME/.cache and /tmp, which a restart loses; on
 # the node cache a restarted replica reuses its compiled graphs and kernels (`infra.node_userdata` makes them).
 COMPILE_CACHE_ENV = {
@@ -97,9 +154,14 @@ def _resources(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
 
 
 def engine_deployment_spec(
-    spec: FleetSpec, pool: PoolSpec, image: pulumi.Input[str], model_bucket: pulumi.Input[str] | None
+    spec: FleetSpec,
+    pool: PoolSpec,
+    image: pulumi.Input[str],
+    model_bucket: pulumi.Input[str] | None,
+    engine_api_key: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
-    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs), running ``image``."""
+    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs), running ``image``;
+    ``engine_api_key`` (secret) is checksummed on the pod template."""
     labels = engine_labels(spec, pool)
     drain = pool.drain
     gpu_pool = pool.engine.kind != "sim" and pool.node_group is not None
@@ -196,17 +258,19 @@ def engine_deployment_spec(
     if gpu_pool:
         pod["node_selector"] = {f"pool.llmfleet.io/{pool.name}": "true"}
         pod["tolerations"] = [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    template_annotations: dict[str, pulumi.Input[str]] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8000",
+        ANN_CHECKSUM_POOL: pool_checksum(spec, pool),
+    }
+    if engine_api_key is not None:
+        template_annotations[ANN_CHECKSUM_ENGINE_KEY] = secret_checksum(engine_api_key)
     return {
         "replicas": pool.replicas.min,
         "selector": {"match_labels": labels},
         "strategy": {"type": "RollingUpdate", "rolling_update": {"max_surge": 1, "max_unavailable": 0}},
-        "template": {
-            "metadata": {
-                "labels": labels,
-                "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "8000"},
-            },
-            "spec": pod,
-        },
+        "progress_deadline_seconds": first_ready_seconds(pool),
+        "template": {"metadata": {"labels": labels, "annotations": template_annotations}, "spec": pod},
     }
 
 
@@ -227,6 +291,10 @@ def engine_annotations(pool: PoolSpec) -> dict[str, str]:
         contract.ANN_DRAIN_PROPAGATION: f"{pool.drain.propagation_seconds:g}",
         contract.ANN_MIN_REPLICAS: str(pool.replicas.min),
         contract.ANN_CAPACITY_BUFFER: f"{pool.workload.capacity_buffer:g}",
+        ANN_RESUME_STREAMS: "true" if pool.resume_streams else "false",
+        ANN_FIRST_READY: str(first_ready_seconds(pool)),
+        # pulumi-kubernetes' await timeout when no customTimeouts apply; the policy pack reads it.
+        ANN_PULUMI_TIMEOUT: str(await_timeouts(pool)[0]),
     }
 
 
@@ -236,6 +304,8 @@ class EnginePoolArgs:
     pool: PoolSpec
     images: ImageRefs
     model_bucket: pulumi.Input[str] | None = None
+    engine_api_key: pulumi.Input[str] | None = None  # secret: checksummed on the pod template
+    service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # the LB controller (its webhook)
 
 
 class EnginePool(pulumi.ComponentResource):
@@ -249,11 +319,16 @@ class EnginePool(pulumi.ComponentResource):
         labels = engine_labels(spec, pool)
         self.deployment_name = contract.pool_deployment_name(pool.name)
         meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
+        create_s, update_s = await_timeouts(pool)
         k8s.apps.v1.Deployment(  # type: ignore[call-overload]
             f"{name}-deployment",
             metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},
-            spec=engine_deployment_spec(spec, pool, args.images.for_pool(pool), args.model_bucket),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["spec.replicas"]),
+            spec=engine_deployment_spec(spec, pool, args.images.for_pool(pool), args.model_bucket, args.engine_api_key),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["spec.replicas"],
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s"),
+            ),
         )
         k8s.core.v1.Service(  # type: ignore[call-overload]
             f"{name}-service",
@@ -266,7 +341,8 @@ class EnginePool(pulumi.ComponentResource):
                     {"name": "engine", "port": contract.ENGINE_PORT, "target_port": "engine"},
                 ],
             },
-            opts=pulumi.ResourceOptions(parent=self),
+            # The LB controller's webhook sees every Service created: none is created before the controller runs.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
         k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]
             f"{name}-pdb",

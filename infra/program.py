@@ -3,8 +3,10 @@
 ``aws``: network, EKS, node groups, model store, IAM, then the Kubernetes part through a provider built from
 the new cluster's kubeconfig. ``kubernetes``: only the Kubernetes part, on the cluster of the stack's
 kubeconfig (a path) or context (a name). On both, what the fleet needs from the cluster is installed first and
-waited for: the Prometheus Operator CRDs before the rules, the AWS Load Balancer Controller before the gateway
-Service (aws), the quota Redis and its Secret before the gateway Deployment, metrics-server for the HPA.
+waited for: the Prometheus Operator CRDs before the rules, the AWS Load Balancer Controller before every Service
+and the metrics-server chart (aws: its webhook sees every Service created), the fleet namespace before what lives
+in it (and, on aws, the dashboards' namespace before their ConfigMaps), the quota Redis and its Secret before the
+gateway Deployment, metrics-server for the HPA. The first-up policies (`policies.first_up`) check that order.
 ``local`` has no cloud resources: `LocalTarget` says to use ``llmfleet up``.
 """
 
@@ -104,7 +106,7 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         raise ValueError(f"the quota Redis needs its password: set config {spec.gateway.redis.auth_token_secret}")
     redis_url: pulumi.Input[str] | None = None
     redis_server: list[pulumi.Resource] = []  # what the gateway waits for outside the cluster (ElastiCache)
-    before_service: list[pulumi.Resource] = []  # what must run before the gateway Service (the LB controller)
+    before_service: list[pulumi.Resource] = []  # what must run before any Service (the LB controller, aws)
     cpu_nodes: dict[str, str] = {}
     if spec.target == "aws":
         cluster_name = contract.cluster_name(spec.environment)
@@ -215,7 +217,9 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
     if spec.target == "aws":
         DevicePlugin("nvidia", DevicePluginArgs(images.device_plugin), opts=on_k8s)
     if spec.cluster.install_metrics_server:
-        MetricsServer("metrics-server", MetricsServerArgs(cpu_nodes), opts=on_k8s)
+        # The chart makes a Service: it waits for the LB controller's webhook like the program's own Services.
+        after_controller = pulumi.ResourceOptions(providers={"kubernetes": provider}, depends_on=before_service)
+        MetricsServer("metrics-server", MetricsServerArgs(cpu_nodes), opts=after_controller)
     before_rules: list[pulumi.Resource] = [base]
     if spec.observability.install_operator_crds:
         before_rules.append(PrometheusCrds("prometheus-crds", opts=on_k8s).release)
@@ -224,20 +228,36 @@ def build_fleet(inputs: FleetInputs) -> dict[str, Any]:
         quota = QuotaRedis("quota-redis", QuotaRedisArgs(spec, redis_token, redis_url, after=[base]), opts=on_k8s)
         before_gateway += [*quota.ready, *redis_server]
     for pool in spec.pools:
-        EnginePool(f"pool-{pool.name}", EnginePoolArgs(spec, pool, images, model_bucket), opts=after_base)
+        EnginePool(
+            f"pool-{pool.name}",
+            EnginePoolArgs(spec, pool, images, model_bucket, api_key, service_after=before_service),
+            opts=after_base,
+        )
     gateway = Gateway(
         "gateway",
-        GatewayArgs(spec, images, deployment_after=before_gateway, service_after=[base, *before_service]),
+        GatewayArgs(
+            spec,
+            images,
+            inputs.tenant_key_hashes,
+            api_key,
+            deployment_after=before_gateway,
+            service_after=[base, *before_service],
+        ),
         opts=after_base,
     )
     TokenReviewAccess("control-auth", spec, opts=after_base)
     if spec.target == "aws":
         # The control plane's ClusterRole may patch every node: this policy narrows it to cordoning GPU nodes.
         NodeGuard("node-guard", spec, opts=on_k8s)
-    ControlPlane("control-plane", ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names), opts=after_base)
+    ControlPlane(
+        "control-plane",
+        ControlPlaneArgs(spec, images, autoscaler_role_arn, nodegroup_names, service_after=before_service),
+        opts=after_base,
+    )
     SloRules("slo", SloRulesArgs(spec, after=before_rules), opts=after_base)
     if spec.observability.grafana_dashboards:
-        DashboardConfigMaps("dashboards", DashboardConfigMapsArgs(spec), opts=on_k8s)
+        DashboardConfigMaps("dashboards", DashboardConfigMapsArgs(spec, after=[base]), opts=on_k8s)
     outputs["gatewayUrl"] = gateway.url
+    outputs["gatewayLoadBalancer"] = gateway.load_balancer
     outputs["namespace"] = spec.cluster.namespace
     return outputs

@@ -62,7 +62,8 @@ def check_stack(
 
     run = offline_run(document, stack)
     custom = [r for r in run.resources if r.custom]
-    return CheckResult(stack, spec, len(custom), evaluate(custom, POLICIES, policy_config))
+    # Stack policies see components too: a child waits for its parent's dependencies (`policies.first_up`).
+    return CheckResult(stack, spec, len(custom), evaluate(run.resources, POLICIES, policy_config))
 
 
 def render_table(violations: list[Any]) -> str:

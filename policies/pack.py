@@ -14,6 +14,12 @@ from policies.availability import (
 from policies.cluster import cluster_endpoint_restricted, imds_hop_limit_one
 from policies.cost import allowed_instance_types, monthly_cost_ceiling
 from policies.encryption import buckets_encrypted, cluster_secrets_encrypted, volumes_encrypted
+from policies.first_up import (
+    custom_resources_after_crds,
+    namespaces_created_first,
+    services_wait_for_lb_controller,
+    slow_starts_awaited,
+)
 from policies.gpu import (
     gpu_capacity_spans_zones,
     gpu_memory_headroom,
@@ -26,6 +32,11 @@ from policies.paid_capacity import paid_gpu_utilisation
 from policies.pod_security import engines_run_as_non_root
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
+from policies.timing import (
+    engine_grace_covers_longest_request,
+    gateway_prestop_covers_deregistration,
+    request_timeout_fits_listener,
+)
 from policies.tls import public_listener_tls
 
 __all__ = ["PACK_NAME", "POLICIES"]
@@ -58,4 +69,11 @@ POLICIES: list[Policy] = [
     images_pinned_by_digest,
     images_from_stack_registries,
     cluster_prerequisites_installed,
+    namespaces_created_first,
+    services_wait_for_lb_controller,
+    custom_resources_after_crds,
+    slow_starts_awaited,
+    request_timeout_fits_listener,
+    gateway_prestop_covers_deregistration,
+    engine_grace_covers_longest_request,
 ]

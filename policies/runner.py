@@ -1,6 +1,8 @@
 """Runner: feed resources through the pack's policies without the Pulumi engine, as CrossGuard would.
 
-Resource policies see each resource once; stack policies see all of them. Props are wrapped in
+Resource policies see each custom resource once; stack policies see all of them, components included, each
+with its parent and the resources it depends on (as the analyzer gives them: ordering checks follow both, since
+a child waits for its parent's registration, which waits for the parent's dependencies). Props are wrapped in
 pulumi_policy's unknown-checking proxy like the real analyzer does, config defaults come from each policy's
 schema (overridden per policy by ``config``), and a policy's ``enforcementLevel`` may be overridden there too.
 """
@@ -105,6 +107,8 @@ def evaluate(
 
         if isinstance(policy, ResourceValidationPolicy):
             for r in resources:
+                if not getattr(r, "custom", True):
+                    continue
                 args = ResourceValidationArgs(
                     r.type, unknown_checking_proxy(dict(r.props)), r.urn, r.name, _options(), None, settings
                 )
@@ -114,14 +118,24 @@ def evaluate(
 
                 _guarded(policy.validate, args, report_resource)
         elif isinstance(policy, StackValidationPolicy):
-            stack = [
-                PolicyResource(
-                    r.type, unknown_checking_proxy(dict(r.props)), r.urn, r.name, _options(), None, None, [], {}
-                )
-                for r in resources
-            ]
-            _guarded(policy.validate, StackValidationArgs(stack, settings), report)
+            _guarded(policy.validate, StackValidationArgs(_stack(resources), settings), report)
     return violations
+
+
+def _stack(resources: Sequence[Resource]) -> list[PolicyResource]:
+    """The resources as a stack policy sees them, parents and dependencies linked (by the recorded URNs: a
+    resource's ``parent`` and ``dependencies``, when it has them)."""
+    stack = [
+        PolicyResource(r.type, unknown_checking_proxy(dict(r.props)), r.urn, r.name, _options(), None, None, [], {})
+        for r in resources
+    ]
+    by_urn: dict[str, PolicyResource] = {}
+    for made in stack:
+        by_urn.setdefault(made.urn, made)
+    for r, made in zip(resources, stack, strict=True):
+        made.parent = by_urn.get(getattr(r, "parent", None) or "")
+        made.dependencies = [by_urn[urn] for urn in getattr(r, "dependencies", ()) if urn in by_urn]
+    return stack
 
 
 def _guarded(validate: Any, args: Any, report: Any) -> None:

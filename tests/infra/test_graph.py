@@ -48,7 +48,8 @@ def test_every_cloud_stack_builds_namespace_spec_and_one_pool_deployment_per_poo
     names = {r.props["metadata"]["name"] for r in engine_deployments(run)}
     assert names == {contract.pool_deployment_name(p.name) for p in spec.pools}
     namespaces = [r.props["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")]
-    assert namespaces == [spec.cluster.namespace]
+    dashboards = [spec.observability.prometheus_namespace] if spec.target == "aws" else []  # made on aws only
+    assert sorted(namespaces) == sorted([spec.cluster.namespace, *dashboards])
     assert run.outputs["monthlyCostUsd"]["peak"] == pytest.approx(
         sum(g.at_peak.monthly_cost_usd for g in plan_groups(spec))
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 from fleet import contract
+from fleet.marks import ANN_FIRST_READY, ANN_PULUMI_TIMEOUT
 
 ECR_REPOSITORY_URL = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llmfleet-prod/runtime"
 DIGEST_IMAGE = f"{ECR_REPOSITORY_URL}@sha256:" + "0" * 64
@@ -27,6 +29,8 @@ class Res:
     props: dict[str, Any]
     name: str = "r"
     urn: str = field(default="")
+    dependencies: tuple[str, ...] = ()  # URNs it waits for
+    parent: str | None = None
 
     def __post_init__(self) -> None:
         if not self.urn:
@@ -51,10 +55,13 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
                 contract.ANN_DRAIN_PROPAGATION: "10",
                 contract.ANN_MIN_REPLICAS: "3",
                 contract.ANN_CAPACITY_BUFFER: "0.3",
+                ANN_FIRST_READY: "1950",
+                ANN_PULUMI_TIMEOUT: "2250",
             },
         },
         "spec": {
             "replicas": 3.0,
+            "progressDeadlineSeconds": 1950.0,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -101,6 +108,79 @@ def engine(env: str = "prod", ann: dict[str, str] | None = None, **changes: Any)
         full = f"{shortcuts.get(head, head)}.{rest}" if rest else shortcuts.get(head, head)
         _set(props, full.split("."), value)
     return Res(type="kubernetes:apps/v1:Deployment", props=props, name="pool-qwen-7b-deployment")
+
+
+def waiting_for(resource: Res, *others: Res) -> Res:
+    """``resource``, waiting for ``others`` (its dependencies)."""
+    return dataclasses.replace(resource, dependencies=(*resource.dependencies, *(o.urn for o in others)))
+
+
+def namespace(name: str = "llmfleet") -> Res:
+    return Res(type="kubernetes:core/v1:Namespace", props={"metadata": {"name": name}}, name=f"ns-{name}")
+
+
+def config_map(name: str, namespace_name: str, annotations: dict[str, str] | None = None) -> Res:
+    metadata = {"name": name, "namespace": namespace_name, "annotations": dict(annotations or {})}
+    return Res(type="kubernetes:core/v1:ConfigMap", props={"metadata": metadata, "data": {}}, name=name)
+
+
+def lb_controller(failure_policy: str | None = None) -> Res:
+    """The AWS Load Balancer Controller's release; its Service webhook fails closed unless told ``Ignore``."""
+    values: dict[str, Any] = {"clusterName": "llmfleet-prod"}
+    if failure_policy is not None:
+        values["serviceMutatorWebhookConfig"] = {"failurePolicy": failure_policy}
+    release = helm_release("aws-load-balancer-controller")
+    return dataclasses.replace(release, props={**release.props, "values": values})
+
+
+def custom_resource(kind: str = "Widget", group: str = "example.com") -> Res:
+    return Res(type=f"kubernetes:{group}/v1:{kind}", props={"metadata": {"name": kind.lower()}}, name=kind.lower())
+
+
+GATEWAY_LABELS = {contract.LABEL_COMPONENT: contract.COMPONENT_GATEWAY}
+
+
+def gateway_service(
+    request_timeout: int = 330, tls: bool = True, idle: int | None = None, delay: int | None = 120
+) -> Res:
+    """The gateway's NLB Service: a TLS listener on 443 (``tls``) or TCP on 80 with ``idle`` as its idle timeout
+    attribute, the request timeout annotation and the target group's deregistration ``delay``."""
+    lb = "service.beta.kubernetes.io/aws-load-balancer"
+    annotations = {f"{lb}-type": "external", contract.ANN_REQUEST_TIMEOUT: str(request_timeout)}
+    port = 443 if tls else 80
+    if tls:
+        annotations |= {
+            f"{lb}-ssl-cert": "arn:aws:acm:us-east-1:123456789012:certificate/abc",
+            f"{lb}-ssl-ports": "443",
+        }
+    if idle is not None:
+        annotations[f"{lb}-listener-attributes.TCP-{port}"] = f"tcp.idle_timeout.seconds={idle}"
+    if delay is not None:
+        annotations[f"{lb}-target-group-attributes"] = f"deregistration_delay.timeout_seconds={delay}"
+    metadata = {"name": contract.GATEWAY_NAME, "namespace": "llmfleet", "labels": GATEWAY_LABELS}
+    return Res(
+        type="kubernetes:core/v1:Service",
+        props={
+            "metadata": {**metadata, "annotations": annotations},
+            "spec": {"type": "LoadBalancer", "selector": GATEWAY_LABELS, "ports": [{"port": port}]},
+        },
+        name=f"gateway-service-{port}",
+    )
+
+
+def gateway_deployment(pre_stop: int = 120, grace: int = 725) -> Res:
+    """The gateway's Deployment: a preStop sleep and a termination grace."""
+    container = {"name": "gateway", "lifecycle": {"preStop": {"sleep": {"seconds": float(pre_stop)}}}}
+    props = {
+        "metadata": {"name": contract.GATEWAY_NAME, "namespace": "llmfleet", "labels": GATEWAY_LABELS},
+        "spec": {
+            "template": {
+                "metadata": {"labels": GATEWAY_LABELS},
+                "spec": {"terminationGracePeriodSeconds": float(grace), "containers": [container]},
+            }
+        },
+    }
+    return Res(type="kubernetes:apps/v1:Deployment", props=props, name="gateway-deployment")
 
 
 def _set(target: Any, keys: list[str], value: Any) -> None:

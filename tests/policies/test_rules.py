@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from fleet import contract
+from fleet.marks import ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, ANN_RESUME_STREAMS
 from policies.network import is_public_service
 from policies.pack import POLICIES
 from policies.runner import Violation, evaluate
@@ -14,16 +16,22 @@ from tests.policies.builders import (
     bucket,
     capacity_block_group,
     capacity_block_template,
+    config_map,
     control_plane,
+    custom_resource,
     ecr_repository,
     eks_cluster,
     elasticache_redis,
     engine,
     engine_network_policies,
+    gateway_deployment,
     gateway_hpa,
+    gateway_service,
     gpu_group,
     helm_release,
     launch_template,
+    lb_controller,
+    namespace,
     network_policy,
     nlb_service,
     pdb,
@@ -35,6 +43,7 @@ from tests.policies.builders import (
     service,
     spec_configmap,
     sse,
+    waiting_for,
 )
 from tests.support.stacks import stack_document
 
@@ -46,8 +55,60 @@ ELB_ARN = {
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 TLS_ON_NLB = {"service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "80"}
 
+NS = namespace()
+CONTROLLER = lb_controller()  # its Service webhook fails closed, as chart 1.14.0's default
+CRDS = helm_release("prometheus-operator-crds")
+SHUTDOWN = contract.ANN_SHUTDOWN_TIMEOUT
+
 # policy name -> (passing resources, failing resources)
 CASES: dict[str, tuple[Case, Case]] = {
+    "namespaces-created-first": (
+        lambda: [
+            NS,
+            waiting_for(spec_configmap(), NS),
+            helm_release("metrics-server"),  # kube-system
+            config_map("dashboards", "monitoring", {ANN_NAMESPACE_EXISTING: "existing"}),
+        ],
+        # The fleet's namespace made at the same time as its ConfigMap; dashboards in a namespace nobody makes.
+        lambda: [NS, spec_configmap(), config_map("dashboards", "monitoring")],
+    ),
+    "services-wait-for-lb-controller": (
+        lambda: [
+            CONTROLLER,
+            waiting_for(service(), CONTROLLER),
+            waiting_for(helm_release("metrics-server"), CONTROLLER),
+            CRDS,  # renders no Service
+        ],
+        lambda: [CONTROLLER, service(), helm_release("metrics-server")],
+    ),
+    "custom-resources-after-crds": (
+        lambda: [CRDS, waiting_for(prometheus_rule(), CRDS), prometheus_rule("PodMonitor", operator="existing")],
+        # A rule racing the CRDs' release, and a kind nothing in the stack defines.
+        lambda: [CRDS, prometheus_rule(), custom_resource()],
+    ),
+    "slow-starts-awaited": (
+        lambda: [engine(), engine(ann={contract.ANN_ENGINE_KIND: "sim", "llmfleet.io/first-ready-seconds": "150"})],
+        # Kubernetes' default progress deadline (600 s), and Pulumi's default await (600 s).
+        lambda: [engine(**{"spec.progressDeadlineSeconds": None}), engine(ann={ANN_PULUMI_TIMEOUT: "600"})],
+    ),
+    "request-timeout-fits-listener": (
+        lambda: [gateway_service(330, tls=True), gateway_service(600, tls=False, idle=660)],
+        # 600 s behind the fixed 350 s of a TLS listener, and behind a TCP listener's default 350 s.
+        lambda: [gateway_service(600, tls=True), gateway_service(600, tls=False)],
+    ),
+    "gateway-prestop-covers-deregistration": (
+        lambda: [gateway_service(330, delay=120), gateway_deployment(pre_stop=120, grace=455)],
+        lambda: [gateway_service(330, delay=120), gateway_deployment(pre_stop=10, grace=615)],
+    ),
+    "engine-grace-covers-longest-request": (
+        lambda: [
+            gateway_service(330),
+            engine(ann={SHUTDOWN: "330"}),
+            engine(ann={SHUTDOWN: "105", ANN_RESUME_STREAMS: "true"}),
+            engine(ann={SHUTDOWN: "22", contract.ANN_ENGINE_KIND: "sim"}),
+        ],
+        lambda: [gateway_service(330), engine(ann={SHUTDOWN: "105"})],
+    ),
     "gpu-capacity-spans-zones": (
         lambda: [gpu_group("us-east-1a"), gpu_group("us-east-1b")],
         lambda: [gpu_group("us-east-1a")],
@@ -270,7 +331,8 @@ def test_capacity_buffer_and_paid_gpu_utilisation_are_advisory_and_the_rest_mand
 )
 def test_policy_config_overrides_defaults(config: dict[str, dict[str, object]], expected: list[str]) -> None:
     groups = [gpu_group(z) for z in ZONES]
-    assert [v.policy for v in evaluate([*groups, spec_configmap(), control_plane()], POLICIES, config)] == expected
+    resources = [*groups, NS, waiting_for(spec_configmap(), NS), control_plane()]
+    assert [v.policy for v in evaluate(resources, POLICIES, config)] == expected
 
 
 def _ceiling_violations(resources: list[Res], config: dict[str, object] | None = None) -> list[Violation]:
@@ -294,8 +356,9 @@ def test_cost_uses_the_stack_files_gpu_hour_price_else_the_catalogues() -> None:
 
 def test_policy_config_ceiling_wins_over_the_stack_files() -> None:
     resources = [*(gpu_group(z) for z in ZONES), spec_configmap(cost={"monthlyCeilingUsd": 10_000})]
-    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"prod": 100_000}}) == []
-    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"staging": 100_000}}) != []
+    # Three p4de groups of 2 at the catalogue's $27.44705 an instance-hour: $120,218 a month.
+    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"prod": 125_000}}) == []
+    assert _ceiling_violations(resources, {"monthlyCeilingUsd": {"staging": 125_000}}) != []
 
 
 def test_a_stack_without_a_ceiling_has_none() -> None:
