@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fleet.catalog import DTYPE_BYTES, GIB, GPUS, INSTANCES, MODELS, GpuType, ModelFacts
+from fleet.catalog import DTYPE_BYTES, GIB, GPUS, INSTANCES, MODELS, GpuType, ModelFacts, instance_hour_usd
 from fleet.lora import lora_slot_bytes
 from fleet.perf import StepTimeModel, kv_bytes_per_token
 from fleet.spec import FleetSpec, PoolSpec
@@ -22,6 +22,7 @@ __all__ = [
     "KV_BLOCK_TOKENS",
     "PoolPlan",
     "concurrency_that_fits",
+    "gpu_hour_usd",
     "kv_budget_bytes",
     "lora_reserve_bytes",
     "model_facts",
@@ -131,6 +132,17 @@ def per_replica_qps(
     return lo
 
 
+def gpu_hour_usd(spec: FleetSpec, pool: PoolSpec, gpu: GpuType) -> float:
+    """Catalogue price per GPU-hour of ``pool``'s GPUs: its node group's instance in the stack's region (spot at
+    its on-demand ceiling unless a spot price is recorded), else the GPU's own (an existing cluster's GPUs)."""
+    if pool.node_group is not None:
+        group = spec.node_group(pool.node_group)
+        price = instance_hour_usd(group.instance_type, spec.region, group.capacity_type)
+        if price is not None and group.instance_type in INSTANCES:
+            return price.usd / INSTANCES[group.instance_type].gpu_count
+    return gpu.hour_usd
+
+
 def monthly_cost_usd(gpus: int, gpu_hour_usd: float) -> float:
     return gpus * gpu_hour_usd * HOURS_PER_MONTH
 
@@ -230,7 +242,7 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
         per_zone = math.ceil(replicas / len(zones)) if zones else replicas
         return max(min_nodes_per_az, math.ceil(per_zone / replicas_per_node) if replicas_per_node else 0)
 
-    hour = spec.cost.gpu_hour_usd if spec.cost.gpu_hour_usd is not None else gpu.hour_usd
+    hour = spec.cost.gpu_hour_usd if spec.cost.gpu_hour_usd is not None else gpu_hour_usd(spec, pool, gpu)
 
     def cost(replicas: int) -> float:
         if pool.node_group is None:

@@ -2,6 +2,12 @@
 
 Figures are public vendor specifications (memory, HBM bandwidth, dense BF16 tensor throughput) and the
 models' published configs. Efficiency factors turning peaks into achievable rates live in `fleet.perf`.
+
+Prices are list prices with their source and the date of the source's data (`Price`): per instance type and
+region on demand (`ON_DEMAND_PRICES`, Linux), spot apart (`SPOT_PRICES`), and the fleet's fixed AWS charges
+(`EKS_CONTROL_PLANE`, `NAT_GATEWAY`, `VPC_ENDPOINTS`). Spot has no list price: EC2 sets it per zone from supply
+and demand, and a spot request's default maximum is the on-demand price, so `instance_hour_usd` prices a spot
+group with no recorded spot price at on demand, the most it can cost.
 """
 
 from __future__ import annotations
@@ -9,11 +15,87 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_BYTES", "GPUS", "INSTANCES", "MODELS", "GpuType", "InstanceType", "ModelFacts", "ec2_instance_types"]
+__all__ = [
+    "DTYPE_BYTES",
+    "EKS_CONTROL_PLANE",
+    "GPUS",
+    "INSTANCES",
+    "MODELS",
+    "NAT_GATEWAY",
+    "ON_DEMAND_PRICES",
+    "SPOT_PRICES",
+    "VPC_ENDPOINTS",
+    "GpuType",
+    "InstanceType",
+    "ModelFacts",
+    "Price",
+    "ec2_instance_types",
+    "instance_hour_usd",
+]
 
 GIB = 1024**3
 
 DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "fp8": 1, "float32": 4, "auto": 2}
+
+
+@dataclass(frozen=True)
+class Price:
+    """A list price: ``usd`` per ``unit`` (hour, GB, ...), from ``source``, whose data dates from ``as_of``."""
+
+    usd: float
+    source: str
+    as_of: str  # YYYY-MM-DD
+    unit: str = "hour"
+
+
+# instances.vantage.sh data as the tsaol/aws-gpu repository snapshots it (data/*_instances.js, "Last updated").
+_VANTAGE_2026_08 = "instances.vantage.sh via tsaol/aws-gpu@18aebd1d72819fea767dd5b5f835114120b2ad39"
+_VANTAGE_2026_01 = "instances.vantage.sh via tsaol/aws-gpu@77fcd9fe1d0652fd07b830e5ed030d61da87923e"
+
+# instance type -> region -> on-demand price per instance-hour (Linux). p5e.48xlarge has none: it is sold as
+# capacity blocks, not on demand (the same data lists no region for it).
+ON_DEMAND_PRICES: dict[str, dict[str, Price]] = {
+    "p4d.24xlarge": {r: Price(21.957642, _VANTAGE_2026_08, "2026-08-26") for r in ("us-east-1", "us-west-2")},
+    "p4de.24xlarge": {r: Price(27.44705, _VANTAGE_2026_01, "2026-01-21") for r in ("us-east-1", "us-west-2")},
+    "p5.48xlarge": {"us-east-1": Price(55.04, _VANTAGE_2026_01, "2026-01-21")},
+    "p5en.48xlarge": {"us-east-1": Price(63.296, _VANTAGE_2026_01, "2026-01-21")},
+    "g5.xlarge": {"us-east-1": Price(1.006, _VANTAGE_2026_01, "2026-01-21")},
+    "g5.12xlarge": {"us-east-1": Price(5.672, _VANTAGE_2026_01, "2026-01-21")},
+    "g5.48xlarge": {"us-east-1": Price(16.288, _VANTAGE_2026_01, "2026-01-21")},
+    "g6.xlarge": {"us-east-1": Price(0.8048, _VANTAGE_2026_01, "2026-01-21")},
+    "g6.12xlarge": {"us-east-1": Price(4.6016, _VANTAGE_2026_01, "2026-01-21")},
+    "g6e.xlarge": {"us-east-1": Price(1.861, _VANTAGE_2026_01, "2026-01-21")},
+    "g6e.12xlarge": {"us-east-1": Price(10.49264, _VANTAGE_2026_01, "2026-01-21")},
+}
+# instance type -> region -> spot price per instance-hour; none recorded (see the module docstring).
+SPOT_PRICES: dict[str, dict[str, Price]] = {}
+
+_EKS_PRICING = "https://aws.amazon.com/blogs/containers/amazon-eks-extended-support-for-kubernetes-versions-pricing/"
+# Per cluster-hour, by the support its Kubernetes version is in.
+EKS_CONTROL_PLANE: dict[str, Price] = {
+    "standard": Price(0.10, _EKS_PRICING, "2026-12-01"),
+    "extended": Price(0.60, _EKS_PRICING, "2026-12-01"),
+}
+_VPC_PRICING = "https://aws.amazon.com/vpc/pricing/ (us-east-1)"
+# Per NAT gateway-hour, and per GB it processes (image layers and weights pulled from outside the VPC).
+NAT_GATEWAY: dict[str, Price] = {
+    "hour": Price(0.045, _VPC_PRICING, "2026-12-01"),
+    "gb": Price(0.045, _VPC_PRICING, "2026-12-01", unit="GB"),
+}
+# An S3 gateway endpoint has no charge (https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html);
+# an interface endpoint is billed per zone-hour and per GB (first PB a month; https://aws.amazon.com/privatelink/pricing/).
+VPC_ENDPOINTS: dict[str, Price] = {
+    "s3-gateway-hour": Price(
+        0.0, "https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html", "2026-12-01"
+    ),
+    "interface-zone-hour": Price(0.01, "https://aws.amazon.com/privatelink/pricing/", "2026-12-01"),
+    "interface-gb": Price(0.01, "https://aws.amazon.com/privatelink/pricing/", "2026-12-01", unit="GB"),
+}
+
+
+def _per_gpu(instance: str, gpus: int) -> float:
+    """The us-east-1 on-demand price of ``instance`` per GPU-hour: a GPU's price where no instance is named."""
+    return ON_DEMAND_PRICES[instance]["us-east-1"].usd / gpus
 
 
 @dataclass(frozen=True)
@@ -24,7 +106,7 @@ class GpuType:
     memory_gib: float
     bandwidth_bytes_s: float
     bf16_flops: float
-    hour_usd: float  # default on-demand price per GPU-hour; a stack may override it
+    hour_usd: float  # per GPU-hour where no instance type is named (an existing cluster's GPUs); `_per_gpu`
     nvidia_product: str  # the node label value nvidia's GPU feature discovery would publish
 
 
@@ -73,13 +155,14 @@ class ModelFacts:
 GPUS: dict[str, GpuType] = {
     g.name: g
     for g in (
-        GpuType("a100-40gb", 40, 1.555e12, 312e12, 2.0, "NVIDIA-A100-SXM4-40GB"),
-        GpuType("a100-80gb", 80, 2.039e12, 312e12, 2.5, "NVIDIA-A100-SXM4-80GB"),
-        GpuType("h100-80gb", 80, 3.35e12, 989e12, 4.5, "NVIDIA-H100-80GB-HBM3"),
-        GpuType("h200-141gb", 141, 4.8e12, 989e12, 5.5, "NVIDIA-H200"),
-        GpuType("a10g-24gb", 24, 0.6e12, 70e12, 1.0, "NVIDIA-A10G"),
-        GpuType("l4-24gb", 24, 0.3e12, 121e12, 0.8, "NVIDIA-L4"),
-        GpuType("l40s-48gb", 48, 0.864e12, 362e12, 1.9, "NVIDIA-L40S"),
+        GpuType("a100-40gb", 40, 1.555e12, 312e12, _per_gpu("p4d.24xlarge", 8), "NVIDIA-A100-SXM4-40GB"),
+        GpuType("a100-80gb", 80, 2.039e12, 312e12, _per_gpu("p4de.24xlarge", 8), "NVIDIA-A100-SXM4-80GB"),
+        GpuType("h100-80gb", 80, 3.35e12, 989e12, _per_gpu("p5.48xlarge", 8), "NVIDIA-H100-80GB-HBM3"),
+        # p5e (H200) has no on-demand price; p5en carries the same 8 x H200.
+        GpuType("h200-141gb", 141, 4.8e12, 989e12, _per_gpu("p5en.48xlarge", 8), "NVIDIA-H200"),
+        GpuType("a10g-24gb", 24, 0.6e12, 70e12, _per_gpu("g5.xlarge", 1), "NVIDIA-A10G"),
+        GpuType("l4-24gb", 24, 0.3e12, 121e12, _per_gpu("g6.xlarge", 1), "NVIDIA-L4"),
+        GpuType("l40s-48gb", 48, 0.864e12, 362e12, _per_gpu("g6e.xlarge", 1), "NVIDIA-L40S"),
         # A deliberately slow profile so a laptop demo shows queueing at a handful of requests.
         GpuType("cpu-demo", 16, 0.05e12, 2e12, 0.0, "none"),
     )
@@ -135,6 +218,14 @@ MODELS: dict[str, ModelFacts] = {
         max_position=32768,
     ),
 }
+
+
+def instance_hour_usd(instance: str, region: str, capacity_type: str = "on-demand") -> Price | None:
+    """The price of one ``instance``-hour in ``region``: its spot price for spot when one is recorded, else its
+    on-demand price (the ceiling of a spot request, and the stand-in for a capacity block); None: not priced."""
+    if capacity_type == "spot" and (spot := SPOT_PRICES.get(instance, {}).get(region)) is not None:
+        return spot
+    return ON_DEMAND_PRICES.get(instance, {}).get(region)
 
 
 @functools.cache

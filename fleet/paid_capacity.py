@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleet.capacity import HOURS_PER_MONTH, PoolPlan, kv_budget_bytes, model_facts, plan_pool
-from fleet.catalog import GPUS, INSTANCES
+from fleet.catalog import GPUS, INSTANCES, SPOT_PRICES, instance_hour_usd
 from fleet.spec import FleetSpec, GpuNodeGroupSpec
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "GroupPlan",
     "PaidOption",
     "PaidPoint",
+    "instance_gpu_hour",
     "pack_zone",
     "paid_options",
     "plan_groups",
@@ -114,10 +115,41 @@ class GroupPlan:
 
 
 def _gpu_hour(spec: FleetSpec, gpu: str) -> float:
+    """Per GPU-hour of a GPU no instance type names (an existing cluster's): the stack's price, else the GPU's."""
     return spec.cost.gpu_hour_usd if spec.cost.gpu_hour_usd is not None else GPUS[gpu].hour_usd
 
 
-def _group_plan(spec: FleetSpec, group: GpuNodeGroupSpec, plans: Sequence[PoolPlan], hour: float) -> GroupPlan:
+def instance_gpu_hour(
+    spec: FleetSpec, instance_type: str, capacity_type: str, stack_price: bool = True
+) -> tuple[float, str | None]:
+    """Per GPU-hour of a node group of ``instance_type``, and a note when that price is a stand-in.
+
+    The stack's ``cost.gpuHourUsd`` wins (unless ``stack_price`` is false: it prices the stack's own GPU, not
+    another); else the catalogue's price of the instance in the stack's region (`fleet.catalog.instance_hour_usd`)
+    divided by its GPUs; else the GPU's price.
+    """
+    instance = INSTANCES[instance_type]
+    if stack_price and spec.cost.gpu_hour_usd is not None:
+        return spec.cost.gpu_hour_usd, None
+    price = instance_hour_usd(instance_type, spec.region, capacity_type)
+    if price is None:
+        hour = GPUS[instance.gpu].hour_usd
+        return hour, (
+            f"the catalogue has no on-demand price of {instance_type} in {spec.region}: priced at the "
+            f"{instance.gpu} rate, ${hour:.2f} per GPU-hour (set cost.gpuHourUsd)"
+        )
+    hour = price.usd / instance.gpu_count
+    basis = f"${price.usd:,.3f} an hour / {instance.gpu_count} GPUs ({price.source}, {price.as_of})"
+    if capacity_type == "spot" and SPOT_PRICES.get(instance_type, {}).get(spec.region) is None:
+        return hour, f"spot nodes priced at on demand, {basis}: the most a spot request pays by default"
+    if capacity_type == "capacity-block":
+        return hour, f"capacity-block nodes priced at on demand, {basis}: a block's price is set when it is bought"
+    return hour, None
+
+
+def _group_plan(
+    spec: FleetSpec, group: GpuNodeGroupSpec, plans: Sequence[PoolPlan], hour: float, note: str | None = None
+) -> GroupPlan:
     instance = INSTANCES[group.instance_type]
     zones = spec.zones_of(group)
     pools = [spec.pool(p.pool) for p in plans]
@@ -143,12 +175,7 @@ def _group_plan(spec: FleetSpec, group: GpuNodeGroupSpec, plans: Sequence[PoolPl
 
     at_min = point([p.replicas_min for p in plans])
     at_peak = point([p.replicas_peak for p in plans])
-    notes: list[str] = []
-    if group.capacity_type != "on-demand":
-        notes.append(
-            f"{group.capacity_type} nodes priced at ${hour:.2f} per GPU-hour: the catalogue has one price per "
-            "GPU-hour, no separate spot or capacity-block price"
-        )
+    notes: list[str] = [] if note is None else [note]
     crowded = max(at_peak.nodes_per_zone, default=0)
     if crowded > group.max_nodes_per_az:
         notes.append(
@@ -199,7 +226,8 @@ def plan_groups(spec: FleetSpec, plans: Sequence[PoolPlan] | None = None) -> lis
     for group in spec.gpu_node_groups:
         carried = [by_pool[p.name] for p in spec.pools if p.node_group == group.name and p.name in by_pool]
         if carried or group.min_nodes_per_az:  # A group no pool names still pays for its minimum.
-            groups.append(_group_plan(spec, group, carried, _gpu_hour(spec, INSTANCES[group.instance_type].gpu)))
+            hour, note = instance_gpu_hour(spec, group.instance_type, group.capacity_type)
+            groups.append(_group_plan(spec, group, carried, hour, note))
     loose = [by_pool[p.name] for p in spec.pools if p.node_group is None and p.name in by_pool]
     if loose:
         groups.append(_cluster_plan(spec, loose))
@@ -260,8 +288,8 @@ def _instance_options(spec: FleetSpec, plan: GroupPlan) -> list[PaidOption]:
             for t, p in zip(trial_plans, pools, strict=True)
         ):
             continue
-        hour = _gpu_hour(spec, gpu.name) if gpu.name == plan.gpu else gpu.hour_usd
         trial_group = trial.node_group(plan.group)
+        hour, _ = instance_gpu_hour(trial, name, trial_group.capacity_type, stack_price=gpu.name == plan.gpu)
         peak = _group_plan(trial, trial_group, trial_plans, hour).at_peak
         same_gpu = same_gpu or gpu.name == plan.gpu
         replicas = sum(t.replicas_peak for t in trial_plans)

@@ -260,7 +260,8 @@ class ModelStoreSpec(Spec):
 
 class CostSpec(Spec):
     gpu_hour_usd: float | None = Field(default=None, ge=0.0, le=1000.0)
-    """Default: the GPU's catalogue price."""
+    """A negotiated price per GPU-hour for every GPU node group. Default: the catalogue's on-demand price of the
+    group's instance type in the stack's region (fleet/catalog.py), divided by its GPUs."""
     monthly_ceiling_usd: float | None = Field(default=None, ge=0.0)
     """Warn (and fail the policy pack) above this monthly cost."""
 

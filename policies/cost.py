@@ -3,9 +3,10 @@
 monthly-cost-ceiling reads the ceiling and the GPU-hour price from the stack file the program deploys: the
 ``llmfleet-spec`` ConfigMap holds the spec every container loads, ``llmfleet:cost`` included, so the policy
 checks the numbers the stack declares rather than a copy kept in the pack. Policy config may override both per
-environment. Every GPU node group counts at its maximum size, whatever its capacity type; a capacity-block
-group names no instance types, so its instance type comes from its launch template (same environment, group and
-zone tags).
+environment. Every GPU node group counts at its maximum size, whatever its capacity type, at the stack's
+GPU-hour price or else the catalogue's on-demand price of its instance type in the stack's region (spot at that
+ceiling: `fleet.catalog.instance_hour_usd`); a capacity-block group names no instance types, so its instance type
+comes from its launch template (same environment, group and zone tags).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pulumi_policy import (
 
 from fleet import contract
 from fleet.capacity import HOURS_PER_MONTH
-from fleet.catalog import GPUS, INSTANCES
+from fleet.catalog import GPUS, INSTANCES, instance_hour_usd
 from fleet.loader import NAMESPACE
 from policies.common import (
     LAUNCH_TEMPLATE,
@@ -79,10 +80,12 @@ def allowed_instance_types_validator(args: ResourceValidationArgs, report_violat
 
 @dataclass(frozen=True)
 class StackCost:
-    """A stack's ``llmfleet:cost`` as deployed: the monthly ceiling and the GPU-hour price (None: unset)."""
+    """A stack's ``llmfleet:cost`` as deployed: the monthly ceiling and the GPU-hour price (None: unset), and
+    the region its catalogue prices are read for."""
 
     monthly_ceiling_usd: float | None = None
     gpu_hour_usd: float | None = None
+    region: str = "us-east-1"
 
 
 def stack_costs(resources: Iterable[PolicyResource]) -> dict[str, StackCost]:
@@ -99,7 +102,8 @@ def stack_costs(resources: Iterable[PolicyResource]) -> dict[str, StackCost]:
                 continue
             env = str(labels(props).get(contract.LABEL_ENVIRONMENT) or config.get(f"{NAMESPACE}:environment") or "")
             cost = mapping(config.get(f"{NAMESPACE}:cost"))
-            found[env] = StackCost(as_float(cost.get("monthlyCeilingUsd")), as_float(cost.get("gpuHourUsd")))
+            region = str(config.get("aws:region") or "us-east-1")
+            found[env] = StackCost(as_float(cost.get("monthlyCeilingUsd")), as_float(cost.get("gpuHourUsd")), region)
     return found
 
 
@@ -117,12 +121,19 @@ def node_group_instance_type(props: Any, templates: Mapping[tuple[str, str, str]
     return templates.get(_group_key(props))
 
 
-def node_group_max_cost(props: Any, instance_type: str, gpu_hour_usd: float | None = None) -> float:
-    """USD per month of a GPU node group of ``instance_type`` running at ``maxSize`` (catalogue price by default)."""
+def node_group_max_cost(
+    props: Any, instance_type: str, gpu_hour_usd: float | None = None, region: str = "us-east-1"
+) -> float:
+    """USD per month of a GPU node group of ``instance_type`` running at ``maxSize``: at ``gpu_hour_usd`` per GPU,
+    else the catalogue's on-demand price of the instance in ``region``, else its GPU's price."""
     instance = INSTANCES[instance_type]
-    price = gpu_hour_usd if gpu_hour_usd is not None else GPUS[instance.gpu].hour_usd
     nodes = as_int(mapping(mapping(props).get("scalingConfig")).get("maxSize"), 0) or 0
-    return nodes * instance.gpu_count * price * HOURS_PER_MONTH
+    if gpu_hour_usd is not None:
+        node_hour = gpu_hour_usd * instance.gpu_count
+    else:
+        listed = instance_hour_usd(instance_type, region)
+        node_hour = listed.usd if listed is not None else GPUS[instance.gpu].hour_usd * instance.gpu_count
+    return nodes * node_hour * HOURS_PER_MONTH
 
 
 def monthly_cost_ceiling_validator(args: StackValidationArgs, report_violation: ReportViolation) -> None:
@@ -145,8 +156,9 @@ def monthly_cost_ceiling_validator(args: StackValidationArgs, report_violation: 
         if instance is None or instance not in INSTANCES:
             unpriced[env].append(resource.name)
             continue
-        price = price_override if price_override is not None else stacks.get(env, StackCost()).gpu_hour_usd
-        totals[env] += node_group_max_cost(resource.props, instance, price)
+        stack = stacks.get(env, StackCost())
+        price = price_override if price_override is not None else stack.gpu_hour_usd
+        totals[env] += node_group_max_cost(resource.props, instance, price, stack.region)
     for env in sorted(set(totals) | set(unpriced)):
         ceiling = overrides.get(env, stacks.get(env, StackCost()).monthly_ceiling_usd)
         if ceiling is None:

@@ -2,7 +2,9 @@
 
 Per pool: memory, per-replica QPS, replicas and how busy they are at peak. Per node group: nodes, paid and used
 GPUs, paid-GPU utilisation, node-hours and monthly cost at the pools' min and at peak; under the 70% target,
-the options that would raise it. Warnings come in plain words.
+the options that would raise it. On aws, the fixed monthly charges (control plane, NAT gateways, endpoints:
+`fleet.fixed_costs`), and the totals with them. Prices are the catalogue's list prices (`fleet.catalog`), unless
+the stack sets ``cost.gpuHourUsd``. Warnings come in plain words.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict
 from fleet.capacity import PoolPlan, plan_pool
 from fleet.commands.registries import all_registries
 from fleet.errors import SpecError
+from fleet.fixed_costs import fixed_costs
 from fleet.loader import load_spec
 from fleet.paid_capacity import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
 from fleet.spec import FleetSpec
@@ -69,6 +72,7 @@ def _as_json(stack: str, spec: FleetSpec, plans: list[PoolPlan], groups: list[Gr
             }
             for g in groups
         ],
+        "fixed_costs": [asdict(c) for c in fixed_costs(spec)],
         "paid_gpu_utilisation_target": PAID_GPU_UTILISATION_TARGET,
     }
 
@@ -121,6 +125,12 @@ def render_plan(plans: list[PoolPlan], groups: list[GroupPlan] | None = None, sp
         lines += _render_group(group, spec)
     total_min = sum(g.at_min.monthly_cost_usd for g in groups)
     total_peak = sum(g.at_peak.monthly_cost_usd for g in groups)
+    fixed = fixed_costs(spec) if spec is not None else []
+    if fixed:
+        lines += _table("fixed monthly costs", [(c.item, f"${c.monthly_usd:,.0f} ({c.basis})") for c in fixed])
+        base = sum(c.monthly_usd for c in fixed)
+        lines.append(f"\ngpu nodes monthly cost min/peak: ${total_min:,.0f} / ${total_peak:,.0f}")
+        total_min, total_peak = total_min + base, total_peak + base
     lines.append(f"\ntotal monthly cost min/peak: ${total_min:,.0f} / ${total_peak:,.0f}")
     return "\n".join(lines)
 

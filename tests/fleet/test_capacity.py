@@ -83,7 +83,7 @@ def test_prod_plan_needs_six_replicas_for_200_qps() -> None:
     assert plan.replicas_needed == 6
     assert plan.gpus_peak == 6
     assert plan.nodes_per_az_peak == 1
-    assert plan.monthly_cost_peak_usd == pytest.approx(3 * 8 * 2.5 * 730)
+    assert plan.monthly_cost_peak_usd == pytest.approx(3 * 27.44705 * 730)  # p4de on demand, us-east-1
 
 
 def test_plan_says_when_the_mix_cannot_reach_the_target() -> None:

@@ -73,7 +73,8 @@ def test_prod_pays_for_24_gpus_and_uses_6_at_peak() -> None:
     assert group.at_peak.paid_utilisation == 0.25
     assert group.at_min.paid_utilisation == 0.125
     assert group.at_peak.node_hours_month == 3 * 730
-    assert group.at_min.monthly_cost_usd == group.at_peak.monthly_cost_usd == pytest.approx(24 * 2.5 * 730)
+    # p4de.24xlarge on demand in us-east-1: $27.44705 an instance-hour (fleet.catalog), not the old $2.50 a GPU.
+    assert group.at_min.monthly_cost_usd == group.at_peak.monthly_cost_usd == pytest.approx(3 * 27.44705 * 730)
 
 
 def test_the_per_zone_minimum_is_paid_even_when_replicas_need_less() -> None:
@@ -133,7 +134,7 @@ def test_two_pools_on_one_node_group_pack_together() -> None:
     assert (group.at_peak.paid_gpus, group.at_peak.used_gpus) == (24, 12)
     assert group.at_peak.paid_utilisation == 0.5
     # Each pool alone would pay for the same 24 GPUs: sharing halves the bill of the two.
-    assert group.at_peak.monthly_cost_usd == pytest.approx(24 * 2.5 * 730)
+    assert group.at_peak.monthly_cost_usd == pytest.approx(3 * 27.44705 * 730)
 
 
 def test_two_pools_that_overflow_a_node_add_a_node_per_zone() -> None:
@@ -192,7 +193,7 @@ def test_plan_prod_prints_paid_gpus_and_their_utilisation_at_min_and_peak() -> N
     assert _row(out, "paid-gpu utilisation min/peak") == "12% / 25% (target 70% at peak)"
     assert _row(out, "replica utilisation at peak") == "72% (200 qps on 6 x 46.0)"
     assert _row(out, "node-hours a month min/peak") == "2,190 / 2,190"
-    assert _row(out, "monthly cost min/peak") == "$43,800 / $43,800"
+    assert _row(out, "monthly cost min/peak") == "$60,109 / $60,109"  # 3 x p4de at $27.447 an hour
     assert "under the 70% target (18 of 24 paid GPUs idle). Options:" in out
 
 
