@@ -9,6 +9,7 @@ The pool's keys are in `fleet.spec_pool`, the gateway's in `fleet.spec_gateway`,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -235,6 +236,11 @@ class ImagesSpec(Spec):
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
 
 
+# Kubernetes label syntax: a name (or value) of at most 63 characters; an optional DNS-subdomain prefix.
+_LABEL_NAME = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
 class ObservabilitySpec(Spec):
     install_operator_crds: bool = True
     """Install the Prometheus Operator CRDs the SLO rules need; false when the cluster already runs the operator."""
@@ -244,6 +250,24 @@ class ObservabilitySpec(Spec):
     grafana_dashboards: bool = True
     """Install the fleet's Grafana dashboards as ConfigMaps in `prometheusNamespace`, labelled for the Grafana
     dashboard sidecar (kube-prometheus-stack); false when that namespace does not exist or runs no Grafana."""
+    prometheus_selector_labels: dict[str, str] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
+    """Labels on the fleet's PrometheusRules and PodMonitors: what the Prometheus that evaluates and scrapes them
+    selects them by. kube-prometheus-stack's Prometheus selects only `release: <its Helm release name>` unless told
+    otherwise; the default matches a release named `kube-prometheus-stack`. `{}` for a Prometheus that selects
+    every rule and monitor."""
+
+    @field_validator("prometheus_selector_labels")
+    @classmethod
+    def _selector_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            prefix, _, name = key.rpartition("/")
+            if not _LABEL_NAME.match(name) or (prefix and not _LABEL_PREFIX.match(prefix)):
+                raise ValueError(f"{key!r} is not a Kubernetes label key ([prefix/]name, at most 63 characters)")
+            if prefix.endswith("llmfleet.io"):
+                raise ValueError(f"{key!r}: the fleet sets its own llmfleet.io labels")
+            if value and not _LABEL_NAME.match(value):
+                raise ValueError(f"{value!r} (label {key!r}) is not a Kubernetes label value (at most 63 characters)")
+        return labels
 
 
 class ModelStoreSpec(Spec):

@@ -6,7 +6,10 @@ make Prometheus scrape what the rules read: engine pods on their ``engine`` (vLL
 pod's ``llmfleet.io/pool`` label copied to ``llmfleet_io_pool`` (what the engine rules select on), and gateway
 pods on ``admin``.
 
-Rules and monitors need the Prometheus Operator's CRDs: they wait for `infra.prometheus_crds.PrometheusCrds`
+Nothing here evaluates or scrapes them: a Prometheus Operator's Prometheus must select them, and each carries
+``observability.prometheusSelectorLabels`` for that (kube-prometheus-stack's default selectors match only its
+own ``release`` label; docs/cloud.md "SLO alerts need a Prometheus"). Rules and monitors need the Prometheus
+Operator's CRDs: they wait for `infra.prometheus_crds.PrometheusCrds`
 (``after``), or, with ``observability.installOperatorCrds: false``, say that the cluster's own operator has them
 (``llmfleet.io/prometheus-operator: existing``).
 """
@@ -43,6 +46,8 @@ class SloRules(pulumi.ComponentResource):
         operator = {
             contract.ANN_PROMETHEUS_OPERATOR: "installed" if spec.observability.install_operator_crds else "existing"
         }
+        # What the cluster's Prometheus selects rules and monitors by (kube-prometheus-stack: its release label).
+        selected = dict(spec.observability.prometheus_selector_labels)
         for pool in spec.pools:
             k8s.apiextensions.CustomResource(
                 f"{name}-{pool.name}",
@@ -51,7 +56,11 @@ class SloRules(pulumi.ComponentResource):
                 metadata={
                     "name": f"llmfleet-{pool.name}-slo",
                     "namespace": spec.cluster.namespace,
-                    "labels": {contract.LABEL_ENVIRONMENT: spec.environment, contract.LABEL_POOL: pool.name},
+                    "labels": {
+                        **selected,
+                        contract.LABEL_ENVIRONMENT: spec.environment,
+                        contract.LABEL_POOL: pool.name,
+                    },
                     "annotations": operator,
                 },
                 spec={"groups": pool_rule_groups(pool)},
@@ -69,7 +78,7 @@ class SloRules(pulumi.ComponentResource):
                 metadata={
                     "name": f"llmfleet-{component}",
                     "namespace": spec.cluster.namespace,
-                    "labels": {contract.LABEL_ENVIRONMENT: spec.environment},
+                    "labels": {**selected, contract.LABEL_ENVIRONMENT: spec.environment},
                     "annotations": operator,
                 },
                 spec=pod_monitor_spec(component, ports),
