@@ -31,6 +31,7 @@ def _pool(name: str, tp: int, replicas: tuple[int, int], peak_qps: float) -> dic
         "engine": {"kind": "vllm", "maxNumSeqs": 256, "tensorParallelSize": tp},
         "replicas": {"min": replicas[0], "max": replicas[1]},
         "workload": _workload(peak_qps),
+        "drain": {"graceSeconds": 345, "propagationSeconds": 10},  # covers the gateway's 330 s requests
     }
 
 
