@@ -356,7 +356,8 @@ def test_unknown_stack_name_lists_the_stacks() -> None:
 
 
 def test_a_gateway_drain_shorter_than_the_longest_request_is_a_warning() -> None:
-    document = stack_document("aws", **{"gateway.drain": {"graceSeconds": 120}})
+    # The preStop at the 120 s aws requires (fleet.validate_timing), against the aws preset's 330 s totalS.
+    document = stack_document("aws", **{"gateway.drain": {"graceSeconds": 200, "propagationSeconds": 120}})
     warnings = parse_spec(document, file="x.yaml").warnings
     (warning,) = [w for w in warnings if w.path == "llmfleet:gateway.drain.graceSeconds"]
-    assert "in-flight requests get 105 s" in warning.message and "600 s" in warning.message
+    assert "in-flight requests get 75 s" in warning.message and "330 s" in warning.message
