@@ -45,7 +45,7 @@ class ScalingPlan:
     ignore_desired: bool
 
     @property
-    def scaling_config(self) -> dict[str, int]:
+    def scaling_config(self) -> aws.eks.NodeGroupScalingConfigArgsDict:
         return {"min_size": self.min_size, "max_size": self.max_size, "desired_size": self.desired_size}
 
     @property
