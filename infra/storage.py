@@ -2,13 +2,15 @@
 
 Engines pull weights from the bucket into the node's NVMe cache; they can read it and nothing else
 (`infra.iam.model_read_policy`). Versioning keeps an overwritten model recoverable; all public access is
-blocked and objects are encrypted with KMS (bucket keys keep the KMS request cost flat). The bucket is
+blocked, a bucket policy denies every request not made over TLS, and objects are encrypted with KMS (bucket keys
+keep the KMS request cost flat). The bucket is
 ``protect``ed: ``pulumi destroy`` stops at it instead of failing half-way on a non-empty bucket (docs/cloud.md,
 "Tearing down").
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pulumi
@@ -17,7 +19,21 @@ import pulumi_aws as aws
 from fleet import contract
 from infra.iam import irsa_role, model_read_policy
 
-__all__ = ["ModelStore", "ModelStoreArgs"]
+__all__ = ["ModelStore", "ModelStoreArgs", "tls_only_policy"]
+
+
+def tls_only_policy(bucket_arn: str) -> str:
+    """The bucket policy: every request that is not over TLS is denied, to everyone, on the bucket and its
+    objects (S3 accepts plain HTTP unless a policy denies it; the engines and ``llmfleet model push`` use HTTPS)."""
+    statement = {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ class ModelStore(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        aws.s3.BucketPublicAccessBlock(
+        public_access = aws.s3.BucketPublicAccessBlock(
             f"{name}-models",
             bucket=bucket.id,
             block_public_acls=True,
@@ -66,8 +82,16 @@ class ModelStore(pulumi.ComponentResource):
             restrict_public_buckets=True,
             opts=child,
         )
-        aws.s3.BucketOwnershipControls(
+        ownership = aws.s3.BucketOwnershipControls(
             f"{name}-models", bucket=bucket.id, rule={"object_ownership": "BucketOwnerEnforced"}, opts=child
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-models",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(tls_only_policy),
+            # After the other bucket settings: S3 answers concurrent changes of one bucket's policy, public access
+            # block and ownership with 409 OperationAborted (hashicorp/terraform-provider-aws#7628).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access, ownership]),
         )
         role = irsa_role(
             f"{name}-engine",
