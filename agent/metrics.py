@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from agent.states import State, Transition
+from agent.states import AGENT_STATES, State, Transition
 
 __all__ = ["RESTART_REASONS", "AgentMetrics"]
 
@@ -56,7 +56,7 @@ class AgentMetrics:
         )  # fmt: skip
         self.info = Gauge("llmfleet_agent_info", "Replica identity", list(labels), registry=r)
         self.info.labels(**labels).set(1)
-        for state in State:
+        for state in AGENT_STATES:
             self.state.labels(state.value).set(1 if state is initial else 0)
 
     def on_transition(self, transition: Transition) -> None:

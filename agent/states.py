@@ -23,18 +23,14 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine", "Transition"]
+from fleet.wire import ReplicaState
+
+__all__ = ["AGENT_STATES", "TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine", "Transition"]
 
 
-class State(enum.Enum):
-    FETCHING = "fetching"  # model weights from the store into the node cache; no engine yet
-    STARTING = "starting"  # engine spawned; connection refused is expected until the cold-start deadline
-    WARMING = "warming"  # /health answers; a warm-up completion must succeed before routing
-    READY = "ready"  # serving; the only state in which /readyz is 200
-    DRAINING = "draining"  # not routable; in-flight requests finish, then the engine stops
-    STOPPED = "stopped"  # engine stopped for good; the agent exits
-    RESTARTING = "restarting"  # engine down; waiting out the crash backoff before a respawn
-    FAILED = "failed"  # crash loop: no restarts until an operator resets or the crash window passes
+State = ReplicaState
+"""The agent's states are the fleet's `ReplicaState` (all but ``launching``, which only the control plane uses)."""
+AGENT_STATES: tuple[State, ...] = tuple(s for s in State if s is not State.LAUNCHING)
 
 
 class Event(enum.Enum):

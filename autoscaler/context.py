@@ -23,11 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.spec import AutoscalingSpec, PoolSpec
+from fleet.wire import ReplicaState
 
 __all__ = ["ARRIVING_STATES", "ReplicaLoad", "ScalingContext", "build_context"]
 
 # States of replicas that will take traffic soon: capacity already on its way (cold-start awareness).
-ARRIVING_STATES = frozenset({"launching", "fetching", "starting", "warming", "restarting"})
+ARRIVING_STATES = frozenset(
+    {
+        ReplicaState.LAUNCHING,
+        ReplicaState.FETCHING,
+        ReplicaState.STARTING,
+        ReplicaState.WARMING,
+        ReplicaState.RESTARTING,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class ReplicaLoad:
     """One replica as the loop sees it. Load fields are None when unknown (no report or failed scrape)."""
 
     replica: str
-    state: str
+    state: ReplicaState
     stale: bool = False
     waiting: float | None = None
     running: float | None = None
@@ -94,7 +103,7 @@ class ScalingContext:
     @property
     def fresh_ready(self) -> tuple[ReplicaLoad, ...]:
         """Ready replicas with a recent report: the only ones whose load the policies may read."""
-        return tuple(r for r in self.replicas if r.state == "ready" and not r.stale)
+        return tuple(r for r in self.replicas if r.state == ReplicaState.READY and not r.stale)
 
     @property
     def arriving(self) -> tuple[ReplicaLoad, ...]:
@@ -103,7 +112,7 @@ class ScalingContext:
 
     @property
     def draining(self) -> tuple[ReplicaLoad, ...]:
-        return tuple(r for r in self.replicas if r.state in ("draining", "stopped"))
+        return tuple(r for r in self.replicas if r.state in (ReplicaState.DRAINING, ReplicaState.STOPPED))
 
     @property
     def unknown(self) -> tuple[ReplicaLoad, ...]:
@@ -111,19 +120,19 @@ class ScalingContext:
         return tuple(
             r
             for r in self.replicas
-            if r.state not in ("draining", "stopped", "failed")
-            and (r.stale or (r.state == "ready" and not r.has_metrics))
+            if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED, ReplicaState.FAILED)
+            and (r.stale or (r.state == ReplicaState.READY and not r.has_metrics))
         )
 
     @property
     def failed(self) -> tuple[ReplicaLoad, ...]:
         """Replicas their agent gave up on (crash loop): known to serve nothing, first to go on a scale-down."""
-        return tuple(r for r in self.replicas if r.state == "failed" and not r.stale)
+        return tuple(r for r in self.replicas if r.state == ReplicaState.FAILED and not r.stale)
 
     @property
     def current(self) -> int:
         """Replicas the pool runs and will keep (everything but draining ones)."""
-        return sum(1 for r in self.replicas if r.state not in ("draining", "stopped"))
+        return sum(1 for r in self.replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED))
 
     @property
     def capacity(self) -> int:

@@ -34,6 +34,7 @@ from autoscaler.startup import StartupHold
 from autoscaler.step import DemandHistory, decide, gateway_demand, pick_victims
 from fleet.capacity import plan_pool
 from fleet.spec import FleetSpec, PoolSpec
+from fleet.wire import ReplicaState
 
 __all__ = ["ControlLoop", "gateway_demand", "node_lead", "pick_victims", "planned_qps"]
 
@@ -118,15 +119,15 @@ class ControlLoop:
 
         def load(s: ReplicaSeen) -> ReplicaLoad:
             found = _load(s)
-            if found.state == "draining" and found.replica in holders:  # a planned restart, not a departure
-                return dataclasses.replace(found, state="restarting")
+            if found.state == ReplicaState.DRAINING and found.replica in holders:  # a planned restart, not a departure
+                return dataclasses.replace(found, state=ReplicaState.RESTARTING)
             return found
 
         if view.replicas is not None:
-            return tuple(load(seen[r]) if r in seen else ReplicaLoad(r, "launching") for r in view.replicas)
-        loads = [load(s) for s in seen.values() if s.report.state != "stopped"]
-        live = sum(1 for r in loads if r.state != "draining")
-        loads += [ReplicaLoad(f"pending-{i}", "launching") for i in range(max(0, view.target - live))]
+            return tuple(load(seen[r]) if r in seen else ReplicaLoad(r, ReplicaState.LAUNCHING) for r in view.replicas)
+        loads = [load(s) for s in seen.values() if s.report.state != ReplicaState.STOPPED]
+        live = sum(1 for r in loads if r.state != ReplicaState.DRAINING)
+        loads += [ReplicaLoad(f"pending-{i}", ReplicaState.LAUNCHING) for i in range(max(0, view.target - live))]
         return tuple(loads)
 
     async def decide(self, pool: PoolSpec, now: float) -> Decision:
@@ -142,7 +143,7 @@ class ControlLoop:
                 "before scaling"
             )
             inputs = {"replicas": [asdict(r) for r in replicas], "reported": sorted(reported)}
-            current = sum(1 for r in replicas if r.state not in ("draining", "stopped"))
+            current = sum(1 for r in replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED))
             return Hold(pool.name, current, current, reason, now, inputs, self.policy.name)
         step = decide(
             pool,

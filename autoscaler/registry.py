@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from fleet.wire import GatewayReport, LoadReport, ReplicaInfo, ReplicaList
+from fleet.wire import GatewayReport, LoadReport, ReplicaInfo, ReplicaList, ReplicaState
 
 __all__ = ["GatewayRegistry", "GatewaySeen", "ReplicaRegistry", "ReplicaSeen", "ReportRegistry", "Seen"]
 
@@ -91,7 +91,7 @@ class ReplicaRegistry(ReportRegistry[LoadReport]):
         super().__init__(lambda r: r.replica, stale_after_s, forget_after_s)
 
     def expired(self, report: LoadReport, age_s: float) -> bool:
-        return super().expired(report, age_s) or (report.state == "stopped" and age_s > self.stale_after_s)
+        return super().expired(report, age_s) or (report.state == ReplicaState.STOPPED and age_s > self.stale_after_s)
 
     def replica_list(self, pool: str, model: str, now: float) -> ReplicaList:
         """The discovery answer for gateways: every known replica except stopped ones, with its stale flag."""
@@ -105,7 +105,7 @@ class ReplicaRegistry(ReportRegistry[LoadReport]):
                 last_report=s.report,
             )
             for s in self.seen(pool, now)
-            if s.report.state != "stopped"
+            if s.report.state != ReplicaState.STOPPED
         ]
         return ReplicaList(pool=pool, model=model, replicas=infos, generated_at=now)
 

@@ -85,10 +85,14 @@ from fleet.wire import (
     PoolSummary,
     Released,
     ReplicaList,
+    ReplicaState,
     SloBudget,
 )
 
 __all__ = ["ControlPlane", "create_app"]
+
+# The replicas-per-state gauge's states: what agents report, less ``stopped`` (its agent is gone).
+REPORTED_GAUGE_STATES = tuple(s for s in ReplicaState if s not in (ReplicaState.LAUNCHING, ReplicaState.STOPPED))
 
 FREEZE_LOG_EVERY_S = 300.0  # a refusal repeated within this of the last one logged is not logged again
 
@@ -146,7 +150,7 @@ class ControlPlane:
         """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
         queue.perReplicaThreshold), the figure each gateway computes for itself from the same replica list."""
         spec = next(p for p in self.spec.pools if p.name == pool)
-        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == "ready")
+        ready = sum(1 for s in self.registry.seen(pool, now) if not s.stale and s.report.state == ReplicaState.READY)
         return admission_capacity(ready, spec.engine.max_num_seqs, self.spec.gateway.queue.per_replica_threshold)
 
     async def budget_allows(self, pool: str, change: str) -> tuple[bool, str]:
@@ -162,7 +166,7 @@ class ControlPlane:
             # Agents ask again every few seconds while frozen: one entry per freeze and then one every few minutes
             # keeps the scaling decisions in the (bounded) log.
             self.freezes_logged[(pool, change)] = now
-            replicas = sum(1 for s in self.registry.seen(pool, now) if s.report.state != "stopped")
+            replicas = sum(1 for s in self.registry.seen(pool, now) if s.report.state != ReplicaState.STOPPED)
             spent = {b.slo: round(b.spent, 4) for b in known.budgets}
             inputs = {"change": change, "spent": spent, "source": self.budgets.source.name}
             freeze = Freeze(pool, replicas, replicas, reason, now, inputs, policy="error-budget", change=change)
@@ -170,7 +174,7 @@ class ControlPlane:
         return allowed, reason
 
     def _replicas(self, pool: str) -> int:
-        return sum(1 for s in self.registry.seen(pool, self.clock()) if s.report.state != "stopped")
+        return sum(1 for s in self.registry.seen(pool, self.clock()) if s.report.state != ReplicaState.STOPPED)
 
     def settled(self, pool: str, now: float) -> bool:
         """Whether the registry can be trusted to list ``pool``'s replicas (see `autoscaler.startup`)."""
@@ -295,8 +299,8 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
                     model=pool.served_name,
                     min=pool.replicas.min,
                     max=pool.replicas.max,
-                    replicas=len([s for s in seen if s.report.state != "stopped"]),
-                    ready=len([s for s in seen if s.report.state == "ready" and not s.stale]),
+                    replicas=len([s for s in seen if s.report.state != ReplicaState.STOPPED]),
+                    ready=len([s for s in seen if s.report.state == ReplicaState.READY and not s.stale]),
                     stale=len([s for s in seen if s.stale]),
                     last_decision=decision_to_json(last) if last else None,
                 )
@@ -401,7 +405,7 @@ def create_app(cp: ControlPlane, auth: ControlAuth | None = None) -> FastAPI:
         now = cp.clock()
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
-            for state in ("fetching", "starting", "warming", "ready", "draining", "restarting", "failed"):
+            for state in REPORTED_GAUGE_STATES:
                 replicas_g.labels(pool.name, state).set(sum(1 for s in seen if s.report.state == state))
             stale_g.labels(pool.name).set(sum(1 for s in seen if s.stale))
             leases_g.labels(pool.name).set(len(cp.leases.holders(pool.name, now)))

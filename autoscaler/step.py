@@ -22,6 +22,7 @@ from autoscaler.guardrails import apply_guardrails
 from autoscaler.policies import ScalingPolicy
 from autoscaler.registry import GatewaySeen
 from fleet.spec import AutoscalingSpec, PoolSpec
+from fleet.wire import ReplicaState
 
 __all__ = [
     "DemandHistory",
@@ -40,13 +41,13 @@ def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
     """The ``count`` replicas to remove: failed ones first, then ones still launching (no traffic, nothing to
     drain), then ready ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale,
     no metrics) come last: they are never taken for idle ones."""
-    candidates = [r for r in ctx.replicas if r.state not in ("draining", "stopped")]
+    candidates = [r for r in ctx.replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED)]
 
     def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
-        if r.state == "failed" and not r.stale:
+        if r.state == ReplicaState.FAILED and not r.stale:
             return (-1, 0.0, 0.0, r.replica)  # broken: serves nothing, goes first
-        unknown = r.stale or (r.state == "ready" and not r.has_metrics)
-        rank = 3 if unknown else 0 if r.state == "launching" else 1 if r.state != "ready" else 2
+        unknown = r.stale or (r.state == ReplicaState.READY and not r.has_metrics)
+        rank = 3 if unknown else 0 if r.state == ReplicaState.LAUNCHING else 1 if r.state != ReplicaState.READY else 2
         return (rank, r.load, r.kv_usage if r.kv_usage is not None else 1.0, r.replica)
 
     return tuple(r.replica for r in sorted(candidates, key=order)[:count])

@@ -16,9 +16,10 @@ gateway's share of the pool's admission capacity. The operators' views of the co
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import enum
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "Accepted",
@@ -30,6 +31,7 @@ __all__ = [
     "GatewayAccepted",
     "GatewayReport",
     "RATE_WINDOW_S",
+    "ReplicaState",
     "LeaseGrant",
     "LeaseRequest",
     "LeasesResponse",
@@ -48,7 +50,30 @@ __all__ = [
     "SloBudget",
 ]
 
-AgentState = Literal["fetching", "starting", "warming", "ready", "draining", "stopped", "restarting", "failed"]
+
+class ReplicaState(enum.StrEnum):
+    """A replica's state, one enum for the agent (its state machine, `agent.states`), the control plane and the
+    simulator. A str enum: on the wire and in JSON it is its value (``"ready"``), and it compares equal to it."""
+
+    LAUNCHING = "launching"  # the control plane's only: started by the actuator, no report from its agent yet
+    FETCHING = "fetching"  # model weights from the store into the node cache; no engine yet
+    STARTING = "starting"  # engine spawned; connection refused is expected until the cold-start deadline
+    WARMING = "warming"  # /health answers; a warm-up completion must succeed before routing
+    READY = "ready"  # serving; the only state in which the agent's /readyz is 200
+    DRAINING = "draining"  # not routable; in-flight requests finish, then the engine stops
+    STOPPED = "stopped"  # engine stopped for good; the agent exits
+    RESTARTING = "restarting"  # engine down; waiting out the crash backoff before a respawn
+    FAILED = "failed"  # crash loop: no restarts until an operator resets or the crash window passes
+
+
+def _reported(state: ReplicaState) -> ReplicaState:
+    if state is ReplicaState.LAUNCHING:
+        raise ValueError("launching is the control plane's state for a replica no agent has reported yet")
+    return state
+
+
+AgentState = Annotated[ReplicaState, AfterValidator(_reported)]
+"""A state an agent reports: any `ReplicaState` but ``launching``."""
 
 
 class Wire(BaseModel):

@@ -41,7 +41,7 @@ from engine_sim.config import EngineConfig
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan
 from fleet.capacity import admission_capacity, model_facts, pool_gpu
 from fleet.spec import FleetSpec, PoolSpec
-from fleet.wire import RATE_WINDOW_S, GatewayReport
+from fleet.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from gateway.reporting import PoolTraffic
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.control import Controller
@@ -84,7 +84,7 @@ class Replica:
     name: str
     scheduler: Scheduler
     launched_at: float
-    state: str = "launching"  # launching -> ready -> draining -> stopped
+    state: ReplicaState = ReplicaState.LAUNCHING  # launching -> ready -> draining -> stopped
     stopped_at: float | None = None
     plan: StepPlan | None = None
     run_seq: int = 0  # the scheduler's current decode run's event carries this; an older one is stale
@@ -182,12 +182,12 @@ class FleetSim:
         self.replicas.append(replica)
         self.by_name[name] = replica
         if ready:
-            replica.state = "ready"
+            replica.state = ReplicaState.READY
         else:
             self.push(now + self.pool.cold_start_seconds, "ready", replica)
 
     def live(self) -> list[Replica]:
-        return [r for r in self.replicas if r.state != "stopped"]
+        return [r for r in self.replicas if r.state != ReplicaState.STOPPED]
 
     def run(self) -> Result:
         start = time.perf_counter()
@@ -230,7 +230,7 @@ class FleetSim:
             url=f"sim://{r.name}",
             pool=self.pool.name,
             model=self.model,
-            ready=r.state == "ready",
+            ready=r.state == ReplicaState.READY,
             ejected=False,
             metrics_age_s=None if r.scraped_at is None else now - r.scraped_at,
             running=running,
@@ -241,7 +241,7 @@ class FleetSim:
         )
 
     def admission_capacity(self) -> int:
-        routable = sum(1 for r in self.replicas if r.state == "ready")
+        routable = sum(1 for r in self.replicas if r.state == ReplicaState.READY)
         return admission_capacity(routable, self.pool.engine.max_num_seqs, self.queue_cfg.per_replica_threshold)
 
     def on_arrival(self, now: float, item: tuple[int, TraceRequest]) -> None:
@@ -275,7 +275,7 @@ class FleetSim:
 
     def dispatch(self, now: float, item: tuple[int, TraceRequest]) -> None:
         index, a = item
-        views = [self.endpoint_view(r, now) for r in self.replicas if r.state == "ready"]
+        views = [self.endpoint_view(r, now) for r in self.replicas if r.state == ReplicaState.READY]
         info = RequestInfo(a.rid, self.model, "acme", 8, prompt_text(a), None, now)
         decision = self.router.route(views, info)
         if decision is None:
@@ -330,7 +330,7 @@ class FleetSim:
         self.kick(r, now)
         if self.gw_queue:
             self.pump(now)
-        if r.state == "draining" and r.in_flight == 0:
+        if r.state == ReplicaState.DRAINING and r.in_flight == 0:
             self.stop(r, now)
 
     def on_run(self, now: float, item: tuple[Replica, int]) -> None:
@@ -349,11 +349,11 @@ class FleetSim:
             out.extend(array("d", [latency]) * count)
 
     def stop(self, r: Replica, now: float) -> None:
-        r.state, r.stopped_at = "stopped", now
+        r.state, r.stopped_at = ReplicaState.STOPPED, now
 
     def on_ready(self, now: float, r: Replica) -> None:
-        if r.state == "launching":
-            r.state = "ready"
+        if r.state == ReplicaState.LAUNCHING:
+            r.state = ReplicaState.READY
             self.pump(now)
 
     # -- what the agents and the gateway report ------------------------------------------------------------
@@ -388,8 +388,8 @@ class FleetSim:
     def loads(self, now: float) -> tuple[ReplicaLoad, ...]:
         out: list[ReplicaLoad] = []
         for r in self.live():
-            if r.state == "launching" or r.scraped_at is None:
-                out.append(ReplicaLoad(r.name, "launching" if r.state == "launching" else r.state))
+            if r.state == ReplicaState.LAUNCHING or r.scraped_at is None:
+                out.append(ReplicaLoad(r.name, r.state))
                 continue
             running, waiting, kv, p99, tps = r.scraped
             out.append(ReplicaLoad(r.name, r.state, False, waiting, running, kv, p99, tps, now - r.scraped_at))
@@ -406,10 +406,10 @@ class FleetSim:
                 self.result.actions += 1
                 for name in decision.victims:
                     r = self.by_name[name]
-                    if r.state == "launching" or r.in_flight == 0:
+                    if r.state == ReplicaState.LAUNCHING or r.in_flight == 0:
                         self.stop(r, now)
                     else:
-                        r.state = "draining"
+                        r.state = ReplicaState.DRAINING
         billed = len(self.live())
         self.result.peak_replicas = max(self.result.peak_replicas, billed)
         p99 = quantile(sorted(self.tick_ttfts), 0.99) if self.tick_ttfts else float("nan")
