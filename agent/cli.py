@@ -176,6 +176,8 @@ def store_options(args: argparse.Namespace, spec: FleetSpec) -> StoreOptions | N
         cache_dir=args.model_cache,
         hub_fallback=spec.model_store.hub_fallback,
         region=spec.region if spec.target == "aws" else None,
+        concurrency=spec.model_store.concurrency,
+        part_size=spec.model_store.part_size_mib * 1024 * 1024,
     )
 
 

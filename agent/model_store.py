@@ -7,8 +7,13 @@ engine loads the local directory. Node cache layout (``cache_dir`` is ``/models/
     <cache_dir>/<model id>/<revision>.lock             fcntl lock: one fetcher per model on the node
     <cache_dir>/<model id>/<revision>.manifest.json    the verified manifest, written last: "complete"
 
-* Resumable: a file is downloaded to ``<path>.partial`` and continued from its length (an HTTP Range request)
-  when an agent restarts mid-download; it is renamed into place only once its sha256 matches.
+* Parallel: a file above ``part_size`` (``modelStore.partSizeMib``) is fetched as ranged GETs, ``concurrency``
+  (``modelStore.concurrency``) at a time, each written at its offset into the preallocated partial
+  (`agent.ranged_fetch`); smaller files are one GET each, one after the other.
+* Resumable: a file is downloaded to ``<path>.partial`` and renamed into place only once its sha256 matches. When an
+  agent restarts mid-download, a small file continues from the partial's length (an HTTP Range request), a large
+  one fetches only the ranges its sidecar ``.<name>.partial.parts`` does not list as complete. The sha256 is computed
+  over the whole file once its last part has landed.
 * A checksum mismatch discards the file and downloads it once more from byte 0; a second mismatch fails the fetch
   with `ChecksumError`, naming the file.
 * Agents sharing a node's cache take the lock in turn: the second waits, then finds the marker equal to the
@@ -16,7 +21,9 @@ engine loads the local directory. Node cache layout (``cache_dir`` is ``/models/
 * ``hub_fallback`` (the stack's ``modelStore.hubFallback``): any `FetchError` is logged and the engine loads the
   model from the Hugging Face Hub instead; otherwise the error fails the fetch.
 
-`ModelFetcher.fetch` blocks (boto3, hashing): the agent runs it in a worker thread and calls `cancel` on a drain.
+`ModelFetcher.fetch` blocks (boto3, hashing): the agent runs it in a worker thread and calls `cancel` on a drain;
+every download and the hashing of a large file stop at the next 1 MiB chunk. ``llmfleet_agent_model_fetched_bytes``
+counts the bytes as they arrive, from every part.
 """
 
 from __future__ import annotations
@@ -34,6 +41,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent.metrics import AgentMetrics
+from agent.ranged_fetch import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_PART_SIZE,
+    FetchCancelled,
+    FetchError,
+    RangedObject,
+    discard,
+    fetch_ranges,
+    hash_partial,
+    sidecar_path,
+)
 from fleet.model_manifest import PARTIAL_SUFFIX, Manifest, ManifestError, ManifestFile, ModelKeys, sha256_file
 
 __all__ = ["ChecksumError", "FetchCancelled", "FetchError", "FetchResult", "ModelFetcher", "StoreOptions"]
@@ -42,16 +60,8 @@ log = logging.getLogger(__name__)
 _CHUNK = 1024 * 1024
 
 
-class FetchError(RuntimeError):
-    """The store could not provide the model; the message names the object or file and why."""
-
-
 class ChecksumError(FetchError):
     """A file's sha256 differed from the manifest's twice in a row (a corrupt or changing object)."""
-
-
-class FetchCancelled(Exception):
-    """`ModelFetcher.cancel` was called (a drain): the fetch stopped between two chunks; partial files stay."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,8 @@ class StoreOptions:
     cache_dir: Path
     hub_fallback: bool = False
     region: str | None = None  # None: boto3's own default (AWS_REGION in a pod with an IRSA role)
+    concurrency: int = DEFAULT_CONCURRENCY  # ranged GETs in flight for one large file
+    part_size: int = DEFAULT_PART_SIZE  # bytes per ranged GET; files up to this size take one GET
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,8 @@ class FetchResult:
 
 
 class ModelFetcher:
-    """One model revision from ``bucket`` (``client``: a boto3 S3 client) into ``cache_dir``."""
+    """One model revision from ``bucket`` (``client``: a boto3 S3 client, thread-safe, with a connection pool of
+    at least ``concurrency``) into ``cache_dir``."""
 
     def __init__(
         self,
@@ -86,9 +99,12 @@ class ModelFetcher:
         *,
         hub_fallback: bool = False,
         lock_poll_s: float = 0.2,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        part_size: int = DEFAULT_PART_SIZE,
     ) -> None:
         self.client, self.bucket, self.keys, self.metrics = client, bucket, keys, metrics
         self.hub_fallback = hub_fallback
+        self.concurrency, self.part_size = concurrency, part_size
         self.model_dir = cache_dir / keys.model / keys.revision
         self._marker = self.model_dir.with_name(f"{keys.revision}.manifest.json")
         self._lock_path = self.model_dir.with_name(f"{keys.revision}.lock")
@@ -96,6 +112,7 @@ class ModelFetcher:
         self._cancelled = threading.Event()
         self.phase = "idle"  # for /status: idle, manifest, waiting_for_lock, downloading, done, failed
         self.bytes_fetched = 0
+        self._count_lock = threading.Lock()  # parts add to bytes_fetched from the pool's threads
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -219,7 +236,7 @@ class ModelFetcher:
                 self.metrics.model_files_verified.inc()
                 return
             self.metrics.model_checksum_failures.inc()
-            final.with_name(final.name + PARTIAL_SUFFIX).unlink()
+            discard(final.with_name(final.name + PARTIAL_SUFFIX))
             log.warning("%s: sha256 %s, manifest says %s (attempt %d of 2)", entry.path, got, entry.sha256, attempt)
         raise ChecksumError(
             f"{entry.path}: sha256 does not match the manifest after two downloads of "
@@ -227,11 +244,34 @@ class ModelFetcher:
         )
 
     def _download(self, entry: ManifestFile, final: Path) -> str:
-        """Continue ``<final>.partial`` from its length; rename it to ``final`` when its sha256 matches; the digest."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
+        """Fetch ``<final>.partial``; rename it to ``final`` when its sha256 matches; the digest."""
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
         partial.parent.mkdir(parents=True, exist_ok=True)
+        if entry.size > self.part_size:
+            key = self.keys.file(entry.path)
+            obj = RangedObject(self.client, self.bucket, key, entry.size, entry.sha256, entry.path)
+            fetch_ranges(
+                obj,
+                partial,
+                part_size=self.part_size,
+                concurrency=self.concurrency,
+                cancelled=self._cancelled,
+                on_bytes=self._count,
+            )
+            got = hash_partial(partial, self._cancelled)
+        else:
+            got = self._download_stream(entry, partial)
+        if got == entry.sha256:
+            os.replace(partial, final)
+            sidecar_path(partial).unlink(missing_ok=True)
+        return got
+
+    def _download_stream(self, entry: ManifestFile, partial: Path) -> str:
+        """Continue ``partial`` from its length in one GET; its digest."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if sidecar_path(partial).exists():  # left by a ranged fetch (a larger part size): not a prefix
+            discard(partial)
         offset = _size(partial) or 0
         if offset > entry.size:  # not a prefix of this file: start over
             partial.unlink()
@@ -248,15 +288,16 @@ class ModelFetcher:
                             raise FetchCancelled()
                         out.write(chunk)
                         digest.update(chunk)
-                        self.bytes_fetched += len(chunk)
-                        self.metrics.model_fetched_bytes.inc(len(chunk))
+                        self._count(len(chunk))
                 except (BotoCoreError, ClientError) as exc:
                     raise FetchError(f"{entry.path}: {self.url(key)}: {exc}") from None
                 log.info("fetched %s (%d bytes from offset %d)", entry.path, entry.size - offset, offset)
-        got = digest.hexdigest()
-        if got == entry.sha256:
-            os.replace(partial, final)
-        return got
+        return digest.hexdigest()
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.bytes_fetched += n
+        self.metrics.model_fetched_bytes.inc(n)
 
     def _remove_strays(self, manifest: Manifest) -> None:
         """Files the manifest does not list (a re-pushed revision's old shards, stale partials) would confuse vLLM."""

@@ -99,12 +99,14 @@ class Agent:
         self.fetched: FetchResult | None = None
         if store is not None:
             self.fetcher = ModelFetcher(
-                s3 if s3 is not None else _s3_client(store.region),
+                s3 if s3 is not None else _s3_client(store.region, store.concurrency),
                 store.bucket,
                 ModelKeys(store.prefix, pool.model, pool.model_revision),
                 store.cache_dir,
                 self.metrics,
                 hub_fallback=store.hub_fallback,
+                concurrency=store.concurrency,
+                part_size=store.part_size,
             )
             # LoRA adapters live in the same store, each under its own id and revision.
             self.adapter_fetchers = {
@@ -115,6 +117,8 @@ class Agent:
                     store.cache_dir,
                     self.metrics,
                     hub_fallback=store.hub_fallback,
+                    concurrency=store.concurrency,
+                    part_size=store.part_size,
                 )
                 for a in pool.adapters
             }
@@ -274,10 +278,12 @@ class Agent:
             await server.stop()
 
 
-def _s3_client(region: str | None) -> Any:
+def _s3_client(region: str | None, concurrency: int) -> Any:
     import boto3  # only agents with a model store pay for the import
+    from botocore.config import Config
 
-    return boto3.client("s3", region_name=region)
+    # One pooled connection per ranged GET in flight (botocore keeps 10), else each extra one reconnects.
+    return boto3.client("s3", region_name=region, config=Config(max_pool_connections=max(10, concurrency)))
 
 
 async def _fetch_in_thread(fetcher: ModelFetcher) -> FetchResult:

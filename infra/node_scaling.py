@@ -4,8 +4,8 @@ The desired size belongs to the autoscaler, so Pulumi normally ignores it. But E
 ``UpdateNodegroupConfig`` whose desired size lies outside ``[min, max]`` (``InvalidParameterException: Minimum
 capacity 4 can't be greater than desired size 2``), and when the stack changes a group's bounds the provider sends
 the whole scaling config, with the desired size from Pulumi's state, which the autoscaler has since moved. So
-before registering a group the program reads its live scaling config (``eks:ListNodegroups``,
-``eks:DescribeNodegroup``, `live_scaling`) and `plan_scaling` decides:
+before registering a group the program reads its live scaling config (``eks:ListClusters``,
+``eks:ListNodegroups``, ``eks:DescribeNodegroup``, `live_scaling`) and `plan_scaling` decides:
 
 * no live group (first ``up``, or the read is not allowed): desired = min, and Pulumi ignores later changes;
 * the bounds are unchanged: nothing is sent, desired stays ignored, so the autoscaler's value stands;
@@ -69,8 +69,11 @@ def live_scaling(cluster_name: str, logical_name: str) -> LiveScaling | None:
     """The live scaling config of the group Pulumi auto-named from ``logical_name`` (``<logical>-<7 hex>``) in
     ``cluster_name``; None when the cluster or the group does not exist yet or cannot be read."""
     try:
+        # ListClusters first: on a first `up` there is no cluster, and ListNodegroups would fail on it.
+        if cluster_name not in (aws.eks.get_clusters().names or []):
+            return None
         names = aws.eks.get_node_groups(cluster_name=cluster_name).names or []
-    except Exception:  # noqa: BLE001 - no cluster yet (first up) or no read permission: plan as for a new group
+    except Exception:  # noqa: BLE001 - no read permission: plan as for a new group (the desired size ignored)
         return None
     pattern = re.compile(rf"{re.escape(logical_name)}-[0-9a-f]{{7}}")
     matches = [n for n in names if pattern.fullmatch(n)]

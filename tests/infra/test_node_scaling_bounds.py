@@ -50,7 +50,15 @@ def _live_account(scaling: Mapping[str, tuple[int, int, int]]) -> dict[str, Any]
         config = {"minSize": low, "maxSize": high, "desiredSize": desired}
         return {"clusterName": args["clusterName"], "nodeGroupName": args["nodeGroupName"], "scalingConfigs": [config]}
 
-    return {"aws:eks/getNodeGroups:getNodeGroups": groups, "aws:eks/getNodeGroup:getNodeGroup": group}
+    def clusters(args: Mapping[str, Any]) -> dict[str, Any]:
+        del args  # Unused: ListClusters takes none.
+        return {"id": "us-east-1", "names": ["llmfleet-prod", "another-cluster"]}
+
+    return {
+        "aws:eks/getClusters:getClusters": clusters,
+        "aws:eks/getNodeGroups:getNodeGroups": groups,
+        "aws:eks/getNodeGroup:getNodeGroup": group,
+    }
 
 
 def _groups(found: Registrations) -> dict[str, tuple[dict[str, Any], tuple[str, ...]]]:
