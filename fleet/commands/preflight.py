@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, clients: ClientFactory | None = None) -> int:
         spec=spec,
         clients=clients or boto3_clients(spec.region),
         bucket=_bucket(args, loaded.name, loaded.file) if uses_bucket else None,
-        hostname=args.hostname or getattr(spec.gateway, "hostname", None),
+        hostname=args.hostname or spec.gateway.hostname,
     )
     findings = run_checks(ctx, names)
     for finding in findings:
