@@ -280,6 +280,12 @@ class ModelStoreSpec(Spec):
     hub_fallback: bool = False
     """Load a pool's model from the Hugging Face Hub when the store cannot provide it (not pushed, unreachable,
     failed checksums); false: the agent fails with the reason instead."""
+    concurrency: int = Field(default=16, ge=1, le=64)
+    """Ranged GETs the agent keeps in flight for one file larger than `partSizeMib` (1: one part after the other).
+    AWS suggests one request per 85-90 MB/s wanted, about 15 for a 10 Gb/s NIC."""
+    part_size_mib: int = Field(default=16, ge=1, le=1024)
+    """Size of each ranged GET; smaller files take one GET. AWS suggests 8-16 MB; 16 divides `llmfleet model
+    push`'s 64 MiB upload parts."""
 
 
 class CostSpec(Spec):
@@ -296,12 +302,6 @@ AliasName = Annotated[str, Field(pattern=_ALIAS_NAME)]
 Weight = Annotated[int, Field(ge=0, strict=True)]
 
 
-    concurrency: int = Field(default=16, ge=1, le=64)
-    """Ranged GETs the agent keeps in flight for one file larger than `partSizeMib` (1: one part after the other).
-    AWS suggests one request per 85-90 MB/s wanted, about 15 for a 10 Gb/s NIC."""
-    part_size_mib: int = Field(default=16, ge=1, le=1024)
-    """Size of each ranged GET; smaller files take one GET. AWS suggests 8-16 MB; 16 divides `llmfleet model
-    push`'s 64 MiB upload parts."""
 class RolloutSpec(Spec):
     """How a canary rollout of the alias runs (``llmfleet rollout start``), e.g. ``{steps: [1, 5, 25, 50, 100],
     bakeS: 300, minSamples: 100}``."""
