@@ -12,7 +12,10 @@ import base64
 import email
 import re
 import shlex
+import shutil
+import subprocess
 from email.message import Message
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +143,23 @@ def test_nodes_may_only_pull_images_and_are_reachable_through_session_manager() 
         "AmazonEC2ContainerRegistryPullOnly",
         "AmazonSSMManagedInstanceCore",
     }
+
+
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="needs systemctl (systemd 252, as on AL2023)")
+def test_enabling_before_the_raid_exists_links_the_unit_into_the_mounts_wants(tmp_path: Path) -> None:
+    """What the user data's ``systemctl enable`` does on a node, in an offline root: the mount unit does not exist
+    yet (setup-local-disks writes it later), systemctl warns, and still links the unit for the mount to pull in."""
+    units = tmp_path / "etc/systemd/system"
+    units.mkdir(parents=True)
+    _, unit = script_and_unit(node_user_data(model_cache=True))
+    script = mime_parts(node_user_data(model_cache=True))["text/x-shellscript"]
+    text = re.search(r"<<'UNIT'\n(.*?\n)UNIT\n", script, re.S)
+    assert text is not None
+    (units / MODEL_CACHE_UNIT_NAME).write_text(text.group(1))
+    done = subprocess.run(
+        ["systemctl", f"--root={tmp_path}", "enable", MODEL_CACHE_UNIT_NAME], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    link = units / f"{RAID_MOUNT_UNIT}.wants" / MODEL_CACHE_UNIT_NAME
+    assert link.is_symlink()
+    assert unit["Install"]["WantedBy"] == [RAID_MOUNT_UNIT]
