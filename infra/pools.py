@@ -52,6 +52,7 @@ from fleet.marks import (
     ANN_FIRST_READY,
     ANN_PULUMI_TIMEOUT,
     ANN_RESUME_STREAMS,
+    DEFAULT_AWAIT_S,
 )
 from fleet.spec import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
@@ -80,6 +81,7 @@ __all__ = [
     "engine_labels",
     "first_ready_seconds",
     "pool_checksum",
+    "progress_deadline_seconds",
 ]
 
 MODEL_CACHE_MOUNT = "/models"  # the node cache volume inside the engine container
@@ -98,11 +100,17 @@ def first_ready_seconds(pool: PoolSpec) -> int:
     return pull + math.ceil(pool.cold_start_seconds)
 
 
+def progress_deadline_seconds(pool: PoolSpec) -> int:
+    """The Deployment's ``progressDeadlineSeconds``: `first_ready_seconds`, never below Kubernetes' default 600 s
+    (a simulated pool's 30 s cold start would otherwise stall its rollout on a slow image pull)."""
+    return max(DEFAULT_AWAIT_S, first_ready_seconds(pool))
+
+
 def await_timeouts(pool: PoolSpec) -> tuple[int, int]:
     """(create, update) seconds Pulumi awaits the Deployment: a create starts ``replicas.min`` at once; an update
     replaces replicas one at a time (maxSurge 1), each a cold start on a warm node. Both outlast the progress
     deadline, so a stuck rollout is reported by Kubernetes (ProgressDeadlineExceeded), not by a Pulumi timeout."""
-    create = first_ready_seconds(pool) + 300
+    create = progress_deadline_seconds(pool) + 300
     update = create + max(0, pool.replicas.max - 1) * (math.ceil(pool.cold_start_seconds) + 60)
     return create, update
 
@@ -269,7 +277,7 @@ def engine_deployment_spec(
         "replicas": pool.replicas.min,
         "selector": {"match_labels": labels},
         "strategy": {"type": "RollingUpdate", "rolling_update": {"max_surge": 1, "max_unavailable": 0}},
-        "progress_deadline_seconds": first_ready_seconds(pool),
+        "progress_deadline_seconds": progress_deadline_seconds(pool),
         "template": {"metadata": {"labels": labels, "annotations": template_annotations}, "spec": pod},
     }
 

@@ -108,6 +108,12 @@ def test_engine_deployments_outlast_an_image_pull_and_a_cold_start(prod: Offline
     assert int(annotations[ANN_PULUMI_TIMEOUT]) > first_ready
 
 
+def test_a_simulated_pool_keeps_the_default_progress_deadline(dev: OfflineRun) -> None:
+    engine = _engine(dev)
+    assert int(engine.props["metadata"]["annotations"][ANN_FIRST_READY]) == 30  # dev's coldStartSeconds
+    assert engine.props["spec"]["progressDeadlineSeconds"] == DEFAULT_AWAIT_S  # never below Kubernetes' 600 s
+
+
 def test_engine_deployments_register_custom_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
     register = offline._RecordingMonitor.RegisterResource
