@@ -131,7 +131,23 @@ class CpuNodeGroupSpec(Spec):
     instance_type: str = "m6i.xlarge"
     """Instance type of the CPU node group (gateways, control plane)."""
     min_nodes: int = Field(default=2, ge=1, le=100)
-    max_nodes: int = Field(default=6, ge=1, le=100)
+    """Nodes of the group: what it runs at, unless `autoscaler` is external."""
+    max_nodes: int = Field(default=2, ge=1, le=100)
+    """Most nodes (default: minNodes). Above minNodes only with `autoscaler: external`: the fleet's own autoscaler
+    resizes GPU groups only, and the program installs no cluster-autoscaler or Karpenter."""
+    autoscaler: Literal["none", "external"] = "none"
+    """What resizes the group between minNodes and maxNodes: none, or external (a cluster-autoscaler or Karpenter
+    the cluster owner runs: `pulumi up` keeps the group's live desired size while the bounds are unchanged)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_defaults_to_min(cls, data: object) -> object:
+        # maxNodes left out means a fixed group of minNodes, not the field's own default.
+        if isinstance(data, dict) and not {"maxNodes", "max_nodes"} & data.keys():
+            minimum = data.get("minNodes", data.get("min_nodes"))
+            if minimum is not None:
+                return {**data, "maxNodes": minimum}
+        return data
 
 
 class TenantSpec(Spec):

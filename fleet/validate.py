@@ -126,6 +126,16 @@ def _check_zones_and_groups(spec: FleetSpec) -> Iterator[Problem]:
         yield _warn("cpuNodeGroup.instanceType", "a GPU instance type for the CPU node group wastes GPUs")
     if spec.cpu_node_group.min_nodes > spec.cpu_node_group.max_nodes:
         yield _err("cpuNodeGroup.minNodes", f"must be <= maxNodes ({spec.cpu_node_group.max_nodes})")
+    cpu = spec.cpu_node_group
+    if spec.target == "aws" and cpu.min_nodes < cpu.max_nodes and cpu.autoscaler == "none":
+        # A maxNodes nothing reaches is a quota asked for and a cost quoted, while HPA growth past minNodes pends.
+        yield _err(
+            "cpuNodeGroup.maxNodes",
+            f"nothing grows the CPU group above minNodes ({cpu.min_nodes}): the fleet's autoscaler resizes only GPU "
+            f"node groups and the program installs no cluster-autoscaler; set maxNodes to {cpu.min_nodes} (or leave "
+            "it out), or autoscaler: external when the cluster owner runs one",
+            cpu.max_nodes,
+        )
     names: set[str] = set()
     for i, group in enumerate(spec.gpu_node_groups):
         path = f"gpuNodeGroups[{i}]"
