@@ -92,7 +92,7 @@ def main() -> int:
             ):
                 client = _client(via, args.concurrency)
                 print(f"{where}:")
-                rates = []
+                rates: list[float] = []
                 for label, concurrency, part_size in runs:
                     seconds = _fetch(client, Path(tmp) / f"cache-{len(rates)}-{via}", concurrency, part_size)
                     rates.append(size / seconds / 1e6)
