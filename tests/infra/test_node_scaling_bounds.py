@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fleet.loader import load_spec
 from infra.node_scaling import DESIRED_SIZE, LiveScaling, ScalingPlan, plan_scaling
 from tests.infra.registrations import Registrations, registrations
 
@@ -67,7 +68,12 @@ def _groups(found: Registrations) -> dict[str, tuple[dict[str, Any], tuple[str, 
 
 def test_raising_min_nodes_per_az_sends_a_desired_size_inside_the_new_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     # Live: zone a scaled up to 2 by the autoscaler, zone b idle at 0; prod now asks for min 1, max 2 per zone.
-    live = {"nodes-a100-us-east-1a": (0, 2, 2), "nodes-a100-us-east-1b": (0, 2, 0), "nodes-cpu": (3, 3, 3)}
+    cpu = load_spec("prod").spec.cpu_node_group
+    live = {
+        "nodes-a100-us-east-1a": (0, 2, 2),
+        "nodes-a100-us-east-1b": (0, 2, 0),
+        "nodes-cpu": (cpu.min_nodes, cpu.max_nodes, cpu.min_nodes),
+    }
     groups = _groups(registrations(monkeypatch, invokes=_live_account(live)))
     config, ignored = groups["nodes-a100-us-east-1a"]
     assert (config["minSize"], config["maxSize"], config["desiredSize"]) == (1, 2, 2)  # the autoscaler's 2 kept
@@ -75,7 +81,8 @@ def test_raising_min_nodes_per_az_sends_a_desired_size_inside_the_new_bounds(mon
     config, ignored = groups["nodes-a100-us-east-1b"]
     assert (config["minSize"], config["desiredSize"]) == (1, 1) and DESIRED_SIZE not in ignored
     config, ignored = groups["nodes-cpu"]  # bounds unchanged: nothing to send, the live desired size stands
-    assert (config["minSize"], config["maxSize"], config["desiredSize"]) == (3, 3, 3) and DESIRED_SIZE in ignored
+    assert (config["minSize"], config["maxSize"], config["desiredSize"]) == live["nodes-cpu"]
+    assert DESIRED_SIZE in ignored
     config, ignored = groups["nodes-a100-us-east-1c"]  # not live yet: created at min, then the autoscaler's
     assert config["desiredSize"] == config["minSize"] == 1 and DESIRED_SIZE in ignored
 
