@@ -4,6 +4,11 @@ A presented key is hashed once, then compared in constant time against every sto
 dict lookup on secret-derived data), so response timing says nothing about which digests exist. Tenant
 identity comes from the key alone: `FORWARDED_HEADERS` is the only set of client headers that reaches an
 engine, so client-sent tenant or priority headers are dropped by construction.
+
+Rotation: the ``tenant-keys.json`` table comes through `KeyHashesFile`, which re-reads the file when it changes.
+Kubernetes rewrites a mounted Secret in place (the kubelet's periodic sync, about a minute), so a key removed from
+the Secret by ``pulumi up`` is refused within that sync plus `KeyHashesFile.check_interval_s`, before the
+gateways' rollout (their pod template's checksum, `infra.gateway_tier`) even ends.
 """
 
 from __future__ import annotations
@@ -11,13 +16,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from fleet.spec import KEY_HASH, TenantSpec
 from gateway.errors import Unauthorized
 
-__all__ = ["FORWARDED_HEADERS", "KEY_HASHES_FILE", "KeyRing", "hashes_from_file", "keys_from_secret", "secret_env_name"]
+__all__ = [
+    "FORWARDED_HEADERS",
+    "KEY_HASHES_FILE",
+    "KeyHashesFile",
+    "KeyRing",
+    "hashes_from_file",
+    "keys_from_secret",
+    "secret_env_name",
+]
+
+log = logging.getLogger("llmfleet.gateway")
 
 # In the secrets directory: JSON {tenant: ["sha256:..."]}, rendered by the Pulumi program from tenants' secrets.
 KEY_HASHES_FILE = "tenant-keys.json"
@@ -26,8 +44,65 @@ KEY_HASHES_FILE = "tenant-keys.json"
 FORWARDED_HEADERS = ("x-request-id", "traceparent", "tracestate")
 
 
+class KeyHashesFile(Mapping[str, Sequence[str]]):
+    """``{tenant: ["sha256:..."]}`` from a JSON file, re-read when the file changes.
+
+    `generation` stats the file at most every ``check_interval_s`` seconds of ``clock`` and re-reads it when its
+    inode, size or mtime differs (a Secret volume swaps a symlink, so the inode changes). A missing file is an
+    empty table; a file that does not parse keeps the last good table (logged), so a bad write never locks every
+    tenant out. `generation` grows by one at each table actually read.
+    """
+
+    def __init__(self, path: Path, check_interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.check_interval_s = check_interval_s
+        self._clock = clock
+        self._stamp: tuple[int, int, int] | None = None
+        self._checked = -float("inf")
+        self._generation = 0
+        self._table: dict[str, list[str]] = {}
+        self._reload(self._stat())
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _reload(self, stamp: tuple[int, int, int] | None) -> None:
+        self._stamp = stamp
+        try:
+            table = hashes_from_file(self.path) if stamp is not None else {}
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+            log.error("tenant key table %s unreadable (%s): keeping the previous one", self.path, exc)
+            return
+        self._table = table
+        self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """The table's version, after a re-read if the file changed (checked at most every check_interval_s)."""
+        now = self._clock()
+        if now - self._checked >= self.check_interval_s:
+            self._checked = now
+            stamp = self._stat()
+            if stamp != self._stamp:
+                self._reload(stamp)
+        return self._generation
+
+    def __getitem__(self, tenant: str) -> Sequence[str]:
+        return self._table[tenant]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
 class KeyRing:
-    """Digests of API keys -> tenant. Built once at startup; read-only afterwards."""
+    """Digests of API keys -> tenant. Built at startup; the digests of a `KeyHashesFile` follow the file."""
 
     def __init__(
         self,
@@ -36,8 +111,9 @@ class KeyRing:
         extra_hashes: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """``extra_keys``: tenant -> plain keys (from secrets), hashed here and dropped; ``extra_hashes``: tenant ->
-        ``sha256:<hex>`` digests (the ``tenant-keys.json`` the Pulumi program mounts). Unknown tenants are skipped
-        for hashes (a file may cover several stacks) and rejected for keys."""
+        ``sha256:<hex>`` digests (the ``tenant-keys.json`` the Pulumi program mounts; a `KeyHashesFile` is
+        re-read when it changes). Unknown tenants are skipped for hashes (a file may cover several stacks) and
+        rejected for keys."""
         entries: list[tuple[bytes, TenantSpec]] = []
         by_name = {}
         for tenant in tenants:
@@ -48,11 +124,35 @@ class KeyRing:
             if name not in by_name:
                 raise ValueError(f"keys given for unknown tenant {name!r}; tenants: {', '.join(sorted(by_name))}")
             entries += [(hashlib.sha256(key.encode()).digest(), by_name[name]) for key in keys]
-        for name, hashes in (extra_hashes or {}).items():
-            if name in by_name:
-                entries += [(_digest(h), by_name[name]) for h in hashes]
-        self._entries = tuple(entries)
+        self._fixed = tuple(entries)
         self.tenants: Mapping[str, TenantSpec] = by_name
+        # Not `extra_hashes or {}`: an empty KeyHashesFile is falsy and may fill up later.
+        self._hashes: Mapping[str, Iterable[str]] = {} if extra_hashes is None else extra_hashes
+        self._generation = self._hashes_generation()
+        self._entries = self._fixed + self._hash_entries()
+
+    def _hashes_generation(self) -> int | None:
+        return self._hashes.generation if isinstance(self._hashes, KeyHashesFile) else None
+
+    def _hash_entries(self) -> tuple[tuple[bytes, TenantSpec], ...]:
+        entries: list[tuple[bytes, TenantSpec]] = []
+        for name, hashes in self._hashes.items():
+            if name in self.tenants:
+                entries += [(_digest(h), self.tenants[name]) for h in hashes]
+        return tuple(entries)
+
+    def _refresh(self) -> None:
+        generation = self._hashes_generation()
+        if generation == self._generation:
+            return
+        try:
+            entries = self._hash_entries()
+        except ValueError as exc:  # a malformed digest: keep the keys that worked
+            log.error("tenant key table rejected (%s): keeping the previous keys", exc)
+            return
+        self._generation = generation
+        self._entries = self._fixed + entries
+        log.info("tenant key table reloaded: %d keys", len(self._entries))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,6 +165,7 @@ class KeyRing:
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
             raise Unauthorized("malformed Authorization header: expected 'Bearer <key>'")
+        self._refresh()
         digest = hashlib.sha256(key.encode()).digest()
         found: TenantSpec | None = None
         for stored, tenant in self._entries:

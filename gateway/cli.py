@@ -4,7 +4,8 @@
 Keys come from three places:
 * tenants' ``apiKeyHashes`` in the stack file;
 * ``<--secrets-dir>/tenant-keys.json``, ``{tenant: ["sha256:..."]}``: the Secret the Pulumi program renders from
-  tenants' ``apiKeysSecret`` (only digests reach the cluster);
+  tenants' ``apiKeysSecret`` (only digests reach the cluster), re-read when it changes (`gateway.auth.KeyHashesFile`:
+  a revoked key is refused within the kubelet's Secret sync plus 5 s, without a restart);
 * for a tenant naming an ``apiKeysSecret``, plain keys in the env var ``LLMFLEET_SECRET_<SECRET>`` (e.g.
   ``tenantKeys:acme`` -> ``LLMFLEET_SECRET_TENANTKEYS_ACME``) or the file ``<--secrets-dir>/<secret, ':' as '_'>``
   (a JSON list, or one key per line), hashed at startup.
@@ -43,7 +44,7 @@ from fleet import contract
 from fleet.errors import SpecError
 from fleet.loader import load_spec
 from gateway.app import create_admin_app, create_app
-from gateway.auth import KEY_HASHES_FILE, hashes_from_file, keys_from_secret
+from gateway.auth import KEY_HASHES_FILE, KeyHashesFile, keys_from_secret
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
 from gateway.tracing import TracingUnavailable, provider_for
@@ -106,7 +107,8 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
             pool, url = spec.pools[0].name, item
         spec.pool(pool)  # KeyError lists the pools
         static[pool].append(url)
-    hashes = hashes_from_file(args.secrets_dir / KEY_HASHES_FILE)
+    # Re-read when the mounted Secret changes: a revoked key is refused without a restart (gateway.auth).
+    hashes = KeyHashesFile(args.secrets_dir / KEY_HASHES_FILE)
     extra: dict[str, list[str]] = {}
     for tenant in spec.tenants:
         if tenant.api_keys_secret:
