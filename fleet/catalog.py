@@ -18,6 +18,7 @@ from dataclasses import dataclass
 __all__ = [
     "DTYPE_BYTES",
     "EKS_CONTROL_PLANE",
+    "EKS_STANDARD_SUPPORT_ENDS",
     "GPUS",
     "INSTANCES",
     "MODELS",
@@ -75,6 +76,17 @@ _EKS_PRICING = "https://aws.amazon.com/blogs/containers/amazon-eks-extended-supp
 EKS_CONTROL_PLANE: dict[str, Price] = {
     "standard": Price(0.10, _EKS_PRICING, "2026-12-01"),
     "extended": Price(0.60, _EKS_PRICING, "2026-12-01"),
+}
+# Kubernetes version -> the last day of its EKS standard support; extended support follows for 12 months
+# (https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html). Dates: the EKS version calendar as
+# aws-samples/sample-apex-skills (skills/eks-operation-review/references/cluster-lifecycle.md) records it,
+# verified 2026-04-24; `llmfleet preflight` asks EKS itself (DescribeClusterVersions).
+EKS_STANDARD_SUPPORT_ENDS: dict[str, str] = {
+    "1.31": "2025-11-26",
+    "1.32": "2026-03-23",
+    "1.33": "2026-07-29",
+    "1.34": "2026-12-02",
+    "1.35": "2027-03-27",
 }
 _VPC_PRICING = "https://aws.amazon.com/vpc/pricing/ (us-east-1)"
 # Per NAT gateway-hour, and per GB it processes (image layers and weights pulled from outside the VPC).

@@ -9,10 +9,11 @@ the quota Redis and storage (docs/cloud.md prices them by hand).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 from fleet.capacity import HOURS_PER_MONTH
-from fleet.catalog import EKS_CONTROL_PLANE, NAT_GATEWAY, VPC_ENDPOINTS
+from fleet.catalog import EKS_CONTROL_PLANE, EKS_STANDARD_SUPPORT_ENDS, NAT_GATEWAY, VPC_ENDPOINTS
 from fleet.spec import FleetSpec
 
 __all__ = ["FixedCost", "fixed_costs"]
@@ -27,21 +28,34 @@ class FixedCost:
     basis: str
 
 
-def fixed_costs(spec: FleetSpec) -> list[FixedCost]:
-    """The monthly fixed charges of ``spec`` (none off aws: an existing cluster's are its owner's)."""
+def _control_plane(version: str, today: datetime.date) -> FixedCost:
+    """The EKS control plane at the price of the support ``version`` is in on ``today``."""
+    standard, extended = EKS_CONTROL_PLANE["standard"], EKS_CONTROL_PLANE["extended"]
+    ends = EKS_STANDARD_SUPPORT_ENDS.get(version)
+    if ends is not None and today > datetime.date.fromisoformat(ends):
+        return FixedCost(
+            "EKS control plane",
+            extended.usd * HOURS_PER_MONTH,
+            f"${extended.usd:.2f}/h: Kubernetes {version} left standard support on {ends}, and extended support "
+            f"costs ${extended.usd - standard.usd:.2f}/h more; upgrade the cluster",
+        )
+    until = f"until {ends}" if ends is not None else "(its dates are not in the catalogue)"
+    return FixedCost(
+        "EKS control plane",
+        standard.usd * HOURS_PER_MONTH,
+        f"${standard.usd:.2f}/h: Kubernetes {version} in standard support {until}; ${extended.usd:.2f}/h "
+        f"(${extended.usd * HOURS_PER_MONTH:,.0f}/month) after it",
+    )
+
+
+def fixed_costs(spec: FleetSpec, today: datetime.date) -> list[FixedCost]:
+    """The monthly fixed charges of ``spec`` on ``today`` (none off aws: an existing cluster's are its owner's)."""
     if spec.target != "aws":
         return []
-    standard, extended = EKS_CONTROL_PLANE["standard"], EKS_CONTROL_PLANE["extended"]
     nat_hour, nat_gb = NAT_GATEWAY["hour"], NAT_GATEWAY["gb"]
     zones = len(spec.availability_zones)
     return [
-        FixedCost(
-            "EKS control plane",
-            standard.usd * HOURS_PER_MONTH,
-            f"${standard.usd:.2f}/h in standard support; ${extended.usd:.2f}/h "
-            f"(${extended.usd * HOURS_PER_MONTH:,.0f}/month) in extended support: `llmfleet preflight` checks "
-            f"Kubernetes {spec.cluster.kubernetes_version}",
-        ),
+        _control_plane(spec.cluster.kubernetes_version, today),
         FixedCost(
             "NAT gateways",
             zones * nat_hour.usd * HOURS_PER_MONTH,

@@ -10,6 +10,7 @@ the stack sets ``cost.gpuHourUsd``. Warnings come in plain words.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from dataclasses import asdict
@@ -38,11 +39,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     plans = [plan_pool(loaded.spec, pool) for pool in loaded.spec.pools]
     groups = plan_groups(loaded.spec, plans)
+    today = datetime.date.today()  # which EKS support the control plane's version is in
     if args.json:
-        print(json.dumps(_as_json(loaded.name, loaded.spec, plans, groups), indent=2))
+        print(json.dumps(_as_json(loaded.name, loaded.spec, plans, groups, today), indent=2))
         return 0
     print(f"stack {loaded.name} ({loaded.spec.target}, {', '.join(loaded.spec.availability_zones)})")
-    print(render_plan(plans, groups, loaded.spec))
+    print(render_plan(plans, groups, loaded.spec, today))
     for warning in loaded.warnings:
         print(f"warning: {warning.path}: {warning.message}")
     return 0
@@ -59,7 +61,9 @@ def _point_json(point: PaidPoint) -> dict[str, object]:
     }
 
 
-def _as_json(stack: str, spec: FleetSpec, plans: list[PoolPlan], groups: list[GroupPlan]) -> dict[str, object]:
+def _as_json(
+    stack: str, spec: FleetSpec, plans: list[PoolPlan], groups: list[GroupPlan], today: datetime.date
+) -> dict[str, object]:
     return {
         "stack": stack,
         "pools": [{**asdict(p), "replica_utilisation_peak": _replica_utilisation(p)} for p in plans],
@@ -72,7 +76,7 @@ def _as_json(stack: str, spec: FleetSpec, plans: list[PoolPlan], groups: list[Gr
             }
             for g in groups
         ],
-        "fixed_costs": [asdict(c) for c in fixed_costs(spec)],
+        "fixed_costs": [asdict(c) for c in fixed_costs(spec, today)],
         "paid_gpu_utilisation_target": PAID_GPU_UTILISATION_TARGET,
     }
 
@@ -88,8 +92,14 @@ def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
     return [f"\n{title}", *(f"  {k:<{width}}  {v}" for k, v in rows)]
 
 
-def render_plan(plans: list[PoolPlan], groups: list[GroupPlan] | None = None, spec: FleetSpec | None = None) -> str:
-    """The pools' table, then the node groups' paid capacity (with options when ``spec`` is given)."""
+def render_plan(
+    plans: list[PoolPlan],
+    groups: list[GroupPlan] | None = None,
+    spec: FleetSpec | None = None,
+    today: datetime.date | None = None,
+) -> str:
+    """The pools' table, then the node groups' paid capacity (with options when ``spec`` is given), then on aws
+    the fixed charges on ``today`` (default: the date now) and the totals with them."""
     lines: list[str] = []
     for plan in plans:
         utilisation = _replica_utilisation(plan)
@@ -125,7 +135,7 @@ def render_plan(plans: list[PoolPlan], groups: list[GroupPlan] | None = None, sp
         lines += _render_group(group, spec)
     total_min = sum(g.at_min.monthly_cost_usd for g in groups)
     total_peak = sum(g.at_peak.monthly_cost_usd for g in groups)
-    fixed = fixed_costs(spec) if spec is not None else []
+    fixed = fixed_costs(spec, today or datetime.date.today()) if spec is not None else []
     if fixed:
         lines += _table("fixed monthly costs", [(c.item, f"${c.monthly_usd:,.0f} ({c.basis})") for c in fixed])
         base = sum(c.monthly_usd for c in fixed)

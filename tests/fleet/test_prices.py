@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+import datetime
 
 import pytest
 
+from fleet.capacity import plan_pool
 from fleet.catalog import EKS_CONTROL_PLANE, GPUS, NAT_GATEWAY, ON_DEMAND_PRICES, instance_hour_usd
-from fleet.commands import plan
+from fleet.commands.plan import render_plan
 from fleet.fixed_costs import fixed_costs
 from fleet.loader import load_spec
 from fleet.paid_capacity import instance_gpu_hour, plan_groups
@@ -78,22 +79,39 @@ def test_staging_at_its_maximum_stays_under_its_ceiling() -> None:
     assert spec.cost.monthly_ceiling_usd is not None and at_max <= spec.cost.monthly_ceiling_usd
 
 
+TODAY = datetime.date(2026, 12, 1)
+
+
 def test_fixed_costs_of_an_aws_stack() -> None:
-    costs = {c.item: c.monthly_usd for c in fixed_costs(load_spec("prod").spec)}
+    costs = {c.item: c.monthly_usd for c in fixed_costs(load_spec("prod").spec, TODAY)}
     assert costs == {
         "EKS control plane": pytest.approx(73.0),
         "NAT gateways": pytest.approx(3 * 0.045 * 730),
         "S3 gateway endpoint": 0.0,
     }
     assert (EKS_CONTROL_PLANE["extended"].usd, NAT_GATEWAY["gb"].usd) == (0.60, 0.045)
-    assert fixed_costs(load_spec("dev").spec) == []
+    assert fixed_costs(load_spec("dev").spec, TODAY) == []
 
 
-def test_plan_prints_the_fixed_costs_and_the_total_with_them(capsys: pytest.CaptureFixture[str]) -> None:
-    parser = argparse.ArgumentParser()
-    plan.add_arguments(parser)
-    assert plan.run(parser.parse_args(["--stack", "prod"])) == 0
-    out = capsys.readouterr().out
-    assert "  EKS control plane    $73 ($0.10/h in standard support; $0.60/h ($438/month) in extended" in out
+@pytest.mark.parametrize(
+    ("version", "monthly", "says"),
+    [
+        ("1.35", 73.0, "in standard support until 2027-03-27"),
+        ("1.34", 73.0, "in standard support until 2026-12-02"),
+        ("1.33", 438.0, "left standard support on 2026-07-29"),  # six times the price
+    ],
+)
+def test_the_control_plane_costs_what_its_versions_support_costs(version: str, monthly: float, says: str) -> None:
+    spec = make_spec("aws", **{"cluster.kubernetesVersion": version})
+    (control_plane,) = [c for c in fixed_costs(spec, TODAY) if c.item == "EKS control plane"]
+    assert control_plane.monthly_usd == pytest.approx(monthly)
+    assert says in control_plane.basis
+
+
+def test_plan_prints_the_fixed_costs_and_the_total_with_them() -> None:
+    spec = load_spec("prod").spec
+    plans = [plan_pool(spec, pool) for pool in spec.pools]
+    out = render_plan(plans, plan_groups(spec, plans), spec, TODAY)
+    assert "  EKS control plane    $73 ($0.10/h: Kubernetes 1.35 in standard support until 2027-03-27" in out
     assert "gpu nodes monthly cost min/peak: $60,109 / $60,109" in out
     assert "total monthly cost min/peak: $60,281 / $60,281" in out
