@@ -21,7 +21,7 @@ order. The sidecar ``.<file>.partial.parts`` next to the partial records each ra
 Defaults (``modelStore.concurrency`` 16, ``modelStore.partSizeMib`` 16): AWS suggests ranges of 8-16 MB and one
 request per 85-90 MB/s wanted, about 15 for a 10 Gb/s NIC (S3 user guide, "Performance guidelines"); 16 MiB
 divides ``llmfleet model push``'s 64 MiB upload parts, so no range straddles two of them. s3transfer's
-``TransferConfig`` uses 10 threads and 8 MiB for any machine; GPU nodes have NICs of 100 Gb/s and more.
+``TransferConfig`` (10 threads, 8 MiB) stays below AWS's figure for one 10 Gb/s NIC. See docs/cloud.md.
 """
 
 from __future__ import annotations
