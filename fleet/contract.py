@@ -132,8 +132,10 @@ IMAGE_ENGINE = "engine"  # vLLM plus the agent (images/engine.Dockerfile)
 IMAGE_DEVICE_PLUGIN = "nvidia-device-plugin"  # NVIDIA's release, mirrored with its digest unchanged
 IMAGES = (IMAGE_RUNTIME, IMAGE_ENGINE, IMAGE_DEVICE_PLUGIN)
 # The NVIDIA device plugin release the aws target runs, where NVIDIA publishes it (`images/push.sh` mirrors it).
+# The digest is the multi-platform index NVIDIA's own operator pins for this tag (NVIDIA/gpu-operator v26.3.3,
+# bundle/manifests/gpu-operator-certified.clusterserviceversion.yaml relatedImages).
 DEVICE_PLUGIN_SOURCE = (
-    "nvcr.io/nvidia/k8s-device-plugin:v0.17.1@sha256:af31e2b7c7f89834c4e5219860def7ac2e49a207b3d4e8610d5a26772b7738e5"
+    "nvcr.io/nvidia/k8s-device-plugin:v0.19.3@sha256:25cc340fe6fd53c101e16fc452f503e7a92c219c64a80ed5381784b522dbbf77"
 )
 
 AGENT_PORT = 8000

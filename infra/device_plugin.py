@@ -3,7 +3,9 @@
 The AL2023 NVIDIA AMI ships the driver and container toolkit but not the device plugin. The DaemonSet runs
 only on nodes labelled ``nvidia.com/gpu.present=true`` (our GPU node groups), tolerates their taint, and is
 ``system-node-critical`` so it is never evicted before the engines that depend on it. Its image is NVIDIA's
-release (`fleet.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest.
+release (`fleet.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest. The pod
+follows NVIDIA's static manifest of that release (NVIDIA/k8s-device-plugin v0.19.3,
+deployments/static/nvidia-device-plugin.yml): no environment, the kubelet's plugin folder as a ``Directory``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class DevicePlugin(pulumi.ComponentResource):
                             {
                                 "name": "nvidia-device-plugin",
                                 "image": args.image,
-                                "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+                                # No FAIL_ON_INIT_ERROR=false (v0.19.3's manifest dropped it): on a GPU node a plugin
+                                # that cannot start should crash-loop where it shows, not idle advertising nothing.
+                                "env": [],
                                 "security_context": {
                                     "allow_privilege_escalation": False,
                                     "capabilities": {"drop": ["ALL"]},
@@ -59,7 +63,10 @@ class DevicePlugin(pulumi.ComponentResource):
                             }
                         ],
                         "volumes": [
-                            {"name": "device-plugin", "host_path": {"path": "/var/lib/kubelet/device-plugins"}}
+                            {
+                                "name": "device-plugin",
+                                "host_path": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+                            }
                         ],
                     },
                 },

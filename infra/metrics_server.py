@@ -25,7 +25,9 @@ __all__ = [
     "metrics_server_values",
 ]
 
-METRICS_SERVER_CHART_VERSION = "3.13.0"
+# kubernetes-sigs/metrics-server tag metrics-server-helm-chart-3.13.1 (metrics-server 0.8.1); its values.yaml still has
+# replicas, podDisruptionBudget.enabled/minAvailable and nodeSelector.
+METRICS_SERVER_CHART_VERSION = "3.13.1"
 METRICS_SERVER_REPO = "https://kubernetes-sigs.github.io/metrics-server/"
 
 

@@ -23,7 +23,8 @@ import pulumi_kubernetes as k8s
 __all__ = ["CRDS_CHART", "CRDS_CHART_VERSION", "CRDS_REPO", "PrometheusCrds"]
 
 CRDS_CHART = "prometheus-operator-crds"
-CRDS_CHART_VERSION = "27.0.0"
+# prometheus-community/helm-charts@cf408a29 charts/prometheus-operator-crds/Chart.yaml: 31.0.1 (operator v0.93.1).
+CRDS_CHART_VERSION = "31.0.1"
 CRDS_REPO = "https://prometheus-community.github.io/helm-charts"
 
 
