@@ -54,36 +54,13 @@ from gateway.routing.base import EndpointView, RequestInfo, Router
 from gateway.settings import GatewaySettings
 from gateway.streams import Segment, StreamSession
 from gateway.tracing import RequestSpans, Tracing
+from gateway.upstream import Attempt
 
 __all__ = ["REQUEST_ID", "Attempt", "Gateway", "Outcome", "may_use", "may_use_alias"]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 
 log = logging.getLogger("llmfleet.gateway")
-
-
-class Attempt:
-    """One attempt on one replica: holds the replica's lease (its in-flight counts) from the start until `close`
-    (idempotent), and adds the time in between to ``out.upstream_s``."""
-
-    def __init__(self, gateway: Gateway, view: EndpointView, pool: PoolSpec, out: Outcome) -> None:
-        self._lease = gateway.endpoints.lease(view)
-        self.ep = self._lease.__enter__()
-        self._clock, self._out = gateway.clock, out
-        self._gauge = gateway.metrics.child(gateway.metrics.in_flight, pool.name, self.ep.id)
-        self._gauge.inc()
-        self._started = gateway.clock()
-        self._open = True
-        out.attempts += 1
-        out.replica = self.ep.id
-        gateway.metrics.child(gateway.metrics.routed, pool.served_name, self.ep.id).inc()
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._out.upstream_s += self._clock() - self._started
-            self._gauge.dec()
-            self._lease.__exit__(None, None, None)
 
 
 class Gateway:
@@ -410,7 +387,7 @@ class Gateway:
 
     def begin_attempt(self, view: EndpointView, pool: PoolSpec, out: Outcome) -> Attempt:
         """Lease the replica behind ``view`` (a router's pick from a snapshot with no await since) for one attempt."""
-        return Attempt(self, view, pool, out)
+        return Attempt(self.endpoints, self.metrics, self.clock, view, pool, out)
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def _record(self, out: Outcome, wall: float) -> None:

@@ -22,20 +22,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from fleet.spec import PoolSpec
 from gateway.body import ParsedRequest
 from gateway.errors import UpstreamBroken, UpstreamError
+from gateway.outcome import Outcome
 from gateway.proxy import CONNECTION_BROKEN, SseRelay, open_stream, sse_error_event
 from gateway.resume import Transcript, continuation_body
 from gateway.routing.base import EndpointView, RequestInfo
 from gateway.tracing import RequestSpans, fail
-
-if TYPE_CHECKING:
-    from gateway.service import Attempt, Gateway, Outcome
+from gateway.upstream import Attempt, Upstream
 
 BROKEN_STREAM_STATUS = 502  # what the metrics and the access log record for a stream that failed mid-way
 
@@ -62,7 +60,7 @@ class Segment:
 class StreamSession:
     """The relay of one stream for `Gateway`: `run` owns the first segment from its first event on."""
 
-    gateway: Gateway
+    gateway: Upstream
     request: web.Request
     parsed: ParsedRequest
     pool: PoolSpec

@@ -14,7 +14,7 @@ COMPONENTS = ("agent", "autoscaler", "engine_sim", "gateway", "rollout", "simula
 PACKAGES = ("fleet", *COMPONENTS)
 
 # Known and not yet undone; each entry that no longer holds fails the test, so the list only shrinks.
-KNOWN_CIRCLES = {frozenset({"gateway.service", "gateway.streams"})}  # StreamSession holds the whole Gateway
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 KNOWN_UPWARD = {  # fleet's CLI commands reach into the components whose plugins and SLO sources they list
     ("fleet.commands.registries", "agent.launchers"),
     ("fleet.commands.registries", "autoscaler.plugins"),
