@@ -37,7 +37,6 @@ from fleet.marks import (
     ANN_CHECKSUM_STACK,
     ANN_CHECKSUM_TENANT_KEYS,
     LB_DEREGISTRATION_DELAY,
-    NLB_TLS_IDLE_TIMEOUT_S,
 )
 from fleet.spec import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
@@ -61,7 +60,6 @@ __all__ = [
     "gateway_listener",
     "gateway_pod_annotations",
     "gateway_service_annotations",
-    "listener_idle_timeout_s",
     "nlb_idle_timeout_s",
     "prestop_seconds",
     "tls_termination",
@@ -91,12 +89,6 @@ def nlb_idle_timeout_s(spec: FleetSpec) -> int:
     """A TCP listener's idle timeout: a minute above the gateway's request timeout (the NLB allows 60 to 6000 s)."""
     wanted = math.ceil(spec.gateway.timeouts.total_s) + 60
     return max(60, min(contract.NLB_MAX_IDLE_TIMEOUT_S, wanted))
-
-
-def listener_idle_timeout_s(spec: FleetSpec) -> int:
-    """The idle timeout of the gateway's listener on aws: fixed on TLS, `nlb_idle_timeout_s` on TCP."""
-    protocol, _ = gateway_listener(spec)
-    return NLB_TLS_IDLE_TIMEOUT_S if protocol == "TLS" else nlb_idle_timeout_s(spec)
 
 
 def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
@@ -144,7 +136,8 @@ def gateway_pod_annotations(
     spec: FleetSpec, tenant_key_hashes: pulumi.Input[str], engine_api_key: pulumi.Input[str]
 ) -> dict[str, pulumi.Input[str]]:
     """Checksums of what a gateway reads at start: a change to any of them changes the pod template, so
-    `pulumi up` rolls the gateways (a revoked tenant key stops working once the rollout ends)."""
+    `pulumi up` rolls the gateways. (A running gateway also re-reads the key table when its Secret changes,
+    `gateway.auth.KeyHashesFile`; the rollout covers the stack file and the engine key, read once.)"""
     return {
         ANN_CHECKSUM_STACK: sha256_text(render_stack_file(spec)),
         ANN_CHECKSUM_TENANT_KEYS: secret_checksum(tenant_key_hashes),
