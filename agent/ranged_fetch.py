@@ -14,6 +14,8 @@ order. The sidecar ``.<file>.partial.parts`` next to the partial records each ra
 * Nothing here trusts the sidecar for correctness: the caller hashes the whole partial after the last part
   (``hash_partial``, sequentially) and compares it with the manifest. Data is not fsynced, since a partial only
   has to survive the agent's process, and a node crash that loses a recorded range shows up as a mismatch.
+* A range whose body breaks off mid-stream (botocore retries a failed request, not a cut body) is fetched again
+  from its start, three GETs at most; other errors fail at once.
 * ``cancelled`` is checked before each GET and between 1 MiB chunks: `FetchCancelled` within a chunk, with every
   completed range recorded. The first failing part stops the others the same way, and its error is raised.
 * The sidecar's name starts with a dot, which no manifest path may, so it cannot collide with a model file.
@@ -55,6 +57,7 @@ MIB = 1024 * 1024
 DEFAULT_CONCURRENCY = 16
 DEFAULT_PART_SIZE = 16 * MIB
 _CHUNK = MIB
+_ATTEMPTS = 3  # GETs of one range whose body breaks off, before the fetch fails
 
 Range = tuple[int, int]  # [start, end) in bytes
 
@@ -69,6 +72,10 @@ class FetchCancelled(Exception):
 
 class _Stopped(Exception):
     """Another part failed first: this one gave up; the first failure is the one raised."""
+
+
+class _BodyBroken(Exception):
+    """A range's body broke off after its response began: worth another GET of that range."""
 
 
 @dataclass(frozen=True)
@@ -194,10 +201,32 @@ def _fetch_range(
     stop: threading.Event,
     on_bytes: Callable[[int], None],
 ) -> None:
+    """GET one range into ``fd``, again from its start if the body breaks off (botocore retries the request
+    itself, not a body cut mid-stream): at most `_ATTEMPTS` times, then FetchError."""
+    start, end = part
+    where = f"{obj.name}: {obj.url} bytes {start}-{end - 1}"
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            _get_range(obj, fd, part, where, cancelled, stop, on_bytes)
+            return
+        except _BodyBroken as exc:
+            if attempt == _ATTEMPTS:
+                raise FetchError(f"{where}: {exc} ({_ATTEMPTS} attempts)") from None
+            log.warning("%s: %s; fetching the range again (attempt %d of %d)", where, exc, attempt + 1, _ATTEMPTS)
+
+
+def _get_range(
+    obj: RangedObject,
+    fd: int,
+    part: Range,
+    where: str,
+    cancelled: threading.Event,
+    stop: threading.Event,
+    on_bytes: Callable[[int], None],
+) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     start, end = part
-    where = f"{obj.name}: {obj.url} bytes {start}-{end - 1}"
 
     def check() -> None:
         if cancelled.is_set():
@@ -217,17 +246,18 @@ def _fetch_range(
         if answered != f"bytes {start}-{end - 1}/{obj.size}":
             raise FetchError(f"{where}: the store answered {answered or 'the whole object'}")
         offset = start
-        for chunk in body.iter_chunks(_CHUNK):
-            check()
-            if offset + len(chunk) > end:
-                raise FetchError(f"{where}: the store sent more bytes than the range")
-            _pwrite_all(fd, chunk, offset)
-            offset += len(chunk)
-            on_bytes(len(chunk))
+        try:
+            for chunk in body.iter_chunks(_CHUNK):
+                check()
+                if offset + len(chunk) > end:
+                    raise FetchError(f"{where}: the store sent more bytes than the range")
+                _pwrite_all(fd, chunk, offset)
+                offset += len(chunk)
+                on_bytes(len(chunk))
+        except BotoCoreError as exc:  # a read timeout, a reset connection, a short body
+            raise _BodyBroken(str(exc)) from None
         if offset != end:
-            raise FetchError(f"{where}: the body ended at byte {offset}")
-    except (BotoCoreError, ClientError) as exc:
-        raise FetchError(f"{where}: {exc}") from None
+            raise _BodyBroken(f"the body ended at byte {offset}")
     finally:
         body.close()
 
@@ -240,24 +270,26 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 def _resume(obj: RangedObject, partial: Path) -> list[Range]:
-    """The ranges of ``partial`` already fetched, with a sidecar for this entry in place (written fresh if
-    missing or for another entry)."""
+    """The ranges of ``partial`` already fetched, with a sidecar in place that lists exactly those."""
     sidecar = sidecar_path(partial)
     header = {"size": obj.size, "sha256": obj.sha256}
     length = partial.stat().st_size if partial.exists() else 0
-    done = _read_sidecar(sidecar, header) if sidecar.exists() else None
-    if done is None:
+    recorded = _read_sidecar(sidecar, header) if sidecar.exists() else None
+    rewrite = recorded is None
+    if recorded is None:
         if not sidecar.exists() and length <= obj.size:
-            done = [(0, length)] if length else []  # a sequential download's prefix
+            recorded = [(0, length)] if length else []  # a sequential download's prefix
         else:  # a sidecar for another entry (its partial has holes), or longer than the file: start over
             partial.unlink(missing_ok=True)
-            done, length = [], 0
+            recorded, length = [], 0
+    # Only bytes inside the file count: it is missing or short if the agent stopped before preallocating it.
+    done = [(s, min(e, length)) for s, e in recorded if s < length]
+    if rewrite or done != recorded:
         lines = [json.dumps(header), *(f"{s}-{e}" for s, e in done)]
         staging = sidecar.with_name(sidecar.name + ".tmp")
         staging.write_text("\n".join(lines) + "\n")
         os.replace(staging, sidecar)
-    # Only bytes inside the file count: it is missing or short if the agent stopped before preallocating it.
-    return [(s, min(e, length)) for s, e in done if s < length]
+    return done
 
 
 def _read_sidecar(sidecar: Path, header: dict[str, Any]) -> list[Range] | None:

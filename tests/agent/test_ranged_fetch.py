@@ -1,7 +1,7 @@
 """Parallel ranged fetches of large model files against moto's S3 server (real HTTP, concurrent connections).
 
-The model is pushed with the real `fleet.commands.model.push`; the fetcher's part size is 1 MiB, so the 5.5 MiB
-shard is six ranged GETs while the small files stay single GETs.
+The model is pushed with the real `fleet.commands.model.push`; the fetcher's part size is 256 KiB, so the
+1.375 MiB shard is six ranged GETs while the small files stay single GETs.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ResponseStreamingError
 from moto.server import ThreadedMotoServer
 
 from agent import cli
@@ -33,12 +34,12 @@ from fleet.spec import ModelStoreSpec
 from tests.support.stacks import spec as stack_spec
 
 MIB = 1024 * 1024
-PART = MIB
+PART = 256 * 1024  # small parts keep the pushed shard small
 KEYS = ModelKeys("models", "Qwen/Qwen2.5-7B-Instruct", "main")
 SHARD = "model-00001-of-00001.safetensors"
 FILES = {
     "config.json": b'{"architectures": ["Qwen2ForCausalLM"]}',
-    SHARD: random.Random(0).randbytes(5 * MIB + MIB // 2),
+    SHARD: random.Random(0).randbytes(5 * PART + PART // 2),
     "tokenizer.json": b'{"version": "1.0"}',
 }
 TOTAL = sum(len(data) for data in FILES.values())
@@ -54,6 +55,7 @@ class CountingS3:
         self.gets: list[dict[str, Any]] = []
         self.on_get: Callable[[dict[str, Any]], None] | None = None
         self.delay_s = 0.0  # inside the counted call: lets the concurrent GETs overlap measurably
+        self.cut: dict[str, int] = {}  # Range -> how many more of its bodies break off after one chunk
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
 
@@ -66,7 +68,11 @@ class CountingS3:
             if self.on_get is not None:
                 self.on_get(kwargs)
             time.sleep(self.delay_s)
-            return self.client.get_object(**kwargs)
+            response = self.client.get_object(**kwargs)
+            if self.cut.get(kwargs.get("Range", ""), 0):
+                self.cut[kwargs["Range"]] -= 1
+                response["Body"] = CutBody(response["Body"])
+            return response
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -79,6 +85,20 @@ class CountingS3:
                 start, _, last = get["Range"].removeprefix("bytes=").partition("-")
                 ranges.append((int(start), int(last) + 1))
         return ranges
+
+
+class CutBody:
+    """A response body whose connection resets after its first chunk."""
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+    def iter_chunks(self, size: int) -> Iterator[bytes]:
+        yield next(self.body.iter_chunks(size))
+        raise ResponseStreamingError(error="Connection reset by peer")
+
+    def close(self) -> None:
+        self.body.close()
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +186,39 @@ def test_a_sequential_partial_counts_as_a_fetched_prefix(s3: CountingS3, tmp_pat
     assert (f.model_dir / SHARD).read_bytes() == FILES[SHARD]
 
 
+@pytest.mark.parametrize(("cuts", "arrives"), [(1, True), (2, True), (3, False)])
+def test_a_body_cut_mid_range_is_fetched_again_twice_at_most(
+    s3: CountingS3, tmp_path: Path, cuts: int, arrives: bool
+) -> None:
+    s3.cut = {f"bytes={PARTS[1][0]}-{PARTS[1][1] - 1}": cuts}
+    f = fetcher(s3, tmp_path / "cache")
+    if arrives:
+        assert f.fetch().source == "downloaded"
+        assert (f.model_dir / SHARD).read_bytes() == FILES[SHARD]
+    else:
+        with pytest.raises(FetchError, match=rf"^{SHARD}: s3://.* bytes {PARTS[1][0]}-.*reset by peer \(3 attempts\)"):
+            f.fetch()
+    assert s3.shard_ranges().count(PARTS[1]) == min(cuts + 1, 3)
+
+
+def test_a_partial_of_a_re_pushed_file_is_started_over(s3: CountingS3, tmp_path: Path) -> None:
+    first = fetcher(s3, tmp_path / "cache", concurrency=1)
+    cancel_at(s3, first, 2)
+    with pytest.raises(FetchCancelled):
+        first.fetch()
+    pushed = random.Random(1).randbytes(len(FILES[SHARD]))  # same size, other bytes
+    root = tmp_path / "src"
+    (root / SHARD).write_bytes(pushed)
+    push(s3.client, s3.bucket, KEYS, root, scan_directory(root, KEYS.model, KEYS.revision), part_size=5 * MIB)
+    s3.gets.clear()
+    s3.on_get = None
+    second = fetcher(s3, tmp_path / "cache")
+    assert second.fetch().source == "downloaded"
+    assert sorted(s3.shard_ranges()) == PARTS  # the old parts are not kept
+    assert sample(second, "llmfleet_agent_model_checksum_failures_total") == 0
+    assert (second.model_dir / SHARD).read_bytes() == pushed
+
+
 # ---- checksums ------------------------------------------------------------------------------------------------
 
 
@@ -199,7 +252,8 @@ def test_a_corrupt_object_fails_after_one_retry_naming_the_file(s3: CountingS3, 
 
 def test_an_object_of_another_size_fails_naming_the_range(s3: CountingS3, tmp_path: Path) -> None:
     s3.client.put_object(Bucket=s3.bucket, Key=KEYS.file(SHARD), Body=FILES[SHARD] + b"more")
-    with pytest.raises(FetchError, match=rf"^{SHARD}: s3://.* bytes \d+-\d+: the store answered bytes .*/5767172"):
+    answered = rf"the store answered bytes \d+-\d+/{len(FILES[SHARD]) + 4}$"
+    with pytest.raises(FetchError, match=rf"^{SHARD}: s3://.* bytes \d+-\d+: {answered}"):
         fetcher(s3, tmp_path / "cache").fetch()
 
 
