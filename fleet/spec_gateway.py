@@ -30,6 +30,10 @@ class QueueSpec(Spec):
     """Waiting requests before 429."""
     timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Longest wait in the queue before 503."""
+    hold_for_capacity_s: float = Field(default=0.0, ge=0, le=1800)
+    """Longest wait for a pool with no ready replica (scaled to zero, or every replica starting) before 503 with
+    Retry-After; such a request also makes the gateway report to the control plane at once. Set it to the pool's
+    cold start to serve from zero; 0: timeoutS."""
 
 
 class TimeoutSpec(Spec):

@@ -7,7 +7,10 @@ queue.perReplicaThreshold), so backpressure scales with the pool). Beyond that, 
 * work-conserving: a request never waits while a slot is free, and every freed slot goes to the next waiter at once;
 * bounded: when ``max_waiting`` requests wait, a newcomer evicts the newest waiter of a strictly lower priority
   (that one gets 429), otherwise the newcomer gets 429 at once (`QueueFull`);
-* timed: a waiter still queued after ``timeout_s`` gets 503 (`QueueTimeout`), retryable by the client.
+* timed: a waiter still queued after ``timeout_s`` gets 503 (`QueueTimeout`), retryable by the client; one that
+  joined while the pool had no capacity at all (no ready replica: scaled to zero, or every replica starting)
+  waits up to ``hold_s`` instead (``gateway.queue.holdForCapacityS``, when longer), since capacity is then a
+  cold start away, and the first such arrival calls ``on_cold`` (the gateway reports to the control plane at once).
 
 `demand` counts requests in flight or waiting by priority: what the gateway reports so the control plane can
 divide the pool's capacity among gateways (`autoscaler.shares`).
@@ -49,9 +52,18 @@ class Slot:
 
 
 class Admission:
-    def __init__(self, max_waiting: int, timeout_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        max_waiting: int,
+        timeout_s: float,
+        clock: Callable[[], float],
+        hold_s: float = 0.0,
+        on_cold: Callable[[], None] | None = None,
+    ) -> None:
         self.max_waiting = max_waiting
         self.timeout_s = timeout_s
+        self.hold_s = max(hold_s, timeout_s)
+        self.on_cold = on_cold
         self._clock = clock
         self.capacity = 0
         self.in_flight = 0
@@ -81,12 +93,16 @@ class Admission:
                 f"admission queue full ({self.waiting} waiting); retry later", retry_after=self._retry_after()
             )
         start = self._clock()
+        cold = self.capacity == 0
+        timeout_s = self.hold_s if cold else self.timeout_s
+        if cold and self.waiting == 0 and self.on_cold is not None:
+            self.on_cold()  # the first to wait for a cold pool: later ones ride on the same report
         self._seq += 1
         waiter = _Waiter(tenant, priority, asyncio.get_running_loop().create_future(), self._seq)
         self._bands.setdefault(priority, OrderedDict()).setdefault(tenant, deque()).append(waiter)
         self.waiting += 1
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 await asyncio.shield(waiter.future)
         except BaseException as exc:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
@@ -98,8 +114,13 @@ class Admission:
                 self._remove(waiter)
                 waiter.future.cancel()
             if isinstance(exc, TimeoutError):
+                if self.capacity == 0:
+                    raise QueueTimeout(
+                        f"no ready replica within {timeout_s:g}s ({self.waiting} waiting); retry later",
+                        retry_after=min(30.0, max(1.0, timeout_s / 2)),
+                    ) from None
                 raise QueueTimeout(
-                    f"no capacity within {self.timeout_s:g}s ({self.waiting} waiting); retry later",
+                    f"no capacity within {timeout_s:g}s ({self.waiting} waiting); retry later",
                     retry_after=self._retry_after(),
                 ) from None
             raise

@@ -103,7 +103,7 @@ def create_app(
                 credential=settings.control_credential,
                 on_share=gateway.shares.update,
             )
-            tasks.append(asyncio.create_task(reporter.run()))
+            tasks.append(asyncio.create_task(reporter.run(gateway.cold)))
             aliases = AliasSync(
                 settings.control_plane, session, gateway.set_aliases, settings.spec.gateway.routing.scrape_interval_s
             )

@@ -27,6 +27,7 @@ the ``credential`` given, else the one the process environment holds (``$LLMFLEE
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import os
@@ -206,8 +207,10 @@ class GatewayReporter:
     def _auth(self) -> dict[str, str]:
         return self.credential.headers() if self.credential is not None else {}
 
-    async def run(self) -> None:
-        await push_loop(self.push_once, self.backoff, self.clock)
+    async def run(self, wake: asyncio.Event | None = None) -> None:
+        """Push every ``interval_s`` (backing off while the control plane fails), and at once when ``wake`` is
+        set (the gateway's `Gateway.cold`: a request waits for a pool with no ready replica)."""
+        await push_loop(self.push_once, self.backoff, self.clock, wake)
 
 
 def _minus(a: list[int], b: list[int]) -> list[int]:

@@ -100,8 +100,11 @@ class Gateway:
         self._changes: dict[str, asyncio.Event] = {}  # set, then replaced, when a pool's replicas change
         from gateway.admission import Admission  # local: keeps this module's import list about the request path
 
+        queue = self.config.queue
+        self.cold = asyncio.Event()  # set when a request waits for a pool with no capacity: report at once
         self.admission = {
-            p.name: Admission(self.config.queue.max_waiting, self.config.queue.timeout_s, clock) for p in spec.pools
+            p.name: Admission(queue.max_waiting, queue.timeout_s, clock, queue.hold_for_capacity_s, self.cold.set)
+            for p in spec.pools
         }
         from gateway.reporting import PoolTraffic
 

@@ -76,3 +76,33 @@ async def test_cancelled_waiter_leaves_the_queue_and_keeps_no_slot() -> None:
     await _settle()
     admission.set_capacity(1)
     assert (admission.waiting, admission.in_flight) == (0, 0)
+
+
+async def test_a_request_for_a_pool_with_no_capacity_is_held_for_the_hold_not_the_queue_timeout() -> None:
+    colds: list[None] = []
+    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=5.0, on_cold=lambda: colds.append(None))
+    held = [asyncio.create_task(admission.acquire("a", 1)) for _ in range(3)]
+    await asyncio.sleep(0.2)  # four queue timeouts: the cold pool's waiters are still held
+    assert not any(t.done() for t in held) and admission.waiting == 3
+    assert len(colds) == 1  # the first to wait reports at once; the others ride on it
+    admission.set_capacity(3)  # the first replica is ready
+    slots = await asyncio.gather(*held)
+    assert all(s.waited_s >= 0.2 for s in slots)
+
+
+async def test_a_held_request_gets_503_with_retry_after_when_the_hold_expires() -> None:
+    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=0.2)
+    with pytest.raises(QueueTimeout, match=r"no ready replica within 0.2s") as raised:
+        await admission.acquire("a", 1)
+    assert raised.value.retry_after == 1.0
+
+
+async def test_a_warm_pools_queue_keeps_its_own_timeout() -> None:
+    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=5.0, on_cold=lambda: pytest.fail("cold"))
+    admission.set_capacity(1)
+    holder = await admission.acquire("a", 1)
+    started = time.monotonic()
+    with pytest.raises(QueueTimeout, match="no capacity within 0.05s"):
+        await admission.acquire("a", 1)
+    assert time.monotonic() - started < 1.0
+    holder.release()
