@@ -44,6 +44,7 @@ from fleet.spec import FleetSpec, PoolSpec
 from fleet.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from gateway.reporting import PoolTraffic
 from gateway.routing.base import EndpointView, RequestInfo, Router
+from simulate.billing import NodeBilling
 from simulate.control import Controller
 from simulate.kvpool import build_replica_scheduler
 from simulate.trace import PREFIX_BLOCK_TOKENS, TraceRequest
@@ -111,6 +112,11 @@ class Result:
     itls: array[float] = field(default_factory=lambda: array("d"))
     replica_s: float = 0.0
     busy_s: float = 0.0
+    # what is paid (`simulate.billing`): node-seconds of the pool's GPU group and paid GPU-seconds, integrated
+    # over the replicas billed at each control tick; GPUs per replica, for engine busy time per paid GPU
+    node_s: float = 0.0
+    paid_gpu_s: float = 0.0
+    gpus_per_replica: int = 1
     preemptions: int = 0
     peak_replicas: int = 0
     actions: int = 0
@@ -171,6 +177,9 @@ class FleetSim:
         self.traffic = PoolTraffic(samples=deque([(0.0, 0, 0)]))
         self.gw_report: GatewayReport | None = None
         self.tick_ttfts: list[float] = []
+        self.billing = NodeBilling.for_pool(spec, pool)
+        self.result.gpus_per_replica = pool.engine.tensor_parallel_size
+        self.billed_since = (0.0, self.initial)  # (since when, replicas billed) for the node integral
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -213,6 +222,7 @@ class FleetSim:
             if kind in ("scrape", "tick") and now > end and not self.gw_queued and not self.gw_in_flight:
                 continue  # the trace is over and every request has finished: let the clock stop
             handlers[kind](now, payload)
+        self.bill(now, len(self.live()))
         for r in self.replicas:
             stop = r.stopped_at if r.stopped_at is not None else now
             self.result.replica_s += stop - r.launched_at
@@ -395,6 +405,14 @@ class FleetSim:
             out.append(ReplicaLoad(r.name, r.state, False, waiting, running, kv, p99, tps, now - r.scraped_at))
         return tuple(out)
 
+    def bill(self, now: float, replicas: int) -> None:
+        """Pay the nodes and GPUs of the replicas billed since the last call up to ``now``; ``replicas`` from now."""
+        since, billed = self.billed_since
+        span = max(0.0, now - since)
+        self.result.node_s += self.billing.nodes(billed) * span
+        self.result.paid_gpu_s += self.billing.paid_gpus(billed) * span
+        self.billed_since = (now, replicas)
+
     def on_tick(self, now: float, _: Any) -> None:
         if self.controller is not None:
             decision = self.controller.step(now, self.loads(now), self.gw_report)
@@ -411,6 +429,7 @@ class FleetSim:
                     else:
                         r.state = ReplicaState.DRAINING
         billed = len(self.live())
+        self.bill(now, billed)
         self.result.peak_replicas = max(self.result.peak_replicas, billed)
         p99 = quantile(sorted(self.tick_ttfts), 0.99) if self.tick_ttfts else float("nan")
         self.tick_ttfts = []

@@ -29,6 +29,10 @@ def row(result: Result, prepared: Prepared) -> Row:
         "x_bound": result.replica_s / prepared.bound_replica_s if prepared.bound_replica_s else math.nan,
         "peak": result.peak_replicas,
         "busy": result.busy_s / result.replica_s if result.replica_s else 0.0,
+        "node_h": result.node_s / 3600.0,
+        "paid_gpu_h": result.paid_gpu_s / 3600.0,
+        # engine busy time of every GPU a replica holds, over the GPU time paid for (whole nodes)
+        "paid_busy": result.busy_s * result.gpus_per_replica / result.paid_gpu_s if result.paid_gpu_s else 0.0,
         "served_per_capacity": result.completed / capacity if capacity else 0.0,
         "ttft_p50": quantile(ttfts, 0.5),
         "ttft_p99": quantile(ttfts, 0.99),
@@ -57,7 +61,8 @@ def table(rows: Sequence[Row]) -> str:
     """The comparison table, one line per configuration."""
     width = max(13, *(len(str(r["configuration"])) for r in rows))
     header = (
-        f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'srv/cap':>7} "
+        f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'node-h':>6} "
+        f"{'GPU-h':>6} {'paid':>5} {'srv/cap':>7} "
         f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'feasible':>8} {'reject':>6} "
         f"{'hit':>5} {'/ceil':>5} {'preempt':>7} {'wall':>5}"
     )
@@ -66,7 +71,8 @@ def table(rows: Sequence[Row]) -> str:
         share = float(r["hit_share"])
         lines.append(
             f"{r['configuration']!s:<{width}} {float(r['replica_h']):>6.2f} {float(r['x_bound']):>6.2f} "
-            f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['served_per_capacity']):>7.0%} "
+            f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['node_h']):>6.2f} {float(r['paid_gpu_h']):>6.2f} "
+            f"{float(r['paid_busy']):>5.0%} {float(r['served_per_capacity']):>7.0%} "
             f"{_ms(float(r['ttft_p50'])):>8} {_ms(float(r['ttft_p99'])):>7} {_ms(float(r['itl_p50'])):>7} "
             f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} "
             f"{_share(float(r['within_slo_feasible'])):>8} {int(r['rejected']):>6} "

@@ -1,0 +1,54 @@
+"""Billing: what a pool's replicas are paid as at one moment, the way AWS bills them.
+
+A pool on a GPU node group pays whole nodes: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas
+pack onto (`fleet.paid_capacity.pack_zone`: ``tensorParallelSize`` GPUs each, on one node), the replicas spread
+over the group's zones as a zone topology spread places them (`fleet.paid_capacity.zone_shares`). A pool without
+a node group runs on an existing cluster's GPUs and pays the GPUs its replicas hold. The count follows the
+replicas billed at each control tick (launching and draining ones included): a node is paid from the tick its
+first replica is launched to the tick its last one stopped, with no reclaim delay and no node start, so the
+figures are a lower bound on what the same replicas would cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.catalog import INSTANCES
+from fleet.paid_capacity import pack_zone, zone_shares
+from fleet.spec import FleetSpec, PoolSpec
+
+__all__ = ["NodeBilling"]
+
+
+@dataclass(frozen=True)
+class NodeBilling:
+    """Paid nodes and GPUs of one pool as a function of its replica count."""
+
+    tensor_parallel: int
+    gpus_per_node: int = 0  # 0: no node group, paid by the GPU
+    zones: int = 1
+    min_nodes_per_az: int = 0
+
+    @classmethod
+    def for_pool(cls, spec: FleetSpec, pool: PoolSpec) -> NodeBilling:
+        tp = pool.engine.tensor_parallel_size
+        if pool.node_group is None:
+            return cls(tp)
+        group = spec.node_group(pool.node_group)
+        gpus = INSTANCES[group.instance_type].gpu_count
+        return cls(tp, gpus, len(spec.zones_of(group)), group.min_nodes_per_az)
+
+    def nodes(self, replicas: int) -> int:
+        """Nodes paid while ``replicas`` run (0 on an existing cluster: no node is the pool's own)."""
+        if not self.gpus_per_node:
+            return 0
+        shares = zone_shares(replicas, self.zones)
+        return sum(
+            max(self.min_nodes_per_az, pack_zone([self.tensor_parallel] * n, self.gpus_per_node)) for n in shares
+        )
+
+    def paid_gpus(self, replicas: int) -> int:
+        """GPUs paid while ``replicas`` run: whole nodes, or the replicas' own GPUs without a node group."""
+        if not self.gpus_per_node:
+            return replicas * self.tensor_parallel
+        return self.nodes(replicas) * self.gpus_per_node
