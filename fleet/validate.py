@@ -40,7 +40,6 @@ from fleet.plugins import (
 from fleet.spec import DRAIN_MARGIN_S, FleetSpec, PoolSpec
 from fleet.validate_models import check_adapter_routing, check_aliases, check_unique_names
 from fleet.validate_timing import check_timing
-from fleet.validate_timing import check_timing
 
 __all__ = ["DEMO_API_KEY", "PLACEHOLDER_DIGEST", "check_spec", "hash_api_key"]
 
@@ -67,7 +66,6 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += check_unique_names(spec)
     problems += _check_tenants(spec)
     problems += _check_gateway(spec)
-    problems += check_timing(spec)
     problems += check_timing(spec)
     problems += _check_images(spec)
     problems += _check_cluster_access(spec)
