@@ -21,7 +21,7 @@ from tests.support.wait import async_wait_for
 
 GOLD = {"Authorization": f"Bearer {KEYS['gold']}", "Content-Type": "application/json"}
 SMALL = json.dumps({"model": "small-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
-REPORT_EVERY_S = 5.0  # the gateway's regular report: "at once" must come well before it
+REPORT_EVERY_S = 10.0  # the gateway's regular report: "at once" must come well before it
 STACK = {
     "gateway.queue.timeoutS": 1,
     "gateway.queue.holdForCapacityS": 60,
