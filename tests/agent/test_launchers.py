@@ -26,7 +26,7 @@ def test_vllm_argv_for_the_prod_pool_is_exact() -> None:
         "--max-num-seqs", "256",
         "--max-num-batched-tokens", "2048",
         "--enable-prefix-caching",
-        "--shutdown-timeout", "105",  # grace 120 - propagation 10 - 5
+        "--shutdown-timeout", "330",  # grace 345 - propagation 10 - 5: covers gateway.timeouts.totalS 330
     ]  # fmt: skip
     assert argv[0].endswith("vllm")
 
