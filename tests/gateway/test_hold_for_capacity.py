@@ -28,6 +28,7 @@ STACK = {
     "controlPlane.reportIntervalS": REPORT_EVERY_S,
     "controlPlane.staleAfterS": 30,
     "pools.0.replicas": {"min": 0, "max": 1},
+    "pools.1.drain": {"graceSeconds": 10, "propagationSeconds": 0.5},  # the test's end drains its replica quickly
     "autoscaling": {"actuator": "local", "intervalS": 0.2},
 }
 
