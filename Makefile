@@ -49,6 +49,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/fleet_sim.py
 	$(BIN)/python bench/control_plane_intake.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/simulate_speed.py
+	$(BIN)/python bench/model_fetch.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
