@@ -21,7 +21,6 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ResponseStreamingError
-from moto.server import ThreadedMotoServer
 
 from agent import cli
 from agent.metrics import AgentMetrics
@@ -29,7 +28,6 @@ from agent.model_store import ChecksumError, FetchCancelled, FetchError, ModelFe
 from agent.ranged_fetch import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, missing_ranges, sidecar_path
 from fleet.commands.model import push
 from fleet.model_manifest import ModelKeys, scan_directory
-from fleet.ports import free_port
 from fleet.spec import ModelStoreSpec
 from tests.support.stacks import spec as stack_spec
 
@@ -99,15 +97,6 @@ class CutBody:
 
     def close(self) -> None:
         self.body.close()
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

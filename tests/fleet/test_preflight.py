@@ -16,7 +16,6 @@ import argparse
 import datetime
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from moto.server import ThreadedMotoServer
 
 from fleet import contract
 from fleet.commands import preflight
 from fleet.commands.preflight_checks import CHECKS, matches_host
-from fleet.ports import free_port
 from tests.support.stacks import write_stack
 
 ACCOUNT = "123456789012"  # moto's
@@ -47,15 +44,6 @@ ENGINE = "sha256:" + hashlib.sha256(b"engine").hexdigest()
 DEVICE_PLUGIN = contract.DEVICE_PLUGIN_SOURCE.partition("@")[2]
 MANIFEST_KEY = "models/Qwen/Qwen2.5-7B-Instruct/main/manifest.json"
 QUOTA_CODES = {"Standard": "L-1216C47A", "P": "L-417A185B"}
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 def _self_signed(*names: str) -> tuple[bytes, bytes]:

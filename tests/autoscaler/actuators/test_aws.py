@@ -15,13 +15,11 @@ import boto3
 import httpx
 import pytest
 from aiohttp import web
-from moto.server import ThreadedMotoServer
 
 from autoscaler.actuators import ActuatorEnv, build_actuator
 from autoscaler.actuators.aws import AwsActuator, spread
 from autoscaler.decisions import ScaleDown, ScaleUp
 from fleet import contract
-from fleet.ports import free_port
 from fleet.spec import FleetSpec
 from tests.support import stacks
 
@@ -46,15 +44,6 @@ def _client(service: str, url: str) -> Any:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture
