@@ -24,7 +24,7 @@ import csv
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -175,10 +175,13 @@ def _day_shape(t: float) -> float:
     return 0.25
 
 
-def synthetic_trace(peak_qps: float, seed: int, end_s: float = 1500.0) -> list[TraceRequest]:
-    """A seeded day-shaped Poisson trace (peak ``peak_qps``): ~200-token prompts opening with one of six shared
-    96-token system prompts (one 512-token prefix block id each, standing for the shared head) and ~80 output
-    tokens; for benches that need no file."""
+def synthetic_trace(
+    peak_qps: float, seed: int, end_s: float = 1500.0, shape: Callable[[float], float] | None = None
+) -> list[TraceRequest]:
+    """A seeded Poisson trace at ``peak_qps x shape(t)`` (default shape: a compressed day, `_day_shape`; values in
+    [0, 1]): ~200-token prompts opening with one of six shared 96-token system prompts (one 512-token prefix
+    block id each, standing for the shared head) and ~80 output tokens; for benches and tests that need no file."""
+    shape = shape or _day_shape
     rng = random.Random(seed)
     out: list[TraceRequest] = []
     t, i = 0.0, 0
@@ -187,7 +190,7 @@ def synthetic_trace(peak_qps: float, seed: int, end_s: float = 1500.0) -> list[T
         i += 1
         if t >= end_s:
             return out
-        if rng.random() > _day_shape(t):
+        if rng.random() > shape(t):
             continue
         prompt = max(104, round(rng.gauss(200, 50)))
         output = max(4, round(rng.gauss(80, 25)))

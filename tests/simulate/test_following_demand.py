@@ -3,30 +3,11 @@ and does not chase a burst shorter than one."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-
 from fleet.wire import RATE_WINDOW_S
 from simulate.configs import stack_config
 from simulate.fleet import Result
 from simulate.replay import BOUND_INTERVAL_S, Prepared, _spec, prepare, run_config
-from simulate.trace import TraceRequest
-
-
-def poisson(rate_at: Callable[[float], float], peak: float, end_s: float, seed: int = 1) -> list[TraceRequest]:
-    """Poisson arrivals at ``rate_at(t)`` per second (thinned from ``peak``), ~200-token prompts with one of six
-    shared heads and ~80-token answers, like `simulate.trace.synthetic_trace`."""
-    rng = random.Random(seed)
-    out: list[TraceRequest] = []
-    t, i = 0.0, 0
-    while True:
-        t += rng.expovariate(peak)
-        i += 1
-        if t >= end_s:
-            return out
-        if rng.random() < rate_at(t) / peak:
-            prompt, output = max(104, round(rng.gauss(200, 50))), max(4, round(rng.gauss(80, 25)))
-            out.append(TraceRequest(t, f"r{i}", prompt, output, (rng.randrange(6),)))
+from simulate.trace import TraceRequest, synthetic_trace
 
 
 def replay(stack: str, trace: list[TraceRequest]) -> tuple[Prepared, Result]:
@@ -37,7 +18,7 @@ def replay(stack: str, trace: list[TraceRequest]) -> tuple[Prepared, Result]:
 def test_a_sustained_step_is_ordered_within_a_cold_start() -> None:
     # `make up`'s stack, README's load: 3 req/s, then 30 req/s from t=60 s on; the plan needs two replicas.
     step_at = 60.0
-    prepared, result = replay("local", poisson(lambda t: 3.0 if t < step_at else 30.0, 30.0, 200.0))
+    prepared, result = replay("local", synthetic_trace(30.0, 1, 200.0, lambda t: 0.1 if t < step_at else 1.0))
     need = max(prepared.needed[int(step_at // BOUND_INTERVAL_S) :])
     assert need >= 2
     cold = prepared.pool.cold_start_seconds
@@ -52,7 +33,8 @@ def test_a_ten_second_burst_is_not_chased() -> None:
     # cannot take at once waits in the batches and the gateway queue, and a replica launched for it would serve
     # two minutes after the burst had passed.
     base = 20.0
-    prepared, result = replay("prod", poisson(lambda t: base * (16 if 300 <= t < 310 else 1), 16 * base, 480.0))
+    burst = synthetic_trace(16 * base, 1, 480.0, lambda t: 1.0 if 300 <= t < 310 else 1 / 16)
+    prepared, result = replay("prod", burst)
     assert prepared.initial_replicas == prepared.pool.replicas.min == 3
     grown = [(t, billed) for t, billed, _, _ in result.timeline if billed > prepared.initial_replicas]
     assert not grown, f"the burst was chased: {grown[:3]}"
