@@ -27,6 +27,7 @@ __all__ = [
     "PaidOption",
     "PaidPoint",
     "instance_gpu_hour",
+    "nodes_per_zone",
     "pack_zone",
     "paid_options",
     "plan_groups",
@@ -55,6 +56,22 @@ def pack_zone(replica_gpus: Sequence[int], gpus_per_node: int) -> int:
         else:
             free.append(gpus_per_node - size)
     return len(free)
+
+
+def nodes_per_zone(
+    replicas: Sequence[int], replica_gpus: Sequence[int], zones: int, gpus_per_node: int, min_per_zone: int
+) -> list[int]:
+    """Nodes paid in each of ``zones`` while pool ``i`` runs ``replicas[i]`` replicas of ``replica_gpus[i]`` GPUs
+    each: every pool spread by `zone_shares`, the zone's replicas packed together (`pack_zone`), at least
+    ``min_per_zone`` (the group's ``minNodesPerAz``)."""
+    shares = [zone_shares(n, zones) for n in replicas]
+    return [
+        max(
+            min_per_zone,
+            pack_zone([g for g, s in zip(replica_gpus, shares, strict=True) for _ in range(s[z])], gpus_per_node),
+        )
+        for z in range(zones)
+    ]
 
 
 @dataclass(frozen=True)
@@ -155,21 +172,8 @@ def _group_plan(
     pools = [spec.pool(p.pool) for p in plans]
 
     def point(replicas: Sequence[int]) -> PaidPoint:
-        per_zone = [zone_shares(n, len(zones)) for n in replicas]
-        nodes = [
-            max(
-                group.min_nodes_per_az,
-                pack_zone(
-                    [
-                        pool.engine.tensor_parallel_size
-                        for pool, shares in zip(pools, per_zone, strict=True)
-                        for _ in range(shares[z])
-                    ],
-                    instance.gpu_count,
-                ),
-            )
-            for z in range(len(zones))
-        ]
+        gpus = [pool.engine.tensor_parallel_size for pool in pools]
+        nodes = nodes_per_zone(replicas, gpus, len(zones), instance.gpu_count, group.min_nodes_per_az)
         used = sum(n * pool.engine.tensor_parallel_size for n, pool in zip(replicas, pools, strict=True))
         return PaidPoint(sum(replicas), nodes, instance.gpu_count, used, hour)
 

@@ -1,12 +1,12 @@
 """Billing: what a pool's replicas are paid as at one moment, the way AWS bills them.
 
-A pool on a GPU node group pays whole nodes: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas
-pack onto (`fleet.paid_capacity.pack_zone`: ``tensorParallelSize`` GPUs each, on one node), the replicas spread
-over the group's zones as a zone topology spread places them (`fleet.paid_capacity.zone_shares`). A pool without
-a node group runs on an existing cluster's GPUs and pays the GPUs its replicas hold. The count follows the
-replicas billed at each control tick (launching and draining ones included): a node is paid from the tick its
-first replica is launched to the tick its last one stopped, with no reclaim delay and no node start, so the
-figures are a lower bound on what the same replicas would cost.
+A pool on a GPU node group pays whole nodes, by the rule `llmfleet plan` prices them with
+(`fleet.paid_capacity.nodes_per_zone`: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas of
+``tensorParallelSize`` GPUs pack onto, spread over the group's zones as a zone topology spread places them).
+A pool without a node group runs on an existing cluster's GPUs and pays the GPUs its replicas hold.
+The count follows the replicas billed at each control tick (launching and draining ones included): a node is
+paid from the tick its first replica is launched to the tick its last one stopped, with no reclaim delay and no
+node start, so the figures are a lower bound on what the same replicas would cost.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.catalog import INSTANCES
-from fleet.paid_capacity import pack_zone, zone_shares
+from fleet.paid_capacity import nodes_per_zone
 from fleet.spec import FleetSpec, PoolSpec
 
 __all__ = ["NodeBilling"]
@@ -42,10 +42,10 @@ class NodeBilling:
         """Nodes paid while ``replicas`` run (0 on an existing cluster: no node is the pool's own)."""
         if not self.gpus_per_node:
             return 0
-        shares = zone_shares(replicas, self.zones)
-        return sum(
-            max(self.min_nodes_per_az, pack_zone([self.tensor_parallel] * n, self.gpus_per_node)) for n in shares
+        per_zone = nodes_per_zone(
+            [replicas], [self.tensor_parallel], self.zones, self.gpus_per_node, self.min_nodes_per_az
         )
+        return sum(per_zone)
 
     def paid_gpus(self, replicas: int) -> int:
         """GPUs paid while ``replicas`` run: whole nodes, or the replicas' own GPUs without a node group."""
