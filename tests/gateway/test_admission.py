@@ -82,8 +82,8 @@ async def test_a_request_for_a_pool_with_no_capacity_is_held_for_the_hold_not_th
     colds: list[None] = []
     admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=5.0, on_cold=lambda: colds.append(None))
     held = [asyncio.create_task(admission.acquire("a", 1)) for _ in range(3)]
-    await asyncio.sleep(0.2)  # four queue timeouts: the cold pool's waiters are still held
-    assert not any(t.done() for t in held) and admission.waiting == 3
+    done, _ = await asyncio.wait(held, timeout=0.2)  # four queue timeouts: the cold pool's waiters are still held
+    assert not done and admission.waiting == 3
     assert len(colds) == 1  # the first to wait reports at once; the others ride on it
     admission.set_capacity(3)  # the first replica is ready
     slots = await asyncio.gather(*held)
