@@ -12,14 +12,15 @@
     GET  /metrics   Prometheus text (``llmfleet_agent_*``)
     GET  /openapi.json, /docs   the OpenAPI document and its browsable page
 
-Authentication (`fleet.control_auth`): ``POST /drain`` and ``POST /reset`` need the control plane's credential
+Authentication (`fleet.protocol.control_auth`): ``POST /drain`` and ``POST /reset`` need the control plane's credential
 (401 without a valid one, 403 for another kind). ``GET /prestop`` takes the control plane's credential too, or no
 credential from loopback, from the pod's own address (the connection's local address) or from an address in
 ``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls the pod IP from the
 node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is ``create_app``'s
 ``auth`` argument, else the agent's own (`Agent.api_auth`, set by the CLI), else none.
 
-Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape (`fleet.control_api`).
+Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape
+(`fleet.protocol.control_api`).
 Handlers only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
 agent's event loop.
 """
@@ -37,9 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.metrics import AgentMetrics
 from agent.supervisor import Supervisor
-from fleet.control_api import create_control_app, error_response, errors
-from fleet.control_auth import Caller, ControlAuth, ControlAuthError, Kind
-from fleet.wire import AgentState
+from fleet.protocol.control_api import create_control_app, error_response, errors
+from fleet.protocol.control_auth import Caller, ControlAuth, ControlAuthError, Kind
+from fleet.protocol.wire import AgentState
 
 __all__ = ["AgentHandle", "AgentStatus", "CommandAccepted", "Health", "Readiness", "create_app"]
 

@@ -33,7 +33,7 @@ from agent.model_store import StoreOptions
 from agent.node import Agent, AgentOptions
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
-from fleet.control_auth import (
+from fleet.protocol.control_auth import (
     AUTH_MODES,
     ENGINE_API_KEY_ENV,
     ClientCredential,
@@ -43,11 +43,11 @@ from fleet.control_auth import (
     default_mode,
     make_verifier,
 )
-from fleet.errors import SpecError
-from fleet.loader import load_spec
-from fleet.model_manifest import ModelKeys
-from fleet.ports import free_port
-from fleet.spec import FleetSpec
+from fleet.protocol.model_manifest import ModelKeys
+from fleet.protocol.ports import free_port
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import load_spec
+from fleet.spec.stack import FleetSpec
 
 __all__ = ["add_arguments", "run"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import httpx
 
-from fleet.wire import LeaseGrant, LeaseRequest, LoadReport
+from fleet.protocol.wire import LeaseGrant, LeaseRequest, LoadReport
 
 __all__ = ["ControlClient", "ControlPlaneUnavailable", "LeaseRefused"]
 

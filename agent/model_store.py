@@ -1,6 +1,6 @@
 """Model store: fetch the pool's model from the stack's bucket into the node's cache before the engine starts.
 
-Reads the manifest (`fleet.model_manifest`), downloads each file into the cache and checks its sha256, then the
+Reads the manifest (`fleet.protocol.model_manifest`), downloads each file into the cache and checks its sha256, then the
 engine loads the local directory. Node cache layout (``cache_dir`` is ``/models/store`` in engine pods)::
 
     <cache_dir>/<model id>/<revision>/                 the model: dirs 0555, files 0444 once complete
@@ -52,7 +52,7 @@ from agent.ranged_fetch import (
     hash_partial,
     sidecar_path,
 )
-from fleet.model_manifest import PARTIAL_SUFFIX, Manifest, ManifestError, ManifestFile, ModelKeys, sha256_file
+from fleet.protocol.model_manifest import PARTIAL_SUFFIX, Manifest, ManifestError, ManifestFile, ModelKeys, sha256_file
 
 __all__ = ["ChecksumError", "FetchCancelled", "FetchError", "FetchResult", "ModelFetcher", "StoreOptions"]
 

@@ -32,11 +32,11 @@ from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
 from agent.states import State, Transition
 from agent.supervisor import Supervisor, SupervisorSettings
-from fleet.control_api import ApiServer, bind
-from fleet.control_auth import ControlAuth
-from fleet.model_manifest import ModelKeys
-from fleet.spec import PoolSpec
-from fleet.wire import LoadReport
+from fleet.protocol.control_api import ApiServer, bind
+from fleet.protocol.control_auth import ControlAuth
+from fleet.protocol.model_manifest import ModelKeys
+from fleet.protocol.wire import LoadReport
+from fleet.spec.stack import PoolSpec
 
 __all__ = ["Agent", "AgentOptions"]
 

@@ -4,8 +4,8 @@ Load derivation (`LoadTracker`, pure): gauges are read as-is; ``tokens_per_s`` i
 delta over the time between two scrapes; ``ttft_p99_s`` is the p99 of the TTFT histogram's bucket deltas over
 the last ``ttft_window_s`` (recent, not lifetime). A failed scrape yields a load of all None, never zeros, and a
 counter that went backwards (engine restarted) restarts the deltas. Pushing runs in its own task
-(`fleet.push.push_loop`): an unreachable control plane is retried with the shared exponential backoff
-(`fleet.push.Backoff`, at most ``backoff_max_s``) while the agent keeps serving and scraping.
+(`fleet.protocol.push.push_loop`): an unreachable control plane is retried with the shared exponential backoff
+(`fleet.protocol.push.Backoff`, at most ``backoff_max_s``) while the agent keeps serving and scraping.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from agent.clock import Clock
 from agent.control import ControlClient, ControlPlaneUnavailable
 from agent.engine_client import EngineClient
 from agent.metrics import AgentMetrics
-from fleet.promtext import EngineMetrics, diff_buckets, histogram_quantile
-from fleet.push import Backoff, push_loop
-from fleet.wire import LoadReport
+from fleet.protocol.promtext import EngineMetrics, diff_buckets, histogram_quantile
+from fleet.protocol.push import Backoff, push_loop
+from fleet.protocol.wire import LoadReport
 
 __all__ = ["NO_LOAD", "Load", "LoadTracker", "Reporter"]
 

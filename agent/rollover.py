@@ -22,7 +22,7 @@ from agent.clock import Clock
 from agent.control import ControlClient, ControlPlaneUnavailable, LeaseRefused
 from agent.metrics import AgentMetrics
 from agent.windows import restart_due
-from fleet.spec import PoolSpec
+from fleet.spec.stack import PoolSpec
 
 __all__ = ["Rollover"]
 

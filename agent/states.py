@@ -23,7 +23,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fleet.wire import ReplicaState
+from fleet.protocol.wire import ReplicaState
 
 __all__ = ["AGENT_STATES", "TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine", "Transition"]
 

@@ -44,8 +44,8 @@ from agent.model_store import FetchError
 from agent.restarts import CrashHistory, RestartPolicy
 from agent.rollover import Rollover
 from agent.states import Event, State, StateMachine, Transition
-from fleet.promtext import EngineMetrics
-from fleet.spec import PoolSpec
+from fleet.protocol.promtext import EngineMetrics
+from fleet.spec.stack import PoolSpec
 
 __all__ = ["Supervisor", "SupervisorSettings"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from fleet.spec import RestartWindowSpec
+from fleet.spec.stack import RestartWindowSpec
 
 __all__ = ["occurrences", "open_window", "restart_due"]
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.context import ReplicaLoad, ScalingContext  # noqa: E402
-from autoscaler.guardrails import apply_guardrails  # noqa: E402
-from autoscaler.policies import make_policy  # noqa: E402
 from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
-from fleet.spec import AutoscalingSpec  # noqa: E402
+from control_plane.scaling.context import ReplicaLoad, ScalingContext  # noqa: E402
+from control_plane.scaling.guardrails import apply_guardrails  # noqa: E402
+from control_plane.scaling.policies import make_policy  # noqa: E402
+from fleet.spec.stack import AutoscalingSpec  # noqa: E402
 
 MU = 6.0  # requests/s one replica completes at full batch
 SLOTS = 16  # concurrent sequences per replica (maxNumSeqs)
@@ -125,7 +125,7 @@ def simulate(
             )
             proposal = policy.propose(ctx)
             verdict = apply_guardrails(ctx, proposal, cfg)
-            state = {**verdict.state, **dict(proposal.state)}  # as autoscaler.loop carries it
+            state = {**verdict.state, **dict(proposal.state)}  # as control_plane.loop carries it
             delta = verdict.target - ctx.current
             if delta > 0:
                 launching += [t + COLD_START_S] * delta

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from autoscaler.actuators.local_state import pid_alive
 from bench.chaos_harness import Fleet, Forwarder
 from bench.chaos_load import Load
+from control_plane.actuators.local_state import pid_alive
 
 __all__ = ["Ctx", "Scenario", "scenarios", "stack_overrides"]
 

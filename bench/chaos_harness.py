@@ -27,10 +27,10 @@ from typing import Any
 import httpx
 import yaml
 
-from fleet.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
-from fleet.local.procs import Child
-from fleet.ports import free_port
-from fleet.promtext import counter_value, gauge_value, parse
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.ports import free_port
+from fleet.protocol.promtext import counter_value, gauge_value, parse
+from llmfleet.local.procs import Child
 
 __all__ = ["BASE", "Fleet", "Forwarder", "GatewayProc", "stack_document", "sweep"]
 

@@ -34,7 +34,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleet.wire import LoadReport  # noqa: E402
+from fleet.protocol.wire import LoadReport  # noqa: E402
 
 REQUIRED = 1_000  # reports/s: 1,000 replicas x 1 report/s
 POOL, MODEL = "qwen-7b", "qwen2.5-7b-instruct"  # the local stack's pool
@@ -95,9 +95,9 @@ def bodies(replicas: int) -> list[bytes]:
 
 
 async def serve(name: str) -> None:
-    from autoscaler.service import ControlPlane
-    from fleet.control_api import ApiServer, bind
-    from fleet.loader import load_spec
+    from control_plane.service import ControlPlane
+    from fleet.protocol.control_api import ApiServer, bind
+    from fleet.spec.loader import load_spec
 
     cp = ControlPlane.build(load_spec("local").spec, time.time)
     sock = bind("127.0.0.1", 0)
@@ -106,7 +106,7 @@ async def serve(name: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     if name == "fastapi":
-        from autoscaler.service import create_app
+        from control_plane.service import create_app
 
         server = ApiServer(create_app(cp), sock)
         await server.start()

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
-from fleet.validate import hash_api_key  # noqa: E402
+from fleet.spec.validate import hash_api_key  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"
 # Also LiteLLM's master key, which must look strong for it to start.
@@ -336,7 +336,7 @@ async def main(args: argparse.Namespace) -> None:
                 *_pin(engine_core),
                 sys.executable,
                 "-m",
-                "fleet.cli",
+                "llmfleet.cli",
                 "sim",
                 "serve",
                 "Qwen/Qwen2.5-7B-Instruct",
@@ -360,7 +360,7 @@ async def main(args: argparse.Namespace) -> None:
                 *_pin(gateway_core),
                 sys.executable,
                 "-m",
-                "fleet.cli",
+                "llmfleet.cli",
                 "gateway",
                 "--stack",
                 str(_stack(tmp)),

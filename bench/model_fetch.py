@@ -48,9 +48,9 @@ from botocore.exceptions import BotoCoreError  # noqa: E402
 from agent.metrics import AgentMetrics  # noqa: E402
 from agent.model_store import ModelFetcher  # noqa: E402
 from agent.ranged_fetch import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE  # noqa: E402
-from fleet.commands.model import push  # noqa: E402
-from fleet.model_manifest import ModelKeys, scan_directory  # noqa: E402
-from fleet.ports import free_port  # noqa: E402
+from fleet.protocol.model_manifest import ModelKeys, scan_directory  # noqa: E402
+from fleet.protocol.ports import free_port  # noqa: E402
+from llmfleet.commands.model import push  # noqa: E402
 
 MIB = 1024 * 1024
 BUCKET = "bench-models"

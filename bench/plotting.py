@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet.local.plots import pyplot  # noqa: E402
+from llmfleet.local.plots import pyplot  # noqa: E402
 
 __all__ = ["OUT", "add_plot_arguments", "pyplot", "save"]
 

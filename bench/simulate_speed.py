@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleet.commands.registries import all_registries  # noqa: E402
-from fleet.loader import load_spec  # noqa: E402
+from fleet.spec.loader import load_spec  # noqa: E402
+from llmfleet.registries import all_registries  # noqa: E402
 from simulate.configs import Config, stack_config  # noqa: E402
 from simulate.fleet import Result  # noqa: E402
 from simulate.replay import prepare, run_config  # noqa: E402

@@ -32,7 +32,7 @@ from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.lora import parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
-from fleet.catalog import GPUS, MODELS, ModelFacts
+from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
 
 __all__ = ["add_arguments", "build", "main", "run"]
 
@@ -88,7 +88,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--startup-seconds", type=float, default=2.0, help="wall seconds the port refuses connections")
     s.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of step-time noise")
     s.add_argument("--degradation-per-72h", type=float, default=0.0, help="throughput loss per 72 h of uptime")
-    s.add_argument("--model-facts", default=None, help="JSON (or @file) of fleet.catalog.ModelFacts fields")
+    s.add_argument("--model-facts", default=None, help="JSON (or @file) of fleet.capacity.catalog.ModelFacts fields")
     f = p.add_argument_group("fault injection")
     f.add_argument("--fault-crash-after-requests", type=int, default=None)
     f.add_argument("--fault-crash-at-seconds", type=float, default=None)
@@ -106,7 +106,7 @@ def _facts(model: str, raw: str | None) -> ModelFacts:
             return MODELS[model]
         raise ConfigError(
             f'unknown model {model!r}: pass --model-facts \'{{"parameters": ..., "layers": ..., ...}}\' '
-            f"(fields of fleet.catalog.ModelFacts) or use one of {sorted(MODELS)}"
+            f"(fields of fleet.capacity.catalog.ModelFacts) or use one of {sorted(MODELS)}"
         )
     text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
     try:

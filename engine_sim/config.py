@@ -1,6 +1,6 @@
 """Config: the simulated engine's settings and the KV capacity they imply, shared with the capacity plan.
 
-``num_gpu_blocks`` comes from `fleet.capacity.kv_budget_bytes` and `fleet.perf.kv_bytes_per_token`, the
+``num_gpu_blocks`` comes from `fleet.capacity.plan.kv_budget_bytes` and `fleet.capacity.perf.kv_bytes_per_token`, the
 same functions ``llmfleet plan`` uses, so a replica's simulated KV cache is the one the plan assumes.
 ``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` mirror vLLM's flags of the same names.
 """
@@ -14,10 +14,10 @@ from engine_sim.kv import BLOCK_SIZE, BlockPool, KVCacheManager
 from engine_sim.lora import LoraSettings
 from engine_sim.scheduler import Scheduler, SchedulerConfig
 from engine_sim.timing import StepTimer
-from fleet.capacity import kv_budget_bytes
-from fleet.catalog import GIB, GPUS, GpuType, ModelFacts
-from fleet.lora import lora_slot_bytes
-from fleet.perf import StepTimeModel, kv_bytes_per_token
+from fleet.capacity.catalog import GIB, GPUS, GpuType, ModelFacts
+from fleet.capacity.lora import lora_slot_bytes
+from fleet.capacity.perf import StepTimeModel, kv_bytes_per_token
+from fleet.capacity.plan import kv_budget_bytes
 
 __all__ = ["EngineConfig", "build_scheduler", "num_gpu_blocks"]
 

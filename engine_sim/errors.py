@@ -10,7 +10,7 @@ SimError
 
 from __future__ import annotations
 
-from fleet.openai_error import error_dict
+from fleet.protocol.openai_error import error_dict
 
 __all__ = ["ConfigError", "RequestError", "SimError"]
 
@@ -24,7 +24,7 @@ class ConfigError(SimError):
 
 
 class RequestError(SimError):
-    """A rejected request, rendered as `fleet.openai_error` JSON with the HTTP status as ``code``."""
+    """A rejected request, rendered as `fleet.protocol.openai_error` JSON with the HTTP status as ``code``."""
 
     def __init__(self, status: int, message: str, type_: str | None = None, param: str | None = None) -> None:
         super().__init__(message)

@@ -3,8 +3,9 @@ costs to bring one in.
 
 ``--enable-lora --lora-modules name=path ...`` registers adapters by name; a request naming one waits until it is
 in a GPU slot. vLLM keeps up to ``--max-cpu-loras`` adapters in host memory and ``--max-loras`` on the GPU, each an
-LRU: an adapter on neither is read from disk (`fleet.lora.disk_load_seconds`), one in host memory is copied to the
-GPU (`fleet.lora.swap_in_seconds`), one on the GPU costs nothing. A request for an adapter already being loaded
+LRU: an adapter on neither is read from disk (`fleet.capacity.lora.disk_load_seconds`), one in host memory is copied to
+the
+GPU (`fleet.capacity.lora.swap_in_seconds`), one on the GPU costs nothing. A request for an adapter already being loaded
 waits for that load rather than starting another. The wait counts in the request's TTFT, as in vLLM, where the
 load happens in the engine's step.
 
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine_sim.errors import ConfigError
-from fleet.catalog import ModelFacts
-from fleet.lora import VALID_RANKS, disk_load_seconds, swap_in_seconds
+from fleet.capacity.catalog import ModelFacts
+from fleet.capacity.lora import VALID_RANKS, disk_load_seconds, swap_in_seconds
 
 __all__ = ["AdapterResidency", "LoraSettings", "parse_lora_modules"]
 

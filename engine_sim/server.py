@@ -3,7 +3,7 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
 ``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
 ``GET /load``, ``GET /metrics``. Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
-(`fleet.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
+(`fleet.protocol.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
 are plain JSON with a 4xx, errors after the first chunk arrive in-band followed by ``data: [DONE]``. A client
 that disconnects aborts its request (handler cancellation), which frees its KV blocks at once.
 

@@ -1,4 +1,4 @@
-"""Timing: seconds per scheduler step, from `fleet.perf.StepTimeModel` plus jitter, ageing and slowdown.
+"""Timing: seconds per scheduler step, from `fleet.capacity.perf.StepTimeModel` plus jitter, ageing and slowdown.
 
     seconds = StepTimeModel.step_seconds(tokens, decode_ctx, prefill_attn) * jitter * ageing * slowdown
 
@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from fleet.perf import ATTENTION_EFFICIENCY, BANDWIDTH_EFFICIENCY, StepTimeModel, kv_bytes_per_token
+from fleet.capacity.perf import ATTENTION_EFFICIENCY, BANDWIDTH_EFFICIENCY, StepTimeModel, kv_bytes_per_token
 
 __all__ = ["StepTimer", "StepWork"]
 

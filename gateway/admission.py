@@ -13,7 +13,7 @@ queue.perReplicaThreshold), so backpressure scales with the pool). Beyond that, 
   cold start away, and the first such arrival calls ``on_cold`` (the gateway reports to the control plane at once).
 
 `demand` counts requests in flight or waiting by priority: what the gateway reports so the control plane can
-divide the pool's capacity among gateways (`autoscaler.shares`).
+divide the pool's capacity among gateways (`control_plane.shares`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """AliasSync: keep the gateway's alias weights what the control plane says they are now.
 
-    gateway -> control plane   GET /v1/aliases   fleet.wire.AliasWeights, every routing.scrapeIntervalS
+    gateway -> control plane   GET /v1/aliases   fleet.protocol.wire.AliasWeights, every routing.scrapeIntervalS
 
-Canary rollouts move an alias's weights in the control plane (`autoscaler.rollouts`); each gateway reads them
+Canary rollouts move an alias's weights in the control plane (`control_plane.rollouts`); each gateway reads them
 with its discovery and swaps its table (`gateway.service.Gateway.set_aliases`) when they changed, so every
 gateway sends the same share of the alias to the candidate within one interval. Until the first answer, and
 whenever the control plane cannot be reached (or is older and has no such endpoint), the table in use stays:
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from fleet.wire import AliasWeights
+from fleet.protocol.wire import AliasWeights
 from gateway.routing.aliases import AliasTable, WeightedAlias
 
 __all__ = ["AliasSync", "table_of"]

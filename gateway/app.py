@@ -24,8 +24,8 @@ import aiohttp
 from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
-from fleet.clock import Clock, SystemClock
-from fleet.openai_error import error_body
+from fleet.protocol.clock import Clock, SystemClock
+from fleet.protocol.openai_error import error_body
 from gateway.alias_sync import AliasSync
 from gateway.errors import GatewayError
 from gateway.quota import QuotaBackend, quota_backend

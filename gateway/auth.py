@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from fleet.spec import KEY_HASH, TenantSpec
+from fleet.spec.stack import KEY_HASH, TenantSpec
 from gateway.errors import Unauthorized
 
 __all__ = [

@@ -40,9 +40,9 @@ from typing import Any
 from aiohttp import web
 from opentelemetry.sdk.trace import TracerProvider
 
-from fleet import contract
-from fleet.errors import SpecError
-from fleet.loader import load_spec
+from fleet.protocol import contract
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import load_spec
 from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, KeyHashesFile, keys_from_secret
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES

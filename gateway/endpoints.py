@@ -1,10 +1,10 @@
 """Endpoints: the replicas of each pool, their load and health, kept fresh by a background loop.
 
-Membership comes from the control plane (``GET /v1/pools/{pool}/replicas``, `fleet.wire.ReplicaList`) when one
+Membership comes from the control plane (``GET /v1/pools/{pool}/replicas``, `fleet.protocol.wire.ReplicaList`) when one
 is configured, else from static engine URLs (``PoolSpec.staticReplicas`` or ``--replica``). If the control plane
 is unreachable the last known membership stays (in-flight work and routing go on). Every
 ``routing.scrapeIntervalS`` each engine is probed: ``/health`` (static mode: readiness) and ``/metrics``
-(load, parsed with `fleet.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
+(load, parsed with `fleet.protocol.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
 rotation on that refresh; an engine answering 503 leaves it until its next good probe.
 
 Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica faults in a row (or one first-token
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from fleet.promtext import EngineMetrics
-from fleet.spec import PoolSpec
-from fleet.wire import ReplicaList
+from fleet.protocol.promtext import EngineMetrics
+from fleet.protocol.wire import ReplicaList
+from fleet.spec.stack import PoolSpec
 from gateway.routing.base import EndpointView
 
 __all__ = [

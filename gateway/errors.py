@@ -1,4 +1,5 @@
-"""Errors: every failure the gateway answers with, as OpenAI error JSON (`fleet.openai_error`) with the right status.
+"""Errors: every failure the gateway answers with, as OpenAI error JSON (`fleet.protocol.openai_error`) with the right
+status.
 
     GatewayError                    status, OpenAI ``type`` and ``code``; ``retry_after`` adds Retry-After
       BadRequest                    400 bad JSON or parameters
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from fleet.openai_error import error_body
+from fleet.protocol.openai_error import error_body
 
 __all__ = [
     "BadRequest",

@@ -38,7 +38,7 @@ class GatewayMetrics:
     """One registry per gateway (no globals): tests and several apps in one process never collide."""
 
     def __init__(self, registry: CollectorRegistry | None = None, ttft_slo_s: Iterable[float] = ()) -> None:
-        """``ttft_slo_s``: the pools' TTFT thresholds (`fleet.slo_rules.ttft_slo_edges`), added to the TTFT
+        """``ttft_slo_s``: the pools' TTFT thresholds (`fleet.slo.rules.ttft_slo_edges`), added to the TTFT
         histogram's edges so that the SLO rules count requests slower than each threshold exactly."""
         self.registry = registry or CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from fleet.openai_error import error_body
+from fleet.protocol.openai_error import error_body
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamDiedEarly,

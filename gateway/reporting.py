@@ -1,26 +1,26 @@
 """Reporting: push each pool's admission queue and request rate to the control plane in the background.
 
-    gateway -> control plane   POST /v1/gateway-reports   fleet.wire.GatewayReport, one per pool, every
+    gateway -> control plane   POST /v1/gateway-reports   fleet.protocol.wire.GatewayReport, one per pool, every
                                                           controlPlane.reportIntervalS
-                               <- 200                     fleet.wire.GatewayAccepted: this gateway's share of
+                               <- 200                     fleet.protocol.wire.GatewayAccepted: this gateway's share of
                                                           the pool's admission capacity (`gateway.shares`)
 
 Requests waiting in the gateway's admission queue are in no engine, so no agent reports them; without this the
 autoscaler would see at most ``queue.perReplicaThreshold`` waiting per replica while hundreds wait here.
 
 Each report also carries the pool's answers since the last report the control plane accepted
-(`fleet.wire.PoolOutcomes`: counts by outcome, TTFT and TPOT bucket counts), which canary rollouts judge a
+(`fleet.protocol.wire.PoolOutcomes`: counts by outcome, TTFT and TPOT bucket counts), which canary rollouts judge a
 candidate pool by (`rollout.slis`); a report that fails leaves them for the next one, so none is lost or counted
 twice.
 
 Contract: the request path only bumps two integers (`PoolTraffic`); the reporter reads them, the `Admission`
 gauges and a clock. It never blocks a request. A failed push (control plane down, 4xx/5xx, timeout) is logged
-once per outage and retried with the shared exponential backoff (`fleet.push.Backoff`: interval x 2^(n-1) after
+once per outage and retried with the shared exponential backoff (`fleet.protocol.push.Backoff`: interval x 2^(n-1) after
 n failed rounds, at most ``max_backoff_s``); the gateway keeps serving. The control plane marks a gateway stale
 after ``controlPlane.staleAfterS`` without a report. Rates are over a sliding window (``window_s``, default
 10 s) so one second's Poisson noise does not reach the scaler.
 
-Each push carries the gateway's control credential (`fleet.control_auth.ClientCredential` of kind ``gateway``):
+Each push carries the gateway's control credential (`fleet.protocol.control_auth.ClientCredential` of kind ``gateway``):
 the ``credential`` given, else the one the process environment holds (``$LLMFLEET_CONTROL_TOKEN`` or
 ``$LLMFLEET_CONTROL_TOKEN_FILE``), else none (a control plane running ``--auth none``).
 """
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from fleet.clock import Clock
-from fleet.control_auth import ClientCredential, Kind
-from fleet.push import Backoff, push_loop
-from fleet.wire import LATENCY_EDGES_S, RATE_WINDOW_S, GatewayAccepted, GatewayReport, PoolOutcomes
+from fleet.protocol.clock import Clock
+from fleet.protocol.control_auth import ClientCredential, Kind
+from fleet.protocol.push import Backoff, push_loop
+from fleet.protocol.wire import LATENCY_EDGES_S, RATE_WINDOW_S, GatewayAccepted, GatewayReport, PoolOutcomes
 from gateway.admission import Admission
 
 __all__ = ["GatewayReporter", "PoolTraffic", "default_gateway_id"]

@@ -20,9 +20,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from fleet.capacity import admission_capacity
-from fleet.slo_rules import ttft_slo_edges
-from fleet.spec import PluginRef, PoolSpec, TenantSpec
+from fleet.capacity.plan import admission_capacity
+from fleet.slo.rules import ttft_slo_edges
+from fleet.spec.stack import PluginRef, PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS, KeyRing
 from gateway.body import Kind, ParsedRequest, parse_body
 from gateway.endpoints import Endpoint, EndpointSet, Refresher

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.control_auth import ENGINE_API_KEY_ENV, ClientCredential, Kind
-from fleet.spec import FleetSpec
+from fleet.protocol.control_auth import ENGINE_API_KEY_ENV, ClientCredential, Kind
+from fleet.spec.stack import FleetSpec
 
 __all__ = ["GatewaySettings"]
 

@@ -2,7 +2,7 @@
 
 With several gateways in front of one pool, each admitting the pool's whole capacity would put N times the load
 into the engines' own first-come queues, where priority and tenant fairness no longer hold. So the control plane
-answers each gateway report with the gateway's share (`autoscaler.shares`), and the gateway admits
+answers each gateway report with the gateway's share (`control_plane.shares`), and the gateway admits
 ``capacity(pool, full)`` = ``full`` x its share, rounded to the nearest, at least 1 while ``full`` > 0 (so
 the gateways together may admit up to N/2 slots more than ``full``: rounding down would leave a gateway whose share
 grew by a high-priority request's worth, 0.5 of a slot say, without the slot it needs).

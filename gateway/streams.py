@@ -25,7 +25,7 @@ import logging
 
 from aiohttp import web
 
-from fleet.spec import PoolSpec
+from fleet.spec.stack import PoolSpec
 from gateway.body import ParsedRequest
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.outcome import Outcome

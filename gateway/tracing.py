@@ -39,7 +39,7 @@ from gateway.errors import GatewayError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
-    from fleet.spec import GatewayTracingSpec
+    from fleet.spec.stack import GatewayTracingSpec
     from gateway.outcome import Outcome
 
 __all__ = ["UNTRACED", "RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]

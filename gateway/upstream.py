@@ -13,7 +13,7 @@ from typing import Protocol
 
 import aiohttp
 
-from fleet.spec import GatewaySpec, PoolSpec
+from fleet.spec.stack import GatewaySpec, PoolSpec
 from gateway.endpoints import Endpoint, EndpointSet
 from gateway.errors import UpstreamError
 from gateway.metrics import GatewayMetrics

@@ -15,9 +15,12 @@ COPY fleet/ fleet/
 COPY engine_sim/ engine_sim/
 COPY agent/ agent/
 COPY gateway/ gateway/
-COPY autoscaler/ autoscaler/
+COPY control_plane/ control_plane/
 COPY infra/ infra/
 COPY policies/ policies/
+COPY rollout/ rollout/
+COPY simulate/ simulate/
+COPY llmfleet/ llmfleet/
 RUN python3 -m venv /opt/llmfleet \
  && /opt/llmfleet/bin/pip install . \
  && /opt/llmfleet/bin/pip uninstall --yes setuptools wheel pip

@@ -9,7 +9,7 @@
 #
 # runtime, engine: the OCI layout $BUILD_DIR/<image>.oci, tagged <version>-<first 12 digits of the digest> (ECR
 #                  tags are immutable: a new build gets a new tag).
-# device-plugin:   NVIDIA's release named in fleet/contract.py (DEVICE_PLUGIN_SOURCE), every platform, same tag.
+# device-plugin:   NVIDIA's release named in fleet/protocol/contract.py (DEVICE_PLUGIN_SOURCE), every platform, same tag.
 #
 # skopeo copies with --preserve-digests, so a copy that would change the manifest fails instead; the script then
 # reads the pushed manifest back and checks its digest. Log in first (ECR: aws ecr get-login-password | skopeo
@@ -60,8 +60,8 @@ push_built() {
 if [ "$WHAT" = runtime ] || [ "$WHAT" = all ]; then push_built runtime; fi
 if [ "$WHAT" = engine ] || [ "$WHAT" = all ]; then push_built engine; fi
 if [ "$WHAT" = device-plugin ] || [ "$WHAT" = all ]; then
-    # fleet.contract imports nothing outside the standard library: any python3 reads it.
-    source_ref="$(python3 -c 'from fleet.contract import DEVICE_PLUGIN_SOURCE; print(DEVICE_PLUGIN_SOURCE)')"
+    # fleet.protocol.contract imports nothing outside the standard library: any python3 reads it.
+    source_ref="$(python3 -c 'from fleet.protocol.contract import DEVICE_PLUGIN_SOURCE; print(DEVICE_PLUGIN_SOURCE)')"
     named="${source_ref%@*}" digest="${source_ref#*@}"  # repository:tag, sha256:...
     # By digest alone: skopeo takes no reference with both a tag and a digest.
     copy "docker://${named%:*}@$digest" "$REGISTRY/nvidia-device-plugin:${named##*:}" "$digest" --all

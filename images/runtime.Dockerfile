@@ -21,9 +21,12 @@ COPY fleet/ fleet/
 COPY engine_sim/ engine_sim/
 COPY agent/ agent/
 COPY gateway/ gateway/
-COPY autoscaler/ autoscaler/
+COPY control_plane/ control_plane/
 COPY infra/ infra/
 COPY policies/ policies/
+COPY rollout/ rollout/
+COPY simulate/ simulate/
+COPY llmfleet/ llmfleet/
 # The package on top of its dependencies; then the installers go, so nothing in the image can build code.
 RUN /opt/llmfleet/bin/pip install --no-deps --no-build-isolation . \
  && /opt/llmfleet/bin/pip uninstall --yes setuptools wheel pip

@@ -1,9 +1,9 @@
 """Config: the FleetSpec from Pulumi config (the ``llmfleet:*`` keys), and tenant keys from secrets.
 
 Pulumi hands structured config values to the program as JSON strings; `spec_from_config` turns them back
-into the stack document and validates it with `fleet.loader.parse_spec`, so `pulumi up` rejects exactly what
+into the stack document and validates it with `fleet.spec.loader.parse_spec`, so `pulumi up` rejects exactly what
 `llmfleet validate` rejects, and on ``pulumi up`` of a target-aws stack also rejects the placeholders
-(`fleet.placeholders`) that ``llmfleet validate`` only warns about. Secrets: tenants' keys (only their hashes
+(`fleet.spec.placeholders`) that ``llmfleet validate`` only warns about. Secrets: tenants' keys (only their hashes
 leave this module), the quota Redis' password, and the engines' API key (``engines:apiKey``,
 `ENGINE_API_KEY_CONFIG`). `stack_config` goes the other way (a stack file -> the flat map the engine passes the
 program), which is how the offline run feeds a stack file to the real program.
@@ -20,13 +20,13 @@ import pulumi
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import get_monitor
 
-from fleet.commands.registries import all_registries
-from fleet.errors import SpecError
-from fleet.loader import NAMESPACE, parse_spec
-from fleet.placeholders import placeholder_problems
-from fleet.spec import FleetSpec
-from fleet.validate import hash_api_key
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import NAMESPACE, parse_spec
+from fleet.spec.placeholders import placeholder_problems
+from fleet.spec.stack import FleetSpec
+from fleet.spec.validate import hash_api_key
 from infra.quota_redis import provisions_redis
+from llmfleet.registries import all_registries
 
 __all__ = [
     "ENGINE_API_KEY_CONFIG",

@@ -1,11 +1,11 @@
 """Control auth in the cluster: who may call whom is proven with Kubernetes service-account tokens.
 
 Each control plane, gateway and engine pod mounts a projected service-account token for the audience
-``llmfleet`` (`fleet.control_auth.AUDIENCE`), rotated by the kubelet, and names its path in
+``llmfleet`` (`fleet.protocol.control_auth.AUDIENCE`), rotated by the kubelet, and names its path in
 ``$LLMFLEET_CONTROL_TOKEN_FILE``; its process presents it on control calls. The control plane (reports, leases)
 and the agents (drains) check callers with the TokenReview API, so their service accounts may create
 TokenReviews (a ClusterRole: TokenReview is cluster-scoped) and keep their own account token mounted. The kind
-of a caller comes from its service account (`fleet.control_auth.SERVICE_ACCOUNTS`): the engines', the gateways'
+of a caller comes from its service account (`fleet.protocol.control_auth.SERVICE_ACCOUNTS`): the engines', the gateways'
 and the control plane's. Agents advertise their pod IP and let the kubelet, calling from the node's IP, reach
 ``/prestop`` without a header.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.control_auth import AUDIENCE, CONTROL_TOKEN_FILE_ENV
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.protocol.control_auth import AUDIENCE, CONTROL_TOKEN_FILE_ENV
+from fleet.spec.stack import FleetSpec
 
 __all__ = [
     "TOKEN_DIR",

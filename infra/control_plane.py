@@ -19,9 +19,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.marks import ANN_CHECKSUM_STACK
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.protocol.marks import ANN_CHECKSUM_STACK
+from fleet.spec.stack import FleetSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import (
@@ -49,7 +49,7 @@ def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
         },
         {"api_groups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {"api_groups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-        # Restart leases outlive the control plane as Lease objects (autoscaler/lease_stores.py): these verbs only.
+        # Restart leases outlive the control plane as Lease objects (control_plane/leases/stores.py): these verbs only.
         {
             "api_groups": ["coordination.k8s.io"],
             "resources": ["leases"],

@@ -3,7 +3,8 @@
 The AL2023 NVIDIA AMI ships the driver and container toolkit but not the device plugin. The DaemonSet runs
 only on nodes labelled ``nvidia.com/gpu.present=true`` (our GPU node groups), tolerates their taint, and is
 ``system-node-critical`` so it is never evicted before the engines that depend on it. Its image is NVIDIA's
-release (`fleet.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest. The pod
+release (`fleet.protocol.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest. The
+pod
 follows NVIDIA's static manifest of that release (NVIDIA/k8s-device-plugin v0.19.3,
 deployments/static/nvidia-device-plugin.yml): no environment, the kubelet's plugin folder as a ``Directory``.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
+from fleet.protocol import contract
 
 __all__ = ["DevicePlugin", "DevicePluginArgs"]
 

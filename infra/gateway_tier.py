@@ -7,7 +7,7 @@ keeping all but one replica up during node drains.
 
 Idle timeout: a plain TCP listener's is set a minute above the request timeout; a TLS listener's is fixed at
 350 s (the controller skips listener attributes on TLS), so validation keeps the request timeout below it
-(`fleet.validate_timing`). Shutdown on aws: the preStop sleep (``drain.propagationSeconds``, at least 120 s)
+(`fleet.spec.validate_timing`). Shutdown on aws: the preStop sleep (``drain.propagationSeconds``, at least 120 s)
 outlasts the NLB's deregistration, whose delay attribute is set to that sleep; the fleet namespace is labelled
 for the controller's readiness gates, so a rollout waits for new pods to be healthy targets.
 
@@ -31,14 +31,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.marks import (
+from fleet.protocol import contract
+from fleet.protocol.marks import (
     ANN_CHECKSUM_ENGINE_KEY,
     ANN_CHECKSUM_STACK,
     ANN_CHECKSUM_TENANT_KEYS,
     LB_DEREGISTRATION_DELAY,
 )
-from fleet.spec import FleetSpec
+from fleet.spec.stack import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import (
@@ -70,7 +70,8 @@ TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"  # TLS 1.3 and 1.2 only, on t
 
 
 def tls_termination(spec: FleetSpec) -> str:
-    """Where the public listener's TLS ends (`fleet.contract.ANN_TLS`): the NLB with an ACM certificate on aws, the
+    """Where the public listener's TLS ends (`fleet.protocol.contract.ANN_TLS`): the NLB with an ACM certificate on
+    aws, the
     gateway process with a TLS Secret on kubernetes, else nowhere."""
     tls = spec.gateway.tls
     if spec.target == "aws" and tls.certificate_arn is not None:

@@ -1,6 +1,6 @@
 """Images: the stack's container repositories and the digest-pinned image every workload runs.
 
-On aws the stack owns one ECR repository per image (`fleet.contract.IMAGES`, named ``llmfleet-<env>/<image>``):
+On aws the stack owns one ECR repository per image (`fleet.protocol.contract.IMAGES`, named ``llmfleet-<env>/<image>``):
 tags are immutable, so a pushed tag always names the same bits; every push is scanned; images are encrypted
 with KMS; and a lifecycle rule expires untagged images beyond the newest few. On kubernetes the images live
 under the stack's ``images.registry``. Either way a workload runs ``<repository>@sha256:<digest>``, with the
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from fleet import contract
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec, PoolSpec
 
 __all__ = ["KEEP_UNTAGGED", "ImageRefs", "ImageRepositories", "ImageRepositoriesArgs", "image_refs", "lifecycle_policy"]
 

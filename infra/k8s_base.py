@@ -25,11 +25,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from fleet import contract
-from fleet.control_auth import ENGINE_API_KEY_ENV
-from fleet.loader import NAMESPACE
-from fleet.marks import READINESS_GATE_LABEL
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.protocol.control_auth import ENGINE_API_KEY_ENV
+from fleet.protocol.marks import READINESS_GATE_LABEL
+from fleet.spec.loader import NAMESPACE
+from fleet.spec.stack import FleetSpec
 
 __all__ = [
     "IMAGE_UID",

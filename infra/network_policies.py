@@ -22,8 +22,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec
 from infra.quota_cache import REDIS_PORT
 
 __all__ = ["DEFAULT_DENY", "NAMESPACE_NAME_LABEL", "NetworkPolicies", "network_policy_specs"]

@@ -4,11 +4,11 @@ RBAC cannot say which fields of an object a verb may change: the control plane's
 (`infra.control_plane`) grants ``patch`` on ``nodes``, which covers every node's labels, taints and
 annotations. A stolen control-plane token could then untaint a GPU node or relabel a node to attract pods.
 The aws actuator needs one field only: it sets ``spec.unschedulable`` on the GPU nodes a drain emptied before
-it terminates them (autoscaler/actuators/aws.py). This module adds a ``ValidatingAdmissionPolicy``
+it terminates them (control_plane/actuators/aws.py). This module adds a ``ValidatingAdmissionPolicy``
 (``admissionregistration.k8s.io/v1``, GA since Kubernetes 1.30) and its binding that deny an update of a node
 by the control plane's service account unless
 
-* the node carries ``llmfleet.io/node-role: gpu`` (`fleet.contract.LABEL_NODE_ROLE`), and
+* the node carries ``llmfleet.io/node-role: gpu`` (`fleet.protocol.contract.LABEL_NODE_ROLE`), and
 * every field the request could change, other than ``spec.unschedulable``, is unchanged (`GUARDED_FIELDS`).
 
 Other users (kubelets, the node lifecycle controller, cluster admins) are outside the policy's
@@ -22,8 +22,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.admissionregistration import v1 as admission
 
-from fleet import contract
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec
 
 __all__ = [
     "GUARDED_FIELDS",

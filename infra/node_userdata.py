@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.k8s_base import IMAGE_UID
 
 __all__ = [

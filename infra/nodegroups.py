@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from fleet import contract
-from fleet.catalog import GPUS, INSTANCES
-from fleet.spec import FleetSpec, GpuNodeGroupSpec
+from fleet.capacity.catalog import GPUS, INSTANCES
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec, GpuNodeGroupSpec
 from infra.cluster import addon_version
 from infra.iam import ServiceRole, service_role
 from infra.node_scaling import live_scaling, plan_scaling

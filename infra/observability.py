@@ -1,6 +1,6 @@
 """Observability: a PrometheusRule per pool with its SLO recording rules and alerts, and the PodMonitors they need.
 
-The rules are `fleet.slo_rules.pool_rule_groups` (the SLIs, their windows and the burn-rate alerts are described
+The rules are `fleet.slo.rules.pool_rule_groups` (the SLIs, their windows and the burn-rate alerts are described
 there and in docs/operations.md "SLO alerts"); this module only wraps them in Kubernetes objects. Two PodMonitors
 make Prometheus scrape what the rules read: engine pods on their ``engine`` (vLLM) and ``agent`` ports, with the
 pod's ``llmfleet.io/pool`` label copied to ``llmfleet_io_pool`` (what the engine rules select on), and gateway
@@ -23,9 +23,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.slo_rules import PROM_POOL_LABEL, pool_rule_groups, warn_availability
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.slo.rules import PROM_POOL_LABEL, pool_rule_groups, warn_availability
+from fleet.spec.stack import FleetSpec
 
 __all__ = ["PROM_POOL_LABEL", "SloRules", "SloRulesArgs", "pod_monitor_spec", "warn_availability"]
 

@@ -44,9 +44,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.catalog import INSTANCES
-from fleet.marks import (
+from fleet.capacity.catalog import INSTANCES
+from fleet.protocol import contract
+from fleet.protocol.marks import (
     ANN_CHECKSUM_ENGINE_KEY,
     ANN_CHECKSUM_POOL,
     ANN_FIRST_READY,
@@ -54,7 +54,7 @@ from fleet.marks import (
     ANN_RESUME_STREAMS,
     DEFAULT_AWAIT_S,
 )
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.spec.stack import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import (

@@ -19,9 +19,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.paid_capacity import plan_groups
-from fleet.spec import FleetSpec
+from fleet.capacity.paid import plan_groups
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import engine_api_key
 from infra.control_auth import TokenReviewAccess
@@ -71,7 +71,7 @@ class FleetInputs:
 
 def monthly_cost(spec: FleetSpec) -> dict[str, float]:
     """What the GPU nodes cost per month at the pools' minimum and at peak: whole nodes per zone, pools sharing a
-    node group counted once (`fleet.paid_capacity`)."""
+    node group counted once (`fleet.capacity.paid`)."""
     groups = plan_groups(spec)
     return {
         "min": round(sum(g.at_min.monthly_cost_usd for g in groups), 2),

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.spec.stack import FleetSpec
 from infra.quota_cache import REDIS_PORT, check_auth_token
 
 __all__ = ["REDIS_IMAGE", "QuotaRedis", "QuotaRedisArgs", "in_cluster_url", "provisions_redis", "redis_config"]

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.commands.registries import all_registries
-from fleet.loader import parse_spec
+from fleet.spec.loader import parse_spec
 from infra.config import (
     ENGINE_API_KEY_CONFIG,
     capacity_reservations,
@@ -25,6 +24,7 @@ from infra.config import (
 )
 from infra.offline import OfflineRun, run_offline
 from infra.program import FleetInputs, build_fleet
+from llmfleet.registries import all_registries
 
 __all__ = [
     "PLACEHOLDER_ENGINE_API_KEY",

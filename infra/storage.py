@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.iam import irsa_role, model_read_policy
 
 __all__ = ["ModelStore", "ModelStoreArgs", "tls_only_policy"]

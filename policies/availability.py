@@ -16,8 +16,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
-from fleet.spec import DRAIN_MARGIN_S
+from fleet.protocol import contract
+from fleet.spec.stack import DRAIN_MARGIN_S
 from policies.common import (
     PDB,
     PRODUCTION_SCHEMA,

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from fleet.commands.registries import all_registries
-from fleet.errors import SpecError
-from fleet.loader import find_stack, parse_spec
-from fleet.spec import FleetSpec
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import find_stack, parse_spec
+from fleet.spec.stack import FleetSpec
+from llmfleet.registries import all_registries
 
 __all__ = ["CheckResult", "add_arguments", "check_stack", "render_table", "run"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from fleet import contract
+from fleet.protocol import contract
 
 __all__ = [
     "DEPLOYMENT",

@@ -5,7 +5,8 @@ monthly-cost-ceiling reads the ceiling and the GPU-hour price from the stack fil
 checks the numbers the stack declares rather than a copy kept in the pack. Policy config may override both per
 environment. Every GPU node group counts at its maximum size, whatever its capacity type, at the stack's
 GPU-hour price or else the catalogue's on-demand price of its instance type in the stack's region (spot at that
-ceiling: `fleet.catalog.instance_hour_usd`); a capacity-block group names no instance types, so its instance type
+ceiling: `fleet.capacity.catalog.instance_hour_usd`); a capacity-block group names no instance types, so its instance
+type
 comes from its launch template (same environment, group and zone tags).
 """
 
@@ -28,10 +29,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
-from fleet.capacity import HOURS_PER_MONTH
-from fleet.catalog import GPUS, INSTANCES, instance_hour_usd
-from fleet.loader import NAMESPACE
+from fleet.capacity.catalog import GPUS, INSTANCES, instance_hour_usd
+from fleet.capacity.plan import HOURS_PER_MONTH
+from fleet.protocol import contract
+from fleet.spec.loader import NAMESPACE
 from policies.common import (
     LAUNCH_TEMPLATE,
     NODE_GROUP,

@@ -13,7 +13,7 @@ server or Pulumi's await enforces, on the graph the program registers:
 * ``custom-resources-after-crds``: a custom resource waits for what defines its kind (a CustomResourceDefinition
   or a chart that ships it), unless it says the cluster has the CRDs. Else: ``no matches for kind``.
 * ``slow-starts-awaited``: a Deployment whose first replica may take longer than Pulumi's and Kubernetes'
-  default 600 s (`fleet.marks.ANN_FIRST_READY`) has a progress deadline at least that long and an await timeout
+  default 600 s (`fleet.protocol.marks.ANN_FIRST_READY`) has a progress deadline at least that long and an await timeout
   (custom timeouts, or ``pulumi.com/timeoutSeconds``) longer than the deadline. Else: the first ``up`` fails
   while engines are still pulling their image.
 
@@ -36,8 +36,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
-from fleet.marks import (
+from fleet.protocol import contract
+from fleet.protocol.marks import (
     ANN_FIRST_READY,
     ANN_NAMESPACE_EXISTING,
     ANN_PULUMI_TIMEOUT,

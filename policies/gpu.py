@@ -14,7 +14,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
+from fleet.protocol import contract
 from policies.common import (
     NODE_GROUP,
     PRODUCTION_SCHEMA,

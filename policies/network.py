@@ -15,7 +15,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
+from fleet.protocol import contract
 from policies.common import SERVICE, annotations_of, get_path, is_engine, labels, mapping, sequence
 
 __all__ = ["is_public_service", "network_default_deny", "only_gateway_public"]

@@ -2,7 +2,7 @@
 
 paid-gpu-utilisation reads the stack file the program deploys (the ``llmfleet-spec`` ConfigMap, as
 monthly-cost-ceiling does), packs every pool's peak replicas onto the whole nodes of its group
-(`fleet.paid_capacity`), and reports each GPU node group of the graph whose used / paid GPUs at peak is under
+(`fleet.capacity.paid`), and reports each GPU node group of the graph whose used / paid GPUs at peak is under
 the target (default: the seed's 70%). Its message names the options with the figure each would give.
 Advisory: a small pool on 8-GPU nodes is a cost choice, not a fault.
 """
@@ -21,11 +21,11 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from fleet import contract
-from fleet.errors import SpecError
-from fleet.loader import parse_spec
-from fleet.paid_capacity import PAID_GPU_UTILISATION_TARGET, paid_options, plan_groups
-from fleet.spec import FleetSpec
+from fleet.capacity.paid import PAID_GPU_UTILISATION_TARGET, paid_options, plan_groups
+from fleet.protocol import contract
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import parse_spec
+from fleet.spec.stack import FleetSpec
 from policies.common import (
     NODE_GROUP,
     PRODUCTION_SCHEMA,

@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from fleet import contract
-from fleet.loader import NAMESPACE
+from fleet.protocol import contract
+from fleet.spec.loader import NAMESPACE
 from policies.common import DEPLOYMENT, SERVICE, annotations_of, get_path, labels, mapping
 
 __all__ = ["cluster_prerequisites_installed", "helm_charts"]

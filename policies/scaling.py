@@ -8,7 +8,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from fleet import contract
+from fleet.protocol import contract
 from policies.common import DEPLOYMENT, NODE_GROUP, annotations_of, containers, get_path, is_gpu_node_group, labels
 
 __all__ = ["gpu_nodes_can_scale"]

@@ -21,16 +21,16 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from fleet import contract
-from fleet.marks import (
+from fleet.protocol import contract
+from fleet.protocol.marks import (
     ANN_RESUME_STREAMS,
     LB_DEREGISTRATION_DELAY,
     NLB_DEFAULT_DEREGISTRATION_DELAY_S,
     NLB_DEREGISTRATION_S,
     NLB_TLS_IDLE_TIMEOUT_S,
 )
-from fleet.spec import DRAIN_MARGIN_S
-from fleet.validate_timing import NLB_IDLE_MARGIN_S
+from fleet.spec.stack import DRAIN_MARGIN_S
+from fleet.spec.validate_timing import NLB_IDLE_MARGIN_S
 from policies.availability import pre_stop_seconds
 from policies.common import (
     DEPLOYMENT,

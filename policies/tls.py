@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
-from fleet import contract
+from fleet.protocol import contract
 from policies.common import SERVICE, annotations_of, get_path, mapping, sequence
 from policies.network import is_public_service
 

@@ -1,7 +1,7 @@
 """Gate: is a candidate engine (a new model, engine version or GPU) at least as good as its baseline?
 
 Runs one replica of each through the same sweep (`rollout.sweep`): offered rates at ``rate_multipliers`` x the
-baseline pool's planned per-replica rate (`fleet.capacity`), side by side. From the steps it derives, per side:
+baseline pool's planned per-replica rate (`fleet.capacity.plan`), side by side. From the steps it derives, per side:
 
 * **throughput at the TTFT SLO**: the highest offered rate whose TTFT p99 is within the pool's SLO, interpolated
   linearly between the last step within it and the first beyond it (the top step's rate when all are within,

@@ -1,6 +1,6 @@
 """SLIs: what the gateways report about each pool's answers, summed over a window, as a canary's `Side`.
 
-Gateways send, per pool and report, the answers since their previous report (`fleet.wire.PoolOutcomes`: counts
+Gateways send, per pool and report, the answers since their previous report (`fleet.protocol.wire.PoolOutcomes`: counts
 by outcome, TTFT and TPOT bucket counts). `SliLedger` keeps those deltas with the time they arrived and sums a
 pool's over any window ``[since, now]``; the p99s come from the summed buckets, linear inside the bucket the
 quantile falls in (as Prometheus' ``histogram_quantile``), the top bucket read as its lower edge.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from fleet.wire import LATENCY_EDGES_S, PoolOutcomes
+from fleet.protocol.wire import LATENCY_EDGES_S, PoolOutcomes
 from rollout.canary import Side
 
 __all__ = ["SliLedger", "bucket_quantile"]

@@ -1,7 +1,7 @@
 """Billing: what a pool's replicas are paid as at one moment, the way AWS bills them.
 
 A pool on a GPU node group pays whole nodes, by the rule `llmfleet plan` prices them with
-(`fleet.paid_capacity.nodes_per_zone`: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas of
+(`fleet.capacity.paid.nodes_per_zone`: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas of
 ``tensorParallelSize`` GPUs pack onto, spread over the group's zones as a zone topology spread places them).
 A pool without a node group runs on an existing cluster's GPUs and pays the GPUs its replicas hold.
 The count follows the replicas billed at each control tick (launching and draining ones included): a node is
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.catalog import INSTANCES
-from fleet.paid_capacity import nodes_per_zone
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.capacity.catalog import INSTANCES
+from fleet.capacity.paid import nodes_per_zone
+from fleet.spec.stack import FleetSpec, PoolSpec
 
 __all__ = ["NodeBilling"]
 

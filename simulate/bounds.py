@@ -4,7 +4,7 @@
 `simulate.replay.BOUND_INTERVAL_S`).
 Interval i needs ``n_i = max(min, ceil(arrivals_i / (per_replica_qps x interval_s)))`` replicas, where
 ``per_replica_qps`` is the capacity plan's at-SLO rate per replica for the trace's token mix
-(`fleet.capacity.plan_pool`). A scaler that knows the whole trace runs replica k (k = 1, 2, ...) exactly over the
+(`fleet.capacity.plan.plan_pool`). A scaler that knows the whole trace runs replica k (k = 1, 2, ...) exactly over the
 intervals where ``n_i >= k``, launching it a cold start ahead (billed from launch) and, between two such runs,
 keeping it running through a gap shorter than the cold start (cheaper than stopping and launching again). The
 first ``initial`` replicas are running at time 0 (the simulation starts the scaled pool with them). The sum over k

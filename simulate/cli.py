@@ -19,9 +19,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from fleet.commands.registries import all_registries
-from fleet.errors import SpecError
-from fleet.loader import load_spec
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import load_spec
+from llmfleet.registries import all_registries
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
 from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_config
 from simulate.report import row, table, write_plot

@@ -6,7 +6,7 @@ Routing (`gateway.routing` plugins; filters are always the stack's):
 * ``p2c``: the ``p2c`` picker over the stack's load scorers (its scorers without the affinity ones);
 * ``p2c+prefix``: the same plus ``prefix-affinity`` (the stack's own reference when it has one, else weight 1).
 
-Scaling (`autoscaler.policies` through `simulate.control.Controller`, the live loop's decision step):
+Scaling (`control_plane.scaling.policies` through `simulate.control.Controller`, the live loop's decision step):
 
 * ``fixed``: no scaler: the pool runs the capacity plan's replica count for the trace's peak, from the start;
 * ``threshold``, ``target-tracking``: those policies, ``autoscaling.predictive`` off;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.spec import FleetSpec, PluginRef, PoolSpec
+from fleet.spec.stack import FleetSpec, PluginRef, PoolSpec
 from gateway.routing.base import Router
 from simulate.control import Controller
 

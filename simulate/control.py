@@ -1,8 +1,9 @@
-"""The simulation's control step: the live loop's decision step (`autoscaler.step.decide`) on simulated reports.
+"""The simulation's control step: the live loop's decision step (`control_plane.scaling.step.decide`) on simulated
+reports.
 
 The simulator hands it what the control plane would hold at a tick: one `ReplicaLoad` per replica (its last
 scrape, or ``launching``) and the gateway's last report. It keeps the policy state and the demand window between
-ticks exactly as `autoscaler.loop.ControlLoop` does, so a report sequence gets the same decisions here and live.
+ticks exactly as `control_plane.loop.ControlLoop` does, so a report sequence gets the same decisions here and live.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.context import ReplicaLoad
-from autoscaler.decisions import Decision
-from autoscaler.loop import node_lead, planned_qps
-from autoscaler.policies import ScalingPolicy, make_policy
-from autoscaler.registry import GatewaySeen
-from autoscaler.step import DemandHistory, decide, gateway_demand
-from fleet.spec import AutoscalingSpec, FleetSpec, PoolSpec
-from fleet.wire import GatewayReport
+from control_plane.loop import node_lead, planned_qps
+from control_plane.reports import GatewaySeen
+from control_plane.scaling.context import ReplicaLoad
+from control_plane.scaling.decisions import Decision
+from control_plane.scaling.policies import ScalingPolicy, make_policy
+from control_plane.scaling.step import DemandHistory, decide, gateway_demand
+from fleet.protocol.wire import GatewayReport
+from fleet.spec.stack import AutoscalingSpec, FleetSpec, PoolSpec
 
 __all__ = ["Controller"]
 

@@ -1,10 +1,10 @@
 """FleetSim: one pool replaying one trace under one routing x scaling configuration, discrete-event, virtual time.
 
 No processes and no HTTP. Each replica is an `engine_sim.scheduler.Scheduler` (the continuous-batching object the
-simulated engine serves from, timed by the calibrated `fleet.perf.StepTimeModel`, with its paged KV cache and
+simulated engine serves from, timed by the calibrated `fleet.capacity.perf.StepTimeModel`, with its paged KV cache and
 prefix cache); the gateway is `gateway.routing.base.Router` built from the configuration's plugins over
 `EndpointView` snapshots, admitting as `gateway.admission.Admission` does (up to
-`fleet.capacity.admission_capacity` in flight, the rest wait FIFO up to ``queue.timeoutS`` (then 503), at most
+`fleet.capacity.plan.admission_capacity` in flight, the rest wait FIFO up to ``queue.timeoutS`` (then 503), at most
 ``queue.maxWaiting`` (then 429)); the control loop is `simulate.control.Controller`, the live loop's own decision
 step. A launched replica becomes ready ``coldStartSeconds`` later; a replica chosen to go stops taking traffic
 at once and stops when its last request finishes (drain).
@@ -35,13 +35,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.context import ReplicaLoad
-from autoscaler.decisions import ScaleDown, ScaleUp
+from control_plane.scaling.context import ReplicaLoad
+from control_plane.scaling.decisions import ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan
-from fleet.capacity import admission_capacity, model_facts, pool_gpu
-from fleet.spec import FleetSpec, PoolSpec
-from fleet.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
+from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
+from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
+from fleet.spec.stack import FleetSpec, PoolSpec
 from gateway.reporting import PoolTraffic
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.billing import NodeBilling

@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fleet.capacity import PoolPlan, plan_pool, step_model
-from fleet.commands.registries import all_registries
-from fleet.loader import load_spec
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.capacity.plan import PoolPlan, plan_pool, step_model
+from fleet.spec.loader import load_spec
+from fleet.spec.stack import FleetSpec, PoolSpec
+from llmfleet.registries import all_registries
 from simulate.bounds import clairvoyant_replica_seconds, infinite_cache_hit_rate, needed_replicas
 from simulate.configs import Config, make_controller, make_router
 from simulate.fleet import FleetSim, Result

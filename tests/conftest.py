@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from tests.support.procs import Procs
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
-# A backticked route in a bullet: `/healthz` (a GET) or `POST /drain`; backticked names like `fleet.wire.X` are not.
+# A backticked route in a bullet: `/healthz` (a GET) or `POST /drain`; backticked names like `fleet.protocol.wire.X`
+# are not.
 _ROUTE = re.compile(r"`(?:(GET|POST|PUT|PATCH|DELETE) )?(/[^`\s?]*)[^`]*`")
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from fleet.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
-from fleet.plugins import ENGINE_KIND, Registry
-from fleet.spec import PoolSpec
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
+from fleet.spec.plugins import ENGINE_KIND, Registry
+from fleet.spec.stack import PoolSpec
 
 __all__ = ["REGISTRY", "REMOVED_FLAGS", "EngineHandle", "EngineProcess", "LaunchConfig", "Launcher", "make_launcher"]
 
@@ -213,7 +213,7 @@ def _dies_with(parent: int) -> None:
 
 
 def make_launcher(pool: PoolSpec, config: LaunchConfig) -> Launcher:
-    """The launcher for ``pool.engine.kind``; `fleet.plugins.UnknownPlugin` (a ValueError) lists the kinds."""
+    """The launcher for ``pool.engine.kind``; `fleet.spec.plugins.UnknownPlugin` (a ValueError) lists the kinds."""
     return REGISTRY.get(pool.engine.kind)(pool, config)
 
 

@@ -5,7 +5,7 @@ behaviour is exercised without a GPU. Simulator-only flags come from ``engine.si
 (``--fault-crash-after-requests N``, ``--fault-hang``) are passed as extra arguments.
 
 MODEL is the pool's model id, or the local directory the agent fetched from the model store; a directory is not
-a catalogue name, so the pool's model facts (`fleet.capacity.model_facts`) go along as ``--model-facts``.
+a catalogue name, so the pool's model facts (`fleet.capacity.plan.model_facts`) go along as ``--model-facts``.
 
 Example pool (``engine.kind: sim``)::
 
@@ -19,7 +19,7 @@ import json
 import sys
 
 from agent.launchers.base import Launcher, _num
-from fleet.capacity import model_facts
+from fleet.capacity.plan import model_facts
 
 __all__ = ["SimLauncher"]
 
@@ -37,5 +37,5 @@ class SimLauncher(Launcher, name="sim"):
         ]  # fmt: skip
         if self.config.model_dir is not None:
             flags += ["--model-facts", json.dumps(dataclasses.asdict(model_facts(self.pool)))]
-        head = [sys.executable, "-m", "fleet.cli", "sim", "serve", self.model]
+        head = [sys.executable, "-m", "llmfleet.cli", "sim", "serve", self.model]
         return [*head, *self.common_flags(), *flags, *self.extra_flags()]

@@ -1,6 +1,6 @@
 """Control plane API on aiohttp: the previous implementation, kept as the intake benchmark's baseline.
 
-This is ``autoscaler/service.py``'s ``create_app`` as it was when the control plane served its API with aiohttp
+This is ``control_plane/service.py``'s ``create_app`` as it was when the control plane served its API with aiohttp
 (before it moved to FastAPI), unchanged but for its imports. ``bench/control_plane_intake.py`` serves it and the
 current app side by side so the cost of the move is measured, not guessed. Bench-only: nothing imports it
 outside ``bench/``.
@@ -15,10 +15,10 @@ from aiohttp import web
 from prometheus_client import Counter, Gauge, generate_latest
 from pydantic import ValidationError
 
-from autoscaler.decisions import decision_to_json
-from autoscaler.leases import LeaseRefused
-from autoscaler.service import ControlPlane
-from fleet.wire import GatewayReport, LeaseRequest, LoadReport
+from control_plane.leases.leases import LeaseRefused
+from control_plane.scaling.decisions import decision_to_json
+from control_plane.service import ControlPlane
+from fleet.protocol.wire import GatewayReport, LeaseRequest, LoadReport
 
 __all__ = ["create_app"]
 

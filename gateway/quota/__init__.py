@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fleet import contract
+from fleet.protocol import contract
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation, StoreHealth, check_fits
 from gateway.quota.memory import MemoryQuota
 from gateway.settings import GatewaySettings

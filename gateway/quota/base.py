@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from fleet.spec import TenantSpec
+from fleet.spec.stack import TenantSpec
 from gateway.errors import BadRequest
 
 __all__ = ["QuotaBackend", "QuotaLimits", "Reservation", "StoreHealth", "check_fits"]

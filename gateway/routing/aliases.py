@@ -31,7 +31,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from fleet.spec import AliasSpec
+from fleet.spec.stack import AliasSpec
 from gateway.routing.base import RequestInfo
 from gateway.routing.scorers.rendezvous import RendezvousAffinity, affinity_key
 
@@ -101,7 +101,7 @@ class AliasTable:
 
     @classmethod
     def from_spec(cls, aliases: Mapping[str, AliasSpec]) -> AliasTable:
-        """The table a stack's ``aliases`` section declares (checked by `fleet.validate` beforehand)."""
+        """The table a stack's ``aliases`` section declares (checked by `fleet.spec.validate` beforehand)."""
         return cls(
             {
                 name: WeightedAlias(name, dict(spec.pools), spec.fallback, spec.sticky == "session")

@@ -1,7 +1,7 @@
 """Routing base: the filter -> score -> pick pipeline over a frozen snapshot of endpoint load.
 
 Plugins are small classes registered by name (``class Ready(Filter, name="ready")``) into one
-`fleet.plugins.Registry` per kind (`FILTERS`, `SCORERS`, `PICKERS`, also exposed as ``REGISTRY`` by
+`fleet.spec.plugins.Registry` per kind (`FILTERS`, `SCORERS`, `PICKERS`, also exposed as ``REGISTRY`` by
 `gateway.routing.filters`, `.scorers` and `.pickers`). A plugin with parameters declares a nested ``Params``
 model and takes one instance of it; the stack loader validates the same model, so a misspelled parameter fails
 ``llmfleet validate``. Every plugin of a kind has the same synchronous signature and takes the whole request
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fleet.plugins import ROUTING_FILTER, ROUTING_PICKER, ROUTING_SCORER, PluginParams, Registry
-from fleet.spec import PluginRef
+from fleet.spec.plugins import ROUTING_FILTER, ROUTING_PICKER, ROUTING_SCORER, PluginParams, Registry
+from fleet.spec.stack import PluginRef
 
 __all__ = [
     "FILTERS",
@@ -216,7 +216,7 @@ class Router:
         picker: PluginRef,
         on_timing: TimingHook | None = None,
     ) -> Router:
-        """The pipeline named by a stack's references; `fleet.plugins.UnknownPlugin` or `BadParams` otherwise."""
+        """The pipeline named by a stack's references; `fleet.spec.plugins.UnknownPlugin` or `BadParams` otherwise."""
         return cls(
             [FILTERS.create(f.name, f.params) for f in filters],
             [(SCORERS.create(s.name, s.params), s.weight) for s in scorers],

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet.spec import FleetSpec
+from fleet.spec.stack import FleetSpec
 from infra.dashboards.fleet_overview import fleet_overview
 from infra.dashboards.pool import pool_dashboard
 from infra.dashboards.tenant import tenant_dashboard

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.commands.registries import all_registries
-from fleet.errors import SpecError
-from fleet.loader import load_spec
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import load_spec
 from infra.dashboards import build_dashboards, write_dashboards
+from llmfleet.registries import all_registries
 
 __all__ = ["add_arguments", "parse_duration", "run"]
 

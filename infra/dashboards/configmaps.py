@@ -25,9 +25,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleet import contract
-from fleet.marks import ANN_NAMESPACE_EXISTING, SYSTEM_NAMESPACES
-from fleet.spec import FleetSpec
+from fleet.protocol import contract
+from fleet.protocol.marks import ANN_NAMESPACE_EXISTING, SYSTEM_NAMESPACES
+from fleet.spec.stack import FleetSpec
 from infra.dashboards import build_dashboards, dashboard_text
 
 __all__ = [

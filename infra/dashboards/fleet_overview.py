@@ -6,7 +6,7 @@ Rows:
   availability (a red area below the target), the error budget left over ``budgetWindow``, P99 TTFT and P99
   inter-token latency (a dashed line at ``ttftP99Ms`` and at ``1 / decodeTokensPerSP99``);
 * traffic: requests by status; TTFT and inter-token latency at P50, P90 and P99 for every pool;
-* capacity: per pool, replicas ready and the autoscaler's target against the plan (`fleet.capacity.plan_pool`):
+* capacity: per pool, replicas ready and the autoscaler's target against the plan (`fleet.capacity.plan.plan_pool`):
   the pool's min, the replicas its peak traffic needs, its max.
 
 Every change of ``llmfleet_autoscaler_target_replicas`` (a scaling decision) is an annotation on every panel.
@@ -18,8 +18,8 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 
-from fleet.capacity import plan_pool
-from fleet.spec import FleetSpec, PoolSpec
+from fleet.capacity.plan import plan_pool
+from fleet.spec.stack import FleetSpec, PoolSpec
 from infra.dashboards.panels import (
     Annotation,
     Query,

@@ -12,7 +12,7 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 
-from fleet.spec import FleetSpec
+from fleet.spec.stack import FleetSpec
 from infra.dashboards.panels import (
     Query,
     custom_variable,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from tests.agent.receiver import Receiver
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import write_stack as write_stack_file

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from fleet.wire import LeaseGrant, LeaseRequest, LoadReport
+from fleet.protocol.wire import LeaseGrant, LeaseRequest, LoadReport
 
 
 @dataclass

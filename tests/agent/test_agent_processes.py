@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from autoscaler.actuators.local_state import pid_alive
+from control_plane.actuators.local_state import pid_alive
 from tests.agent.conftest import AgentProc
 from tests.support.procs import Proc
 from tests.support.wait import wait_for

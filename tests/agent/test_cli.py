@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from agent.control import ControlClient, ControlPlaneUnavailable, LeaseRefused
-from fleet.wire import LoadReport
+from fleet.protocol.wire import LoadReport
 from tests.agent.receiver import Receiver
 
 

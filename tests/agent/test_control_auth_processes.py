@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleet.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
-from fleet.local.procs import Child
-from fleet.ports import free_port
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.ports import free_port
+from llmfleet.local.procs import Child
 from tests.agent.conftest import AgentProc
 from tests.support.procs import Proc, Procs
 from tests.support.wait import wait_for

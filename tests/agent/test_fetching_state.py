@@ -145,7 +145,7 @@ def test_launchers_load_the_fetched_directory_under_the_pools_served_name(kind: 
 def test_the_simulator_gets_the_pools_model_facts_with_a_directory() -> None:
     pool = stacks.pool()
     argv = make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, model_dir=MODEL_DIR)).argv()
-    assert argv[:6] == [sys.executable, "-m", "fleet.cli", "sim", "serve", MODEL_DIR]
+    assert argv[:6] == [sys.executable, "-m", "llmfleet.cli", "sim", "serve", MODEL_DIR]
     facts = json.loads(argv[argv.index("--model-facts") + 1])
     assert facts["layers"] == 28 and facts["kv_heads"] == 4  # Qwen2.5-7B from the catalogue
     plain = make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1)).argv()

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from agent.launchers import REGISTRY, LaunchConfig, make_launcher
-from fleet.loader import load_spec
-from fleet.plugins import ENGINE_KIND
+from fleet.spec.loader import load_spec
+from fleet.spec.plugins import ENGINE_KIND
 from tests.support import stacks
 
 
@@ -50,7 +50,7 @@ def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None
     pool = stacks.pool(**{"engine.sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
     config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))
     argv = make_launcher(pool, config).argv()
-    assert argv[:6] == [sys.executable, "-m", "fleet.cli", "sim", "serve", "Qwen/Qwen2.5-7B-Instruct"]
+    assert argv[:6] == [sys.executable, "-m", "llmfleet.cli", "sim", "serve", "Qwen/Qwen2.5-7B-Instruct"]
     flags = argv[6:]
     pairs = dict(zip(flags[::2], flags[1::2], strict=False))
     assert pairs["--port"] == "4321" and pairs["--max-num-seqs"] == "64"

@@ -23,8 +23,8 @@ import pytest
 from botocore.exceptions import BotoCoreError
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.model_manifest import ModelKeys
-from fleet.ports import free_port
+from fleet.protocol.model_manifest import ModelKeys
+from fleet.protocol.ports import free_port
 from tests.agent.conftest import AgentProc
 from tests.support.procs import Procs
 from tests.support.stacks import MODEL

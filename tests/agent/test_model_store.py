@@ -1,6 +1,6 @@
 """Model store: the manifest and key layout, and fetching into the node cache (resume, checksums, the shared lock).
 
-S3 is moto's in-process mock; the model is pushed with the real `fleet.commands.model.push`.
+S3 is moto's in-process mock; the model is pushed with the real `llmfleet.commands.model.push`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 from agent.metrics import AgentMetrics
 from agent.model_store import ChecksumError, FetchCancelled, FetchError, FetchResult, ModelFetcher
-from fleet.commands.model import push
-from fleet.model_manifest import Manifest, ManifestError, ModelKeys, scan_directory
+from fleet.protocol.model_manifest import Manifest, ManifestError, ModelKeys, scan_directory
+from llmfleet.commands.model import push
 from tests.support.s3 import moto_s3
 from tests.support.wait import wait_for
 

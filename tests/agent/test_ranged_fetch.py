@@ -1,6 +1,6 @@
 """Parallel ranged fetches of large model files against moto's S3 server (real HTTP, concurrent connections).
 
-The model is pushed with the real `fleet.commands.model.push`; the fetcher's part size is 256 KiB, so the
+The model is pushed with the real `llmfleet.commands.model.push`; the fetcher's part size is 256 KiB, so the
 1.375 MiB shard is six ranged GETs while the small files stay single GETs.
 """
 
@@ -26,9 +26,9 @@ from agent import cli
 from agent.metrics import AgentMetrics
 from agent.model_store import ChecksumError, FetchCancelled, FetchError, ModelFetcher, StoreOptions
 from agent.ranged_fetch import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, missing_ranges, sidecar_path
-from fleet.commands.model import push
-from fleet.model_manifest import ModelKeys, scan_directory
-from fleet.spec import ModelStoreSpec
+from fleet.protocol.model_manifest import ModelKeys, scan_directory
+from fleet.spec.stack import ModelStoreSpec
+from llmfleet.commands.model import push
 from tests.support.stacks import spec as stack_spec
 
 MIB = 1024 * 1024

@@ -10,8 +10,8 @@ import pytest
 from agent.control import ControlClient
 from agent.metrics import AgentMetrics
 from agent.reporter import NO_LOAD, Load, LoadTracker, Reporter
-from fleet.promtext import EngineMetrics
-from fleet.wire import LoadReport
+from fleet.protocol.promtext import EngineMetrics
+from fleet.protocol.wire import LoadReport
 from tests.agent.receiver import Receiver
 from tests.support.wait import async_wait_for
 

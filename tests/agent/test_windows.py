@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agent.windows import occurrences, open_window, restart_due
-from fleet.spec import RestartWindowSpec
+from fleet.spec.stack import RestartWindowSpec
 
 
 def window(**kw: object) -> RestartWindowSpec:

@@ -7,7 +7,7 @@ from typing import Any
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.scheduler import Scheduler, SimRequest, StepResult
-from fleet.catalog import MODELS
+from fleet.capacity.catalog import MODELS
 
 QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"
 _ids = itertools.count()

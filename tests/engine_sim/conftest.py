@@ -15,7 +15,7 @@ from aiohttp import web
 from engine_sim.engine import Engine
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.server import ServerSettings, create_app
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from tests.engine_sim.builders import make_config
 from tests.support.procs import Proc, Procs
 

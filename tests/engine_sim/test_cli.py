@@ -137,7 +137,7 @@ def test_unknown_models_need_model_facts(spawn_sim: SpawnSim) -> None:
 
 def test_llmfleet_sim_serve_is_the_same_command(spawn_sim: SpawnSim) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "fleet.cli", "sim", "serve", "--help"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "llmfleet.cli", "sim", "serve", "--help"], capture_output=True, text=True, timeout=30
     )
     assert result.returncode == 0
     for flag in ("--served-model-name", "--max-num-batched-tokens", "--no-enable-prefix-caching", "--time-scale"):

@@ -6,9 +6,9 @@ import pytest
 
 from engine_sim.config import num_gpu_blocks
 from engine_sim.errors import ConfigError
-from fleet.capacity import plan_pool
-from fleet.catalog import MODELS
-from fleet.loader import load_spec
+from fleet.capacity.catalog import MODELS
+from fleet.capacity.plan import plan_pool
+from fleet.spec.loader import load_spec
 from tests.engine_sim.builders import make_config
 
 

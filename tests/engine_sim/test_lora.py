@@ -10,8 +10,8 @@ import pytest
 from engine_sim.config import num_gpu_blocks
 from engine_sim.errors import ConfigError
 from engine_sim.lora import AdapterResidency, LoraSettings, parse_lora_modules
-from fleet.catalog import MODELS
-from fleet.lora import adapter_bytes, disk_load_seconds, lora_slot_bytes, swap_in_seconds
+from fleet.capacity.catalog import MODELS
+from fleet.capacity.lora import adapter_bytes, disk_load_seconds, lora_slot_bytes, swap_in_seconds
 from tests.engine_sim.builders import QWEN_7B, make_config
 from tests.engine_sim.conftest import StartSim
 

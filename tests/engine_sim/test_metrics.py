@@ -1,4 +1,4 @@
-"""/metrics: vLLM V1 names, types, labels and bucket edges, readable by `fleet.promtext`."""
+"""/metrics: vLLM V1 names, types, labels and bucket edges, readable by `fleet.protocol.promtext`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from engine_sim.metrics import buckets_1_2_5
-from fleet import promtext
+from fleet.protocol import promtext
 from tests.engine_sim.conftest import sim_server, sse_events
 
 # (exposed family name, type) for every metric the fleet reads or vLLM 0.33 publishes by default.

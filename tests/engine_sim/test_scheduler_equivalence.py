@@ -18,8 +18,8 @@ from engine_sim.config import build_scheduler
 from engine_sim.scheduler import Scheduler, SimRequest, StepPlan, StepResult
 from engine_sim.timing import StepTimer, StepWork
 from engine_sim.tokenizer import filler_ids
-from fleet.catalog import GPUS, MODELS
-from fleet.perf import StepTimeModel
+from fleet.capacity.catalog import GPUS, MODELS
+from fleet.capacity.perf import StepTimeModel
 from tests.engine_sim.builders import make_config
 from tests.engine_sim.reference_scheduler import ReferenceScheduler
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from engine_sim.tokenizer import encode
-from fleet import promtext
+from fleet.protocol import promtext
 from tests.engine_sim.conftest import SimHandle, StartSim, sse_events
 from tests.support.wait import async_wait_for
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from gateway.app import GATEWAY, create_admin_app, create_app
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings

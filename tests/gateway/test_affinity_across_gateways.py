@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from fleet import promtext
+from fleet.protocol import promtext
 from gateway.endpoints import static_replica_id
 from tests.gateway.conftest import SimFactory
 from tests.support.procs import Proc, Procs

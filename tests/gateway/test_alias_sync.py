@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fleet.clock import SystemClock
-from fleet.wire import LATENCY_EDGES_S, GatewayReport, PoolOutcomes
+from fleet.protocol.clock import SystemClock
+from fleet.protocol.wire import LATENCY_EDGES_S, GatewayReport, PoolOutcomes
 from gateway.admission import Admission
 from gateway.alias_sync import AliasSync
 from gateway.reporting import GatewayReporter, PoolTraffic

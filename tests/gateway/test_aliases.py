@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from fleet import promtext
+from fleet.protocol import promtext
 from gateway.endpoints import static_replica_id
 from gateway.routing.aliases import AliasTable, WeightedAlias
 from gateway.service import Gateway

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from fleet.promtext import EngineMetrics
+from fleet.protocol.promtext import EngineMetrics
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.procs import Proc

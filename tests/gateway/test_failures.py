@@ -7,7 +7,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
-from fleet.promtext import counter_value, parse
+from fleet.protocol.promtext import counter_value, parse
 from gateway.service import Gateway
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import serve
 from tests.support.procs import Procs

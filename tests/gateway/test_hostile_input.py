@@ -164,7 +164,7 @@ async def test_the_models_repository_id_reaches_the_engine_as_its_served_name(sh
 
 
 async def test_an_unreachable_quota_store_failing_closed_is_a_503_with_retry_after_not_a_500(shared_sim: Any) -> None:
-    from fleet.ports import free_port
+    from fleet.protocol.ports import free_port
 
     redis = {"gateway.redisUrl": f"redis://127.0.0.1:{free_port()}/0", "gateway.quotaStoreDown": "fail-closed"}
     settings = settings_for([shared_sim.url], **{"gateway.quotaBackend": "redis", **redis})

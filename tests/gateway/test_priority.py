@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from fleet.promtext import histogram_buckets, histogram_quantile, parse
+from fleet.protocol.promtext import histogram_buckets, histogram_quantile, parse
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import DELETE, KEYS, MODEL
 

@@ -27,7 +27,7 @@ def test_relay_counts_events_and_takes_usage(hide: bool, expect_usage_event: boo
 
 
 def test_scrape_filter_keeps_exactly_the_load_series() -> None:
-    from fleet.promtext import EngineMetrics
+    from fleet.protocol.promtext import EngineMetrics
     from gateway.endpoints import load_lines
 
     text = "\n".join(

@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fleet.clock import SystemClock
-from fleet.ports import free_port
+from fleet.protocol.clock import SystemClock
+from fleet.protocol.ports import free_port
 from gateway.reporting import GatewayReporter, PoolTraffic
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import serve

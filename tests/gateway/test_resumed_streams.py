@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from fleet.ports import free_port
-from fleet.promtext import counter_value, parse
+from fleet.protocol.ports import free_port
+from fleet.protocol.promtext import counter_value, parse
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
 from gateway.quota.memory import MemoryQuota
 from gateway.service import Gateway

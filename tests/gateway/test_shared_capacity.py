@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from fleet.promtext import gauge_value, parse
+from fleet.protocol.promtext import gauge_value, parse
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import SimFactory, serve

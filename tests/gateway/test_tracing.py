@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from fleet.errors import SpecError
+from fleet.spec.errors import SpecError
 from gateway.tracing import TracingUnavailable, provider_for, traces_url
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.procs import Proc

@@ -21,9 +21,9 @@ import httpx
 import openai
 import pytest
 
-from fleet import contract
-from fleet.local.procs import descendants
-from fleet.promtext import counter_value, parse
+from fleet.protocol import contract
+from fleet.protocol.promtext import counter_value, parse
+from llmfleet.local.procs import descendants
 from tests.gateway.conftest import sim_args
 from tests.support.procs import Procs
 from tests.support.stacks import KEYS, MODEL, write_stack

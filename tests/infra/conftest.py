@@ -10,8 +10,8 @@ import functools
 
 import pytest
 
-from fleet.loader import load_spec
-from fleet.spec import FleetSpec
+from fleet.spec.loader import load_spec
+from fleet.spec.stack import FleetSpec
 from infra.offline import OfflineRun
 from infra.stack_run import offline_run
 from tests.support.stacks import stack_document

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from fleet.loader import list_stacks, load_spec
-from fleet.spec import ClusterSpec
+from fleet.spec.loader import list_stacks, load_spec
+from fleet.spec.stack import ClusterSpec
 from tests.infra.conftest import stack_run
 from tests.infra.registrations import registrations
 

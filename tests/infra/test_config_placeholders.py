@@ -7,7 +7,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from fleet.errors import SpecError
+from fleet.spec.errors import SpecError
 from infra import config as infra_config
 from infra.config import spec_from_config, stack_config, under_mocks
 from infra.offline import run_offline

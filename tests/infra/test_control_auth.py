@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
-from fleet.control_auth import AUDIENCE, CONTROL_TOKEN_FILE_ENV, SERVICE_ACCOUNTS, Kind
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.protocol.control_auth import AUDIENCE, CONTROL_TOKEN_FILE_ENV, SERVICE_ACCOUNTS, Kind
+from fleet.spec.loader import list_stacks, load_spec
 from infra.control_auth import TOKEN_DIR
 from tests.infra.conftest import stack_run
 

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from fleet.spec import FleetSpec
-from fleet.validate import check_spec
+from fleet.spec.stack import FleetSpec
+from fleet.spec.validate import check_spec
 from infra.program import monthly_cost
 from tests.support.stacks import PRESETS, spec
 

@@ -14,7 +14,7 @@ from matplotlib.image import imread
 
 from agent.metrics import AgentMetrics
 from engine_sim.metrics import EngineMetricsRecorder
-from fleet.spec import FleetSpec
+from fleet.spec.stack import FleetSpec
 from gateway.metrics import GatewayMetrics
 from infra.dashboard_render import RenderError, image_size, render, run_starts
 from infra.dashboards import build_dashboards

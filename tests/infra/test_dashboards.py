@@ -1,5 +1,5 @@
 """Grafana dashboards: generated from the stack, committed as generated, deployed as sidecar ConfigMaps, and every
-query parses (promtool) and names only series the fleet's processes export (`fleet.promql_names`)."""
+query parses (promtool) and names only series the fleet's processes export (`fleet.slo.promql_names`)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ import yaml
 from prometheus_client import generate_latest
 
 from agent.metrics import AgentMetrics
-from autoscaler.service import ControlPlane, create_app
+from control_plane.service import ControlPlane, create_app
 from engine_sim.metrics import EngineMetricsRecorder
-from fleet.capacity import plan_pool
-from fleet.cli import main
-from fleet.promql_names import missing_series
-from fleet.spec import FleetSpec
+from fleet.capacity.plan import plan_pool
+from fleet.slo.promql_names import missing_series
+from fleet.spec.stack import FleetSpec
 from gateway.metrics import GatewayMetrics
 from infra.dashboards import DASHBOARDS, build_dashboards, dashboard_text
 from infra.dashboards.configmaps import FOLDER_ANNOTATION, SIDECAR_LABEL
 from infra.dashboards.panels import dashboard_uid, substitute
 from infra.offline import OfflineRun
 from infra.stack_run import offline_run
+from llmfleet.cli import main
 from tests.support.stacks import stack_document
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def promtool_errors(exprs: dict[str, str], folder: Path) -> str | None:
 @pytest.fixture(scope="module")
 def expositions(prod_spec: FleetSpec) -> list[str]:
     """The ``/metrics`` text of each of the fleet's four exporters, from their own registries (a labelled family
-    with no child yet still shows its ``# TYPE`` line, which is what `fleet.promql_names` reads)."""
+    with no child yet still shows its ``# TYPE`` line, which is what `fleet.slo.promql_names` reads)."""
     control = ControlPlane.build(prod_spec, lambda: 0.0)
     create_app(control)  # registers the control plane's series on control.metrics
     engine = EngineMetricsRecorder("qwen2.5-7b-instruct", 8192, {"block_size": "16"})

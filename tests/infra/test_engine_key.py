@@ -9,9 +9,9 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from fleet import contract
-from fleet.control_auth import ENGINE_API_KEY_ENV
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.protocol.control_auth import ENGINE_API_KEY_ENV
+from fleet.spec.loader import list_stacks, load_spec
 from infra.config import ENGINE_API_KEY_CONFIG
 from infra.offline import run_offline
 from infra.stack_run import PLACEHOLDER_ENGINE_API_KEY, offline_config

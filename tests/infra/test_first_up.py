@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
-from fleet.marks import ANN_FIRST_READY, ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, DEFAULT_AWAIT_S
+from fleet.protocol import contract
+from fleet.protocol.marks import ANN_FIRST_READY, ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, DEFAULT_AWAIT_S
 from infra import offline
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import ENGINE_IMAGE_PULL_S

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet import contract
-from fleet.marks import NLB_DEREGISTRATION_S
+from fleet.protocol import contract
+from fleet.protocol.marks import NLB_DEREGISTRATION_S
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run
 from tests.support.stacks import DELETE, stack_document

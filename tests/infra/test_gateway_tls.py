@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet import contract
-from fleet.loader import load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import load_spec
 from infra.gateway_tier import TLS_POLICY
 from infra.offline import OfflineRun
 from tests.infra.conftest import stack_run

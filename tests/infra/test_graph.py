@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
-from fleet.loader import list_stacks, load_spec
-from fleet.paid_capacity import plan_groups
-from fleet.slo_rules import pool_rule_groups
-from fleet.spec import FleetSpec
+from fleet.capacity.paid import plan_groups
+from fleet.protocol import contract
+from fleet.slo.rules import pool_rule_groups
+from fleet.spec.loader import list_stacks, load_spec
+from fleet.spec.stack import FleetSpec
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import engine_labels
 from tests.infra.conftest import stack_run
@@ -83,7 +83,7 @@ def test_prod_has_three_gpu_node_groups_in_three_zones(prod: OfflineRun) -> None
 
 def test_staging_gpu_groups_are_on_demand(prod: OfflineRun) -> None:
     del prod  # Unused: staging has its own run.
-    # Not Spot: one instance type and no fallback rarely gets p4de capacity (fleet/validate.py warns).
+    # Not Spot: one instance type and no fallback rarely gets p4de capacity (fleet/spec/validate.py warns).
     assert {g.props["capacityType"] for g in gpu_groups(stack_run("staging"))} == {"ON_DEMAND"}
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import list_stacks, load_spec
 from infra.network_policies import NAMESPACE_NAME_LABEL
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run

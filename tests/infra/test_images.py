@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fleet import contract
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import list_stacks, load_spec
 from infra.images import KEEP_UNTAGGED, ImageRefs, image_refs
 from infra.offline import OfflineRun
 from policies.images import workload_images

@@ -7,7 +7,7 @@ import base64
 import json
 from typing import Any
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.nodegroups import node_user_data
 from infra.offline import OfflineRun, RecordedResource
 from infra.pools import MODEL_CACHE_MOUNT, MODEL_STORE_DIR

@@ -12,8 +12,8 @@ from typing import Any
 import celpy
 import pytest
 
-from fleet import contract
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import list_stacks, load_spec
 from infra.offline import OfflineRun, RecordedResource
 from tests.infra.conftest import stack_run
 

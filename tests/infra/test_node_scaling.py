@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet import contract
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import list_stacks, load_spec
 from infra.offline import OfflineRun, RecordedResource
 from tests.infra.conftest import stack_run
 

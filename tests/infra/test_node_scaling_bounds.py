@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
 from infra.node_scaling import DESIRED_SIZE, LiveScaling, ScalingPlan, plan_scaling
 from tests.infra.registrations import Registrations, registrations
 

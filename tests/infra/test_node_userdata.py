@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.k8s_base import IMAGE_UID
 from infra.node_userdata import (
     MODEL_CACHE_UNIT_NAME,

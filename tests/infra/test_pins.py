@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.lb_controller import LB_CONTROLLER_CHART_VERSION
 from infra.metrics_server import METRICS_SERVER_CHART_VERSION, MetricsServerArgs, metrics_server_values
 from infra.offline import OfflineRun

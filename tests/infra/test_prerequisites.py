@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
-from fleet import contract
-from fleet.loader import load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import load_spec
 from infra import offline
 from infra.lb_controller import LB_CONTROLLER_SERVICE_ACCOUNT
 from infra.metrics_server import METRICS_SERVER_CHART_VERSION

@@ -10,7 +10,7 @@ import pytest
 import redis
 from redis.connection import parse_url
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from infra.quota_cache import check_auth_token
 from infra.quota_redis import in_cluster_url, redis_config
 from tests.support.wait import wait_for

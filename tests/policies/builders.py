@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from fleet import contract
-from fleet.marks import ANN_FIRST_READY, ANN_PULUMI_TIMEOUT
+from fleet.protocol import contract
+from fleet.protocol.marks import ANN_FIRST_READY, ANN_PULUMI_TIMEOUT
 
 ECR_REPOSITORY_URL = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llmfleet-prod/runtime"
 DIGEST_IMAGE = f"{ECR_REPOSITORY_URL}@sha256:" + "0" * 64

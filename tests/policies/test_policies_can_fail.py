@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fleet import contract
+from fleet.protocol import contract
 from infra.offline import RecordedResource
 from infra.stack_run import offline_run
 from policies.pack import POLICIES

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fleet import contract
-from fleet.marks import ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, ANN_RESUME_STREAMS
+from fleet.protocol import contract
+from fleet.protocol.marks import ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, ANN_RESUME_STREAMS
 from policies.network import is_public_service
 from policies.pack import POLICIES
 from policies.runner import Violation, evaluate

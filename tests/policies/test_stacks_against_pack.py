@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet import contract
-from fleet.cli import main
-from fleet.loader import list_stacks, load_spec
+from fleet.protocol import contract
+from fleet.spec.loader import list_stacks, load_spec
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run
+from llmfleet.cli import main
 from policies.pack import POLICIES
 from policies.runner import evaluate
 from tests.policies.conftest import stack_run

@@ -111,7 +111,7 @@ def test_bucket_quantile_interpolates_inside_the_bucket_it_falls_in() -> None:
 
 
 def test_the_ledger_sums_a_pools_reports_inside_the_window_only() -> None:
-    from fleet.wire import LATENCY_EDGES_S, PoolOutcomes
+    from fleet.protocol.wire import LATENCY_EDGES_S, PoolOutcomes
 
     ttft = [0] * (len(LATENCY_EDGES_S) + 1)
     ttft[LATENCY_EDGES_S.index(0.1)] = 10

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.cli import main
-from fleet.ports import free_port
-from rollout.command import format_rollout
+from fleet.protocol.ports import free_port
+from llmfleet.cli import main
+from rollout.rollout_cli import format_rollout
 
 ROLLOUT = {
     "alias": "chat",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.cli import main
+from llmfleet.cli import main
 from tests.support import stacks
 
 # Short outputs and a slowed clock keep the host's share of the measurement small on a busy two-core machine.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.commands.registries import all_registries
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
+from llmfleet.registries import all_registries
 from simulate.billing import NodeBilling
 from simulate.configs import stack_config
 from simulate.replay import prepare, run_config

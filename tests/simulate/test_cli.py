@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.cli import main
+from llmfleet.cli import main
 from simulate.cli import configs_for
 from simulate.configs import ROUTINGS, SCALINGS, Config, make_controller, make_router, stack_config
 from tests.support import stacks

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from autoscaler.actuators import Actuator, ActuatorEnv, FleetView
-from autoscaler.context import ReplicaLoad
-from autoscaler.decisions import Decision, ScaleDown, ScaleUp
-from autoscaler.loop import ControlLoop
-from autoscaler.registry import GatewayRegistry, ReplicaRegistry
-from fleet.spec import FleetSpec, PoolSpec
-from fleet.wire import GatewayReport, LoadReport
+from control_plane.actuators import Actuator, ActuatorEnv, FleetView
+from control_plane.loop import ControlLoop
+from control_plane.reports import GatewayRegistry, ReplicaRegistry
+from control_plane.scaling.context import ReplicaLoad
+from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
+from fleet.protocol.wire import GatewayReport, LoadReport
+from fleet.spec.stack import FleetSpec, PoolSpec
 from simulate.control import Controller
 from tests.support import stacks
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fleet.commands.registries import all_registries
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
+from llmfleet.registries import all_registries
 from simulate.configs import Config, make_controller, make_router
 from simulate.fleet import FleetSim, Result
 from simulate.replay import Prepared, prepare

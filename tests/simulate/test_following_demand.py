@@ -3,7 +3,7 @@ and does not chase a burst shorter than one."""
 
 from __future__ import annotations
 
-from fleet.wire import RATE_WINDOW_S
+from fleet.protocol.wire import RATE_WINDOW_S
 from simulate.configs import stack_config
 from simulate.fleet import Result
 from simulate.replay import BOUND_INTERVAL_S, Prepared, _spec, prepare, run_config

@@ -1,6 +1,6 @@
 """Procs: start ``llmfleet`` processes, wait until they serve, talk to them over HTTP, and leave none behind.
 
-Built on `fleet.local.procs.Child` (``python -m fleet.cli ARGV`` in its own session, output to a log file), the
+Built on `llmfleet.local.procs.Child` (``python -m llmfleet.cli ARGV`` in its own session, output to a log file), the
 harness ``llmfleet up`` uses for its own components. Every wait has a deadline, fails at once when the process
 exits, and puts the end of the process's log in its failure message.
 """
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from fleet.local.procs import Child
+from llmfleet.local.procs import Child
 from tests.support.wait import wait_for
 
 __all__ = ["Proc", "Procs"]

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from tests.support.wait import wait_for
 
 __all__ = ["query", "running_prometheus"]

@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from fleet.commands.registries import all_registries
-from fleet.errors import SpecError
-from fleet.loader import find_stack, parse_spec
-from fleet.spec import FleetSpec, PoolSpec
-from fleet.validate import hash_api_key
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import find_stack, parse_spec
+from fleet.spec.stack import FleetSpec, PoolSpec
+from fleet.spec.validate import hash_api_key
+from llmfleet.registries import all_registries
 
 __all__ = [
     "DELETE",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from fleet.plugins import PluginParams
+from fleet.spec.plugins import PluginParams
 from gateway.routing.base import EndpointView, Filter, RequestInfo
 
 __all__ = ["FreshMetrics", "NotEjected", "Ready"]

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from fleet.plugins import PluginParams
+from fleet.spec.plugins import PluginParams
 from gateway.routing.base import EndpointView, RequestInfo, Scorer, endpoint_load
 
 __all__ = ["RendezvousAffinity", "affinity_key", "rendezvous_order", "winner", "within_load_bound"]

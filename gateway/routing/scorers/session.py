@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from fleet.plugins import PluginParams
+from fleet.spec.plugins import PluginParams
 from gateway.routing.base import EndpointView, RequestInfo, Scorer
 
 __all__ = ["SessionAffinity"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.ports import free_port
+from fleet.protocol.ports import free_port
 from tests.support.wait import wait_for
 
 

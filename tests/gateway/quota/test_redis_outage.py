@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from fleet import contract, promtext
+from fleet.protocol import contract, promtext
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.gateway.quota.conftest import RedisServer
 from tests.support.procs import Proc, Procs

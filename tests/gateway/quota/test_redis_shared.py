@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from fleet import contract
+from fleet.protocol import contract
 from gateway.body import parse_body
 from gateway.errors import QuotaExceeded
 from gateway.quota import QuotaLimits

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from fleet.spec import AliasSpec
+from fleet.spec.stack import AliasSpec
 from gateway.routing.aliases import AliasTable, WeightedAlias
 from tests.gateway.builders import request
 

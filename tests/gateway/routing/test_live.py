@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
 from gateway.endpoints import static_replica_id
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL

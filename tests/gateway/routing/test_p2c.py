@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from fleet.loader import load_spec
+from fleet.spec.loader import load_spec
 from gateway.routing import pickers
 from gateway.routing.base import EndpointView, Router, Scored, anchor, within_bound
 from tests.gateway.builders import endpoint, request

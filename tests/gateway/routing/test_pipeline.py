@@ -8,8 +8,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from fleet.plugins import PluginParams, Registry
-from fleet.spec import PluginRef
+from fleet.spec.plugins import PluginParams, Registry
+from fleet.spec.stack import PluginRef
 from gateway.routing import filters, pickers, scorers
 from gateway.routing.base import (
     FILTERS,

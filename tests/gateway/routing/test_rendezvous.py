@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleet.spec import PluginRef
+from fleet.spec.stack import PluginRef
 from gateway.routing import scorers
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from gateway.routing.scorers.rendezvous import RendezvousAffinity, affinity_key, rendezvous_order, winner

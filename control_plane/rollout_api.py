@@ -1,0 +1,95 @@
+"""Rollout API: the control plane's endpoints for canary rollouts and the alias weights gateways serve.
+
+    GET    /v1/aliases               AliasWeights: every alias's weights now (gateways poll it with discovery)
+    GET    /v1/rollouts              RolloutsResponse: each alias's rollout, running or the last finished
+    GET    /v1/rollouts/{alias}      RolloutStatus | 404
+    POST   /v1/rollouts              RolloutStart -> 200 RolloutStatus | 400 (unknown candidate, no baseline)
+                                     | 404 (unknown alias) | 409 (one runs already, or the baseline's error budget
+                                     is exhausted: rollouts are frozen, as restarts are)
+    DELETE /v1/rollouts/{alias}      abort: the candidate back to 0 -> 200 RolloutStatus | 404 | 409 (finished)
+
+Starting and aborting are writes: they need a control credential of kind ``control-plane`` (the fleet secret, or
+the control plane's service-account token), as the agents' drain endpoint does; reads stay open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
+
+from control_plane.rollouts import RolloutError, Rollouts
+from fleet.protocol.control_api import error_response, errors
+from fleet.protocol.control_auth import ControlAuth, Kind
+from fleet.protocol.wire import AliasWeights, RolloutsResponse, RolloutStart, RolloutStatus
+
+__all__ = ["add_rollout_routes"]
+
+
+def _refused(exc: RolloutError) -> JSONResponse:
+    return error_response(exc.status, str(exc), exc.param)
+
+
+def add_rollout_routes(
+    app: FastAPI,
+    rollouts: Rollouts,
+    auth: ControlAuth,
+    clock: Callable[[], float],
+    budget_allows: Callable[[str, str], Awaitable[tuple[bool, str]]],
+) -> None:
+    """Add the routes above to ``app``; ``budget_allows(pool, "rollout")`` decides whether a start may go ahead."""
+    operator = Depends(auth.require(Kind.CONTROL_PLANE))
+
+    @app.get("/v1/aliases", response_model=AliasWeights, responses=errors())
+    async def get_aliases() -> AliasWeights:
+        """Every alias's weights as gateways should serve them now."""
+        return rollouts.alias_weights(clock())
+
+    @app.get("/v1/rollouts", response_model=RolloutsResponse, responses=errors())
+    async def list_rollouts() -> RolloutsResponse:
+        """Each alias's rollout: the running one, else the last finished."""
+        return RolloutsResponse(rollouts=[rollouts.status(alias) for alias in rollouts.states])
+
+    @app.get("/v1/rollouts/{alias}", response_model=RolloutStatus, responses=errors(404))
+    async def get_rollout(alias: str) -> RolloutStatus | JSONResponse:
+        """One alias's rollout, with both pools' figures over the current step's window."""
+        try:
+            return rollouts.status(alias)
+        except RolloutError as exc:
+            return _refused(exc)
+
+    @app.post(
+        "/v1/rollouts",
+        response_model=RolloutStatus,
+        responses=errors(400, 401, 403, 404, 409),
+        dependencies=[operator],
+    )
+    async def start_rollout(req: RolloutStart) -> RolloutStatus | JSONResponse:
+        """Start rolling ``alias`` to ``candidate`` with the stack's ``aliases.<alias>.rollout`` settings."""
+        try:
+            plan = rollouts.plan(req.alias, req.candidate)
+        except RolloutError as exc:
+            return _refused(exc)
+        allowed, reason = await budget_allows(plan.baseline, "rollout")
+        if not allowed:
+            return error_response(409, f"rollout of {req.alias} refused: {reason}; retry later", "alias")
+        try:
+            rollouts.start(plan, clock())
+        except RolloutError as exc:
+            return _refused(exc)
+        return rollouts.status(req.alias)
+
+    @app.delete(
+        "/v1/rollouts/{alias}",
+        response_model=RolloutStatus,
+        responses=errors(401, 403, 404, 409),
+        dependencies=[operator],
+    )
+    async def abort_rollout(alias: str) -> RolloutStatus | JSONResponse:
+        """Abort the running rollout of ``alias``: its candidate back to weight 0."""
+        try:
+            rollouts.abort(alias, clock())
+        except RolloutError as exc:
+            return _refused(exc)
+        return rollouts.status(alias)

@@ -1,0 +1,133 @@
+"""One decision step: a frozen snapshot of one pool in, a decision out. The live loop and the fleet simulation
+both call `decide`, so they decide from the same history the same way.
+
+    replicas + gateway sums + demand window + policy state
+        -> build_context -> demand window advanced (current sample included) -> policy -> guard-rails
+        -> Decision (+ the state and window to carry to the next step)
+
+The demand window holds ``(t, demand)`` samples of the ticks that had fresh metrics, over
+``max(coldStartSeconds, 3 x intervalS)``. The current tick's sample is part of the history the predictive term
+reads (its trend would otherwise lag one tick). Nothing here performs I/O or reads a clock: ``now`` comes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from control_plane.reports import GatewaySeen
+from control_plane.scaling.context import ReplicaLoad, ScalingContext, build_context
+from control_plane.scaling.decisions import Decision, Hold, ScaleDown, ScaleUp
+from control_plane.scaling.guardrails import apply_guardrails
+from control_plane.scaling.policies import ScalingPolicy
+from fleet.protocol.wire import ReplicaState
+from fleet.spec.stack import AutoscalingSpec, PoolSpec
+
+__all__ = [
+    "DemandHistory",
+    "Step",
+    "advance_window",
+    "decide",
+    "gateway_demand",
+    "pick_victims",
+    "window_horizon",
+]
+
+DemandHistory = tuple[tuple[float, float], ...]
+
+
+def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
+    """The ``count`` replicas to remove: failed ones first, then ones still launching (no traffic, nothing to
+    drain), then ready ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale,
+    no metrics) come last: they are never taken for idle ones."""
+    candidates = [r for r in ctx.replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED)]
+
+    def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
+        if r.state == ReplicaState.FAILED and not r.stale:
+            return (-1, 0.0, 0.0, r.replica)  # broken: serves nothing, goes first
+        unknown = r.stale or (r.state == ReplicaState.READY and not r.has_metrics)
+        rank = 3 if unknown else 0 if r.state == ReplicaState.LAUNCHING else 1 if r.state != ReplicaState.READY else 2
+        return (rank, r.load, r.kv_usage if r.kv_usage is not None else 1.0, r.replica)
+
+    return tuple(r.replica for r in sorted(candidates, key=order)[:count])
+
+
+def gateway_demand(seen: list[GatewaySeen]) -> tuple[float | None, float | None, int]:
+    """(waiting, request rate, stale gateways) over one pool's gateway reports: the sums over fresh reports, or
+    None for both when no gateway reported recently (unknown, not zero)."""
+    fresh = [g.report for g in seen if not g.stale]
+    stale = len(seen) - len(fresh)
+    if not fresh:
+        return None, None, stale
+    return float(sum(r.waiting for r in fresh)), sum(r.arrived_per_s for r in fresh), stale
+
+
+def advance_window(history: DemandHistory, now: float, demand: float, horizon_s: float) -> DemandHistory:
+    """``history`` with ``(now, demand)`` appended and samples older than ``horizon_s`` dropped."""
+    return tuple((t, v) for t, v in (*history, (now, demand)) if now - t <= horizon_s)
+
+
+def window_horizon(pool: PoolSpec, autoscaling: AutoscalingSpec) -> float:
+    """How far back the demand window reaches: a cold start, at least three ticks."""
+    return max(pool.cold_start_seconds, 3 * autoscaling.interval_s)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step decided, and what the caller carries to the next step of the same pool."""
+
+    decision: Decision
+    context: ScalingContext
+    state: dict[str, Any] = field(default_factory=dict)
+    demand_history: DemandHistory = ()
+
+
+def decide(
+    pool: PoolSpec,
+    autoscaling: AutoscalingSpec,
+    policy: ScalingPolicy,
+    replicas: tuple[ReplicaLoad, ...],
+    now: float,
+    *,
+    gateway: tuple[float | None, float | None, int] = (None, None, 0),
+    per_replica_qps: float | None = None,
+    demand_history: DemandHistory = (),
+    state: Mapping[str, Any] | None = None,
+    node_lead_s: float = 0.0,
+) -> Step:
+    """One pool, one tick: the decision (not yet applied), with the next state and demand window."""
+    ctx = build_context(
+        pool,
+        autoscaling,
+        replicas,
+        now,
+        gateway=gateway,
+        per_replica_qps=per_replica_qps,
+        demand_history=demand_history,
+        state=state,
+        node_lead_s=node_lead_s,
+    )
+    if ctx.has_metrics:
+        history = advance_window(demand_history, now, ctx.demand, window_horizon(pool, autoscaling))
+        ctx = replace(ctx, demand_history=history)
+    proposal = policy.propose(ctx)
+    verdict = apply_guardrails(ctx, proposal, autoscaling)
+    common: dict[str, Any] = {
+        "pool": pool.name,
+        "current": ctx.current,
+        "target": verdict.target,
+        "reason": verdict.reason,
+        "at": now,
+        "inputs": {**verdict.inputs, "replicas": [asdict(r) for r in ctx.replicas]},
+        "policy": policy.name,
+        "nodes_for": verdict.nodes_for,
+    }
+    decision: Decision
+    if verdict.target > ctx.current:
+        decision = ScaleUp(**common)
+    elif verdict.target < ctx.current:
+        decision = ScaleDown(**common, victims=pick_victims(ctx, ctx.current - verdict.target), drain=True)
+    else:
+        decision = Hold(**common)
+    return Step(decision, ctx, {**verdict.state, **dict(proposal.state)}, ctx.demand_history)

@@ -1,0 +1,226 @@
+"""Up: ``llmfleet up --stack local`` runs the whole fleet on this machine until Ctrl-C.
+
+    control plane (with the local actuator) -> it starts each pool's minimum agents, each supervising its
+    simulated engine -> the gateway, discovering replicas from the control plane.
+
+Then it prints the gateway URL, the demo API key and ready-to-paste ``curl`` and ``openai`` examples. SIGINT or
+SIGTERM stops the gateway (in-flight requests finish), then the control plane (which drains and stops its
+agents), then sweeps any process left in the tree. Exit status: 0 after a clean stop, 1 when a part failed.
+
+``--live`` (``make up`` passes it) refreshes a compact view of the traffic below the banner (`llmfleet.local.live`);
+``--live-png PATH`` rewrites a PNG of the same series every ``--live-png-every`` seconds. Where ``prometheus`` is
+on PATH a local Prometheus scrapes every part and evaluates the cluster's alert rules (`llmfleet.local.prometheus`,
+`fleet.slo.rules`;
+``--no-prometheus`` skips it); it is stopped first on the way out, and its failing never stops the fleet.
+
+Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
+to the agents it starts) and to the gateway through ``$LLMFLEET_CONTROL_TOKEN``, never on a command line, so the
+control plane runs ``--auth shared-secret`` and refuses reports and leases from anything else on this machine.
+When ``$LLMFLEET_CONTROL_TOKEN`` is already set, that is the fleet secret instead, so that operator commands that
+write (``llmfleet rollout start|abort``) work from the same shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.slo.rules import rules_yaml
+from fleet.spec.errors import SpecError
+from fleet.spec.loader import LoadedStack, load_spec
+from fleet.spec.validate import DEMO_API_KEY, hash_api_key
+from llmfleet.local.procs import Child, descendants, kill_tree, wait_http
+from llmfleet.local.prometheus import LocalPrometheus
+from llmfleet.local.watch import Watch, start_prometheus
+from llmfleet.registries import all_registries
+
+__all__ = ["add_arguments", "banner", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", default="local", help="stack name or file path (default: local)")
+    parser.add_argument("--port", type=int, default=None, help="gateway port (default: gateway.port, 8080)")
+    parser.add_argument(
+        "--admin-port", type=int, default=None, help="gateway's /readyz and /metrics (default: gateway.adminPort)"
+    )
+    parser.add_argument("--control-plane-port", type=int, default=None, help="default: controlPlane.port")
+    parser.add_argument("--log-dir", type=Path, default=None, help="component logs (default: a temp folder)")
+    parser.add_argument("--ready-timeout", type=float, default=90.0, help="seconds to wait for the fleet")
+    parser.add_argument(
+        "--live", action="store_true", help="refresh a view of rates, latency, errors, replicas and decisions"
+    )
+    parser.add_argument("--live-interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    parser.add_argument("--live-png", type=Path, default=None, help="rewrite this PNG with the live series")
+    parser.add_argument("--live-png-every", type=float, default=10.0, help="seconds between PNGs (default 10)")
+    parser.add_argument("--no-prometheus", action="store_true", help="do not start a local Prometheus")
+    parser.add_argument("--prometheus-port", type=int, default=None, help="default: a free loopback port")
+
+
+def _stack_ref(stack: str) -> str:
+    path = Path(stack)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.exists() else stack
+
+
+def banner(
+    loaded: LoadedStack, gateway: str, admin: str, control_plane: str, log_dir: Path, prometheus: str = "off"
+) -> str:
+    """What a newcomer needs to use the fleet right away; ``prometheus`` is its URL or why it is off."""
+    spec = loaded.spec
+    model = spec.pools[0].served_name
+    demo = any(hash_api_key(DEMO_API_KEY) in t.api_key_hashes for t in spec.tenants)
+    key = DEMO_API_KEY if demo else "<one of your tenants' keys>"
+    body = f'{{"model": "{model}", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    return f"""
+llmfleet is up (stack {loaded.name}): {", ".join(f"{p.name} x{p.replicas.min}..{p.replicas.max}" for p in spec.pools)}
+  gateway        {gateway}   (readiness, metrics: {admin})
+  control plane  {control_plane}
+  prometheus     {prometheus}
+  API key        {key}
+  model          {model}
+  logs           {log_dir}
+
+Stream a completion:
+  curl -N {gateway}/v1/chat/completions \\
+    -H "Authorization: Bearer {key}" -H "Content-Type: application/json" \\
+    -d '{body}'
+
+With the openai client (pip install openai):
+python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{gateway}/v1", api_key="{key}")
+messages = [{{"role": "user", "content": "Hello!"}}]
+for chunk in client.chat.completions.create(model="{model}", messages=messages, stream=True):
+    print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="", flush=True)
+print()
+PY
+
+Watch it scale:  llmfleet load --rps 30 --duration 60 --gateway {gateway}
+                 llmfleet status --control-plane {control_plane}
+Ctrl-C drains and stops everything.
+""".strip("\n")
+
+
+def _pools_ready(control_plane: str, loaded: LoadedStack) -> bool:
+    try:
+        pools = httpx.get(f"{control_plane}/v1/pools", timeout=1.0).json()["pools"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    wanted = {p.name: p.replicas.min for p in loaded.spec.pools}
+    return all(p["ready"] >= wanted.get(p["pool"], 0) for p in pools)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_spec(args.stack, registries=all_registries())
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    spec = loaded.spec
+    stack = _stack_ref(args.stack)
+    gw_port = args.port if args.port is not None else spec.gateway.port
+    admin_port = args.admin_port if args.admin_port is not None else spec.gateway.admin_port
+    cp_port = args.control_plane_port if args.control_plane_port is not None else spec.control_plane.port
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-"))
+    control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
+
+    # The fleet secret for control traffic, and the engines' API key: agents (started by the control plane, whose
+    # environment they inherit) hand it to their engine; the gateway sends it upstream. A secret already in this
+    # environment is the fleet's: operator commands run from the same shell (llmfleet rollout) then hold it.
+    secret = os.environ.get(CONTROL_TOKEN_ENV) or secrets.token_urlsafe(32)
+    fleet_env = {CONTROL_TOKEN_ENV: secret, ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)}
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    children: list[Child] = []
+    prometheus: LocalPrometheus | None = None
+    failed = False
+    try:
+        print(f"starting the control plane on {control_plane} ...", flush=True)
+        cp = Child(
+            "control-plane",
+            ["control-plane", "--stack", stack, "--port", str(cp_port), "--log-dir", str(log_dir)],
+            log_dir / "control-plane.log",
+            env=fleet_env,
+        )
+        children.append(cp)
+        deadline = time.monotonic() + args.ready_timeout
+        if not wait_http(f"{control_plane}/healthz", deadline, alive=cp):
+            raise RuntimeError(f"the control plane did not start:\n{cp.tail()}")
+        print("waiting for the pools' minimum replicas to be ready ...", flush=True)
+        while not _pools_ready(control_plane, loaded):
+            if stop.is_set() or cp.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"replicas did not become ready (logs in {log_dir})")
+            time.sleep(0.2)
+        print(f"starting the gateway on {gateway} ...", flush=True)
+        gw = Child(
+            "gateway",
+            [
+                "gateway",
+                "--stack",
+                stack,
+                "--port",
+                str(gw_port),
+                "--admin-port",
+                str(admin_port),
+                "--control-plane",
+                control_plane,
+            ],
+            log_dir / "gateway.log",
+            env=fleet_env,
+        )
+        children.append(gw)
+        if not wait_http(f"http://127.0.0.1:{admin_port}/readyz", deadline, alive=gw):
+            raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
+        admin = f"http://127.0.0.1:{admin_port}"
+        prometheus, about = start_prometheus(args, log_dir, control_plane, admin, rules_yaml(spec))
+        print(banner(loaded, gateway, admin, control_plane, log_dir, about), flush=True)
+        with Watch(args, loaded.name, admin, control_plane, prometheus) as watch:
+            while not stop.wait(0.5):
+                for child in children:
+                    if child.process.poll() is not None:
+                        raise RuntimeError(f"{child.name} exited ({child.process.returncode}):\n{child.tail()}")
+                watch.tick(time.monotonic())
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        failed = True
+    finally:
+        print("\nstopping: gateway, then replicas (draining), then the control plane ...", flush=True)
+        if prometheus is not None and prometheus.child is not None:
+            children.append(prometheus.child)  # stopped first, below: it has nothing to drain
+        tree: set[int] = set()
+        for child in children:
+            tree |= {child.process.pid} | descendants(child.process.pid)
+        grace = max(p.drain.grace_seconds for p in spec.pools) + 15.0
+        for child in reversed(children):  # gateway first: no new requests; then the control plane drains agents
+            child.stop(timeout_s=grace)
+        leftovers = {pid for pid in tree if _alive(pid)}
+        kill_tree(leftovers)
+        print("stopped" + (f" ({len(leftovers)} stray process(es) killed)" if leftovers else ""), flush=True)
+    return 1 if failed else 0
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); /proc tells the difference where it exists.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
