@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.chaos_faults import Ctx, Scenario, scenarios, stack_overrides  # noqa: E402
 from bench.chaos_harness import BASE, Fleet, Forwarder, sweep  # noqa: E402
 from bench.chaos_load import Load  # noqa: E402
+from fleet.protocol.keys import DEMO_API_KEY  # noqa: E402
 from fleet.protocol.ports import free_port  # noqa: E402
-from fleet.spec.validate import DEMO_API_KEY  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"
 LEAD_S = 3.0  # steady load before the fault

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
-from fleet.spec.validate import hash_api_key  # noqa: E402
+from fleet.protocol.keys import hash_api_key  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"
 # Also LiteLLM's master key, which must look strong for it to start.

@@ -20,11 +20,11 @@ import pulumi
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import get_monitor
 
+from fleet.protocol.keys import hash_api_key
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import NAMESPACE, parse_spec
 from fleet.spec.placeholders import placeholder_problems
 from fleet.spec.stack import FleetSpec
-from fleet.spec.validate import hash_api_key
 from infra.quota_redis import provisions_redis
 from llmfleet.registries import all_registries
 

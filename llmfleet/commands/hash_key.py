@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fleet.spec.validate import hash_api_key
+from fleet.protocol.keys import hash_api_key
 
 __all__ = ["add_arguments", "run"]
 

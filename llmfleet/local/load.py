@@ -29,9 +29,9 @@ from typing import Any
 
 import aiohttp
 
+from fleet.protocol.keys import DEMO_API_KEY
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
-from fleet.spec.validate import DEMO_API_KEY
 from llmfleet.local.timeseries import Recorder
 
 __all__ = ["LoadStats", "add_arguments", "run", "run_load"]

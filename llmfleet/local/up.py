@@ -35,10 +35,10 @@ from pathlib import Path
 import httpx
 
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.slo.rules import rules_yaml
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import LoadedStack, load_spec
-from fleet.spec.validate import DEMO_API_KEY, hash_api_key
 from llmfleet.local.procs import Child, descendants, kill_tree, wait_http
 from llmfleet.local.prometheus import LocalPrometheus
 from llmfleet.local.watch import Watch, start_prometheus

@@ -11,7 +11,7 @@ import openai
 import pytest
 from multidict import CIMultiDict
 
-from fleet.spec.validate import hash_api_key
+from fleet.protocol.keys import hash_api_key
 from tests.gateway.conftest import SimFactory, serve, serve_with_admin, settings_for
 from tests.support.procs import Proc
 from tests.support.stacks import KEYS, MODEL, stack_document

@@ -85,7 +85,7 @@ def test_body_is_sent_as_received_unless_usage_must_be_asked(payload: dict[str, 
 
 
 def test_hashes_file_adds_digests_for_known_tenants(tmp_path: Path) -> None:
-    from fleet.spec.validate import hash_api_key
+    from fleet.protocol.keys import hash_api_key
     from gateway.auth import KEY_HASHES_FILE, hashes_from_file
 
     path = tmp_path / KEY_HASHES_FILE

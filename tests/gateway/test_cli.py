@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from fleet.spec.validate import DEMO_API_KEY
+from fleet.protocol.keys import DEMO_API_KEY
 from tests.gateway.conftest import admin_url
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import MODEL, write_stack

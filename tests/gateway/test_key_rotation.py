@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.spec.validate import hash_api_key
+from fleet.protocol.keys import hash_api_key
 from gateway.auth import KeyHashesFile, KeyRing
 from gateway.errors import Unauthorized
 from tests.support.stacks import spec

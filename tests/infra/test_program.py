@@ -12,9 +12,9 @@ import pulumi
 import pytest
 
 from fleet.protocol import contract
+from fleet.protocol.keys import hash_api_key
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import parse_spec
-from fleet.spec.validate import hash_api_key
 from infra.config import spec_from_config, stack_config
 from infra.k8s_base import render_stack_file
 from infra.network import subnet_cidrs

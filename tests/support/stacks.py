@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
+from fleet.protocol.keys import hash_api_key
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import find_stack, parse_spec
 from fleet.spec.stack import FleetSpec, PoolSpec
-from fleet.spec.validate import hash_api_key
 from llmfleet.registries import all_registries
 
 __all__ = [

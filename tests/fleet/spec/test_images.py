@@ -8,7 +8,7 @@ import pytest
 
 from fleet.spec.errors import Problem, SpecError
 from fleet.spec.loader import list_stacks, load_spec, parse_spec
-from fleet.spec.validate import PLACEHOLDER_DIGEST
+from fleet.spec.placeholders import PLACEHOLDER_DIGEST
 from tests.support.stacks import DELETE, stack_document
 
 DIGEST = "sha256:" + "a" * 64

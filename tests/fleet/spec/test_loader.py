@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import list_stacks, load_spec, parse_spec
-from fleet.spec.validate import DEMO_API_KEY, hash_api_key
 from llmfleet.registries import all_registries
 from tests.support.stacks import DELETE, stack_document, write_stack
 

@@ -26,8 +26,8 @@ import pytest
 
 from control_plane.actuators.local_state import pid_alive
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.keys import DEMO_API_KEY
 from fleet.protocol.ports import free_port
-from fleet.spec.validate import DEMO_API_KEY
 from llmfleet.local.load import LoadStats, run_load
 from llmfleet.local.procs import Child
 from tests.llmfleet.local.conftest import FAST, fast_stack

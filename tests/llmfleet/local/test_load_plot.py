@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.spec.validate import DEMO_API_KEY
+from fleet.protocol.keys import DEMO_API_KEY
 from llmfleet.local.load import LoadStats, poll_ready, run_load
 from llmfleet.local.timeseries import Recorder
 from tests.llmfleet.local.conftest import Fleet

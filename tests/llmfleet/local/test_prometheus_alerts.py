@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet.spec.validate import DEMO_API_KEY
+from fleet.protocol.keys import DEMO_API_KEY
 from llmfleet.local.load import LoadStats, run_load
 from llmfleet.local.prometheus import POOL_LABEL
 from tests.llmfleet.local.conftest import Fleet

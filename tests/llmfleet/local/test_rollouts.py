@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV
-from fleet.spec.validate import DEMO_API_KEY
+from fleet.protocol.keys import DEMO_API_KEY
 from tests.llmfleet.local.conftest import FAST, Fleet, running_fleet
 from tests.support.stacks import write_stack
 
