@@ -191,34 +191,8 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
     mean_context = work.mean_prompt_tokens + work.mean_output_tokens
     concurrency = concurrency_that_fits(kv_tokens, mean_context, engine.max_num_seqs)
     notes: list[str] = []
-
-    if work.per_replica_qps is not None:
-        qps, source = work.per_replica_qps, "stack"
-    else:
-        qps = per_replica_qps(
-            steps,
-            work.mean_prompt_tokens,
-            work.mean_output_tokens,
-            pool.slo.decode_tokens_per_s_p99,
-            max(1, concurrency),
-            work.cached_prompt_fraction,
-        )
-        source = "token mix"
-    if qps <= 0:
-        needed = pool.replicas.max
-        notes.append(
-            f"one replica cannot decode at {pool.slo.decode_tokens_per_s_p99:g} tok/s per stream on {gpu.name} "
-            "even at batch 1: lower decodeTokensPerSP99 or use a faster GPU"
-        )
-    else:
-        needed = required_replicas(work.peak_qps, qps, work.capacity_buffer)
+    qps, source, needed = _replicas_needed(pool, steps, concurrency, gpu.name, notes)
     peak = min(max(needed, pool.replicas.min), pool.replicas.max)
-    if needed > pool.replicas.max:
-        notes.append(
-            f"peak {work.peak_qps:g} QPS with a {work.mean_prompt_tokens}+{work.mean_output_tokens}-token mix "
-            f"needs {needed} replicas (at {qps:.1f} QPS each, buffer {work.capacity_buffer:g}) but "
-            f"replicas.max is {pool.replicas.max}: the pool cannot reach its target"
-        )
     if concurrency < engine.max_num_seqs:
         notes.append(
             f"maxNumSeqs {engine.max_num_seqs} x mean context {mean_context} tokens exceeds the KV cache "
@@ -232,24 +206,7 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
             f"an idle prefill of the mean prompt takes {idle_prefill * 1000:.0f} ms, above the TTFT p99 SLO "
             f"of {pool.slo.ttft_p99_ms:g} ms"
         )
-
-    zones = _pool_zones(spec, pool)
-    replicas_per_node, gpus_per_node = _replicas_per_node(spec, pool)
-    min_nodes_per_az = 0 if pool.node_group is None else spec.node_group(pool.node_group).min_nodes_per_az
-
-    def nodes_per_az(replicas: int) -> int:
-        # Replicas spread evenly over the zones (topology spread), whole nodes per zone.
-        per_zone = math.ceil(replicas / len(zones)) if zones else replicas
-        return max(min_nodes_per_az, math.ceil(per_zone / replicas_per_node) if replicas_per_node else 0)
-
-    hour = spec.cost.gpu_hour_usd if spec.cost.gpu_hour_usd is not None else gpu_hour_usd(spec, pool, gpu)
-
-    def cost(replicas: int) -> float:
-        if pool.node_group is None:
-            return monthly_cost_usd(replicas * tp, hour)
-        used_zones = len(zones) if min_nodes_per_az else min(len(zones), replicas)
-        return monthly_cost_usd(nodes_per_az(replicas) * used_zones * gpus_per_node, hour)
-
+    nodes = _Nodes.of(spec, pool, gpu)
     return PoolPlan(
         pool=pool.name,
         model=pool.model,
@@ -268,14 +225,87 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
         replicas_needed=needed,
         replicas_peak=peak,
         replicas_max=pool.replicas.max,
-        zones=zones,
-        nodes_per_az_peak=nodes_per_az(peak),
+        zones=nodes.zones,
+        nodes_per_az_peak=nodes.per_az(peak),
         gpus_peak=peak * tp,
-        monthly_cost_min_usd=cost(pool.replicas.min),
-        monthly_cost_peak_usd=cost(peak),
+        monthly_cost_min_usd=nodes.monthly_cost(pool.replicas.min),
+        monthly_cost_peak_usd=nodes.monthly_cost(peak),
         idle_prefill_ms=idle_prefill * 1000,
         notes=notes,
     )
+
+
+def _replicas_needed(
+    pool: PoolSpec, steps: StepTimeModel, concurrency: int, gpu: str, notes: list[str]
+) -> tuple[float, str, int]:
+    """(per-replica QPS, where it comes from, replicas the peak needs); appends to ``notes`` what stops the plan."""
+    work = pool.workload
+    if work.per_replica_qps is not None:
+        qps, source = work.per_replica_qps, "stack"
+    else:
+        qps = per_replica_qps(
+            steps,
+            work.mean_prompt_tokens,
+            work.mean_output_tokens,
+            pool.slo.decode_tokens_per_s_p99,
+            max(1, concurrency),
+            work.cached_prompt_fraction,
+        )
+        source = "token mix"
+    if qps <= 0:
+        needed = pool.replicas.max
+        notes.append(
+            f"one replica cannot decode at {pool.slo.decode_tokens_per_s_p99:g} tok/s per stream on {gpu} "
+            "even at batch 1: lower decodeTokensPerSP99 or use a faster GPU"
+        )
+    else:
+        needed = required_replicas(work.peak_qps, qps, work.capacity_buffer)
+    if needed > pool.replicas.max:
+        notes.append(
+            f"peak {work.peak_qps:g} QPS with a {work.mean_prompt_tokens}+{work.mean_output_tokens}-token mix "
+            f"needs {needed} replicas (at {qps:.1f} QPS each, buffer {work.capacity_buffer:g}) but "
+            f"replicas.max is {pool.replicas.max}: the pool cannot reach its target"
+        )
+    return qps, source, needed
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """How a pool's replicas land on nodes: spread evenly over ``zones`` (topology spread), whole nodes per zone,
+    at least ``min_per_az`` each; without a node group every replica is billed its own GPUs."""
+
+    zones: list[str]
+    replicas_per_node: int
+    gpus_per_node: int
+    min_per_az: int
+    on_node_group: bool
+    gpus_per_replica: int
+    hour_usd: float
+
+    @classmethod
+    def of(cls, spec: FleetSpec, pool: PoolSpec, gpu: GpuType) -> _Nodes:
+        replicas_per_node, gpus_per_node = _replicas_per_node(spec, pool)
+        min_per_az = 0 if pool.node_group is None else spec.node_group(pool.node_group).min_nodes_per_az
+        hour = spec.cost.gpu_hour_usd if spec.cost.gpu_hour_usd is not None else gpu_hour_usd(spec, pool, gpu)
+        return cls(
+            _pool_zones(spec, pool),
+            replicas_per_node,
+            gpus_per_node,
+            min_per_az,
+            pool.node_group is not None,
+            pool.engine.tensor_parallel_size,
+            hour,
+        )
+
+    def per_az(self, replicas: int) -> int:
+        per_zone = math.ceil(replicas / len(self.zones)) if self.zones else replicas
+        return max(self.min_per_az, math.ceil(per_zone / self.replicas_per_node) if self.replicas_per_node else 0)
+
+    def monthly_cost(self, replicas: int) -> float:
+        if not self.on_node_group:
+            return monthly_cost_usd(replicas * self.gpus_per_replica, self.hour_usd)
+        used_zones = len(self.zones) if self.min_per_az else min(len(self.zones), replicas)
+        return monthly_cost_usd(self.per_az(replicas) * used_zones * self.gpus_per_node, self.hour_usd)
 
 
 def _pool_zones(spec: FleetSpec, pool: PoolSpec) -> list[str]:
