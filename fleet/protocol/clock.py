@@ -1,4 +1,8 @@
-"""Clock: the one time protocol every component takes, injected so tests and simulations run on fake time."""
+"""Clock: the fleet's time protocol: by convention a part that reads or waits on time takes a `Clock`.
+
+Injected so tests and simulations run on fake time. In fleet/ `fleet.protocol.push.push_loop` and
+`fleet.protocol.control_auth.TokenReview` take one.
+"""
 
 from __future__ import annotations
 

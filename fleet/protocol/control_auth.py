@@ -30,7 +30,6 @@ import hashlib
 import hmac
 import ipaddress
 import os
-import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from fleet.protocol import contract
+from fleet.protocol.clock import Clock, SystemClock
 from fleet.protocol.openai_error import error_dict
 
 __all__ = [
@@ -126,7 +126,7 @@ class TokenReview:
     audience: str = AUDIENCE
     accounts: Mapping[str, Kind] = field(default_factory=lambda: dict(SERVICE_ACCOUNTS))
     cache_s: float = 60.0
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = field(default_factory=SystemClock)
     _cache: dict[str, tuple[float, Caller | None]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -142,7 +142,7 @@ class TokenReview:
 
     async def verify(self, token: str, peer: str | None) -> Caller | None:
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = self.clock()
+        now = self.clock.monotonic()
         cached = self._cache.get(key)
         if cached is None or cached[0] <= now:
             if len(self._cache) > 10_000:

@@ -78,11 +78,19 @@ async def api_server() -> AsyncIterator[FakeApiServer]:
 
 
 class Now:
+    """A `fleet.protocol.clock.Clock` that stands still until a test moves ``t``."""
+
     def __init__(self) -> None:
         self.t = 100.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.t
+
+    def time(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
 
 
 @pytest.fixture
