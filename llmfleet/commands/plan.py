@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 from dataclasses import asdict
 
 from fleet.capacity.fixed_costs import fixed_costs
 from fleet.capacity.paid import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
 from fleet.capacity.plan import PoolPlan, plan_pool
-from fleet.spec.errors import SpecError
-from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec
+from llmfleet.commands.stack import load_or_report
 from llmfleet.registries import all_registries
 
 __all__ = ["add_arguments", "render_plan", "run"]
@@ -33,10 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        loaded = load_spec(args.stack, registries=all_registries())
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
+    loaded = load_or_report(args.stack, registries=all_registries())
+    if loaded is None:
         return 1
     plans = [plan_pool(loaded.spec, pool) for pool in loaded.spec.pools]
     groups = plan_groups(loaded.spec, plans)

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from pathlib import Path
 from typing import Any
 
-from fleet.spec.errors import SpecError
-from fleet.spec.loader import load_spec
 from llmfleet.commands.preflight_checks import CHECKS, ClientFactory, PreflightContext, run_checks
+from llmfleet.commands.stack import load_or_report
 from llmfleet.registries import all_registries
 
 __all__ = ["add_arguments", "boto3_clients", "run"]
@@ -67,10 +65,8 @@ def _bucket(args: argparse.Namespace, stack: str, file: str) -> str | None:
 
 def run(args: argparse.Namespace, clients: ClientFactory | None = None) -> int:
     """Print every problem found; ``clients`` replaces boto3's (tests)."""
-    try:
-        loaded = load_spec(args.stack, registries=all_registries())
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
+    loaded = load_or_report(args.stack, registries=all_registries())
+    if loaded is None:
         return 2
     spec = loaded.spec
     if spec.target != "aws":

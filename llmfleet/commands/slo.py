@@ -20,9 +20,8 @@ import httpx
 
 from fleet.protocol.wire import PoolBudget, SloBudget
 from fleet.slo.budget import allows, pool_budgets
-from fleet.spec.errors import SpecError
-from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec
+from llmfleet.commands.stack import load_or_report
 
 __all__ = ["add_arguments", "format_budgets", "from_control_plane", "from_prometheus", "run"]
 
@@ -110,11 +109,10 @@ def format_budgets(budgets: list[PoolBudget]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        spec = load_spec(args.stack).spec
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
+    loaded = load_or_report(args.stack)
+    if loaded is None:
         return 2
+    spec = loaded.spec
     if args.prometheus is not None:
         from control_plane.budget.sources import BudgetSourceError
 

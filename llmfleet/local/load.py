@@ -30,8 +30,7 @@ from typing import Any
 import aiohttp
 
 from fleet.protocol.keys import DEMO_API_KEY
-from fleet.spec.errors import SpecError
-from fleet.spec.loader import load_spec
+from llmfleet.commands.stack import load_or_report
 from llmfleet.local.timeseries import Recorder
 
 __all__ = ["LoadStats", "add_arguments", "run", "run_load"]
@@ -234,10 +233,8 @@ async def _recorded(load: Awaitable[LoadStats], control_plane: str, stats: LoadS
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        loaded = load_spec(args.stack)
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
+    loaded = load_or_report(args.stack)
+    if loaded is None:
         return 2
     spec = loaded.spec
     pool = spec.pools[0]

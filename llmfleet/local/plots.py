@@ -68,28 +68,8 @@ def write_timeline_png(
             _empty(ax, "no completed request")
         ax.set_ylabel(f"{name} (ms)")
 
-    statuses = timeline.statuses()
-    for status in statuses:
-        errors.plot(xs, [i.per_s(i.errors.get(status, 0)) for i in intervals], label=status, lw=1.0)
-    if statuses:
-        errors.legend(fontsize=8, loc="upper right", title="status", title_fontsize=8)
-    else:
-        errors.plot(xs, [0.0] * len(xs), lw=1.0, color="grey")
-        errors.set_ylim(-0.05, 1.0)
-        _empty(errors, "no errors")
-    errors.set_ylabel("errors / s")
-
-    pools = timeline.pools()
-    for pool in pools:
-        samples = [s for s in timeline.ready if s.pool == pool]
-        ready.step([s.at_s for s in samples], [s.ready for s in samples], where="post", label=pool, lw=1.2)
-    if pools:
-        ready.legend(fontsize=8, loc="upper right", title="pool", title_fontsize=8)
-        ready.set_ylim(bottom=0)
-    else:
-        _empty(ready, "control plane not reachable")
-    ready.set_ylabel("ready replicas")
-    ready.set_xlabel("seconds since start")
+    _errors(errors, xs, timeline)
+    _ready(ready, timeline)
 
     for ax in axes:
         ax.grid(True, lw=0.3, alpha=0.6)
@@ -102,3 +82,33 @@ def write_timeline_png(
     plt.close(fig)
     os.replace(partial, path)
     return path
+
+
+def _errors(ax: Axes, xs: list[float], timeline: Timeline) -> None:
+    """Errors per second, one line per status; a flat grey line when there were none."""
+    intervals = timeline.intervals
+    statuses = timeline.statuses()
+    for status in statuses:
+        ax.plot(xs, [i.per_s(i.errors.get(status, 0)) for i in intervals], label=status, lw=1.0)
+    if statuses:
+        ax.legend(fontsize=8, loc="upper right", title="status", title_fontsize=8)
+    else:
+        ax.plot(xs, [0.0] * len(xs), lw=1.0, color="grey")
+        ax.set_ylim(-0.05, 1.0)
+        _empty(ax, "no errors")
+    ax.set_ylabel("errors / s")
+
+
+def _ready(ax: Axes, timeline: Timeline) -> None:
+    """Ready replicas per pool as steps (a replica is ready from its sample until the next one)."""
+    pools = timeline.pools()
+    for pool in pools:
+        samples = [s for s in timeline.ready if s.pool == pool]
+        ax.step([s.at_s for s in samples], [s.ready for s in samples], where="post", label=pool, lw=1.2)
+    if pools:
+        ax.legend(fontsize=8, loc="upper right", title="pool", title_fontsize=8)
+        ax.set_ylim(bottom=0)
+    else:
+        _empty(ax, "control plane not reachable")
+    ax.set_ylabel("ready replicas")
+    ax.set_xlabel("seconds since start")

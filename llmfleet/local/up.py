@@ -30,15 +30,18 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from control_plane.actuators.local_state import pid_alive
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.slo.rules import rules_yaml
-from fleet.spec.errors import SpecError
-from fleet.spec.loader import LoadedStack, load_spec
+from fleet.spec.loader import LoadedStack
+from fleet.spec.stack import FleetSpec
+from llmfleet.commands.stack import load_or_report
 from llmfleet.local.procs import Child, descendants, kill_tree, wait_http
 from llmfleet.local.prometheus import LocalPrometheus
 from llmfleet.local.watch import Watch, start_prometheus
@@ -119,73 +122,62 @@ def _pools_ready(control_plane: str, loaded: LoadedStack) -> bool:
     return all(p["ready"] >= wanted.get(p["pool"], 0) for p in pools)
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        loaded = load_spec(args.stack, registries=all_registries())
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    spec = loaded.spec
-    stack = _stack_ref(args.stack)
-    gw_port = args.port if args.port is not None else spec.gateway.port
-    admin_port = args.admin_port if args.admin_port is not None else spec.gateway.admin_port
-    cp_port = args.control_plane_port if args.control_plane_port is not None else spec.control_plane.port
-    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-"))
-    control_plane, gateway = f"http://127.0.0.1:{cp_port}", f"http://127.0.0.1:{gw_port}"
+@dataclass(frozen=True)
+class _Layout:
+    """Where each part of the local fleet listens and logs, and what every part adds to its environment."""
 
-    # The fleet secret for control traffic, and the engines' API key: agents (started by the control plane, whose
-    # environment they inherit) hand it to their engine; the gateway sends it upstream. A secret already in this
-    # environment is the fleet's: operator commands run from the same shell (llmfleet rollout) then hold it.
-    secret = os.environ.get(CONTROL_TOKEN_ENV) or secrets.token_urlsafe(32)
-    fleet_env = {CONTROL_TOKEN_ENV: secret, ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)}
+    stack: str
+    log_dir: Path
+    env: dict[str, str]
+    control_plane_port: int
+    gateway_port: int
+    admin_port: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, spec: FleetSpec) -> _Layout:
+        # The fleet secret for control traffic, and the engines' API key: agents (started by the control plane,
+        # whose environment they inherit) hand it to their engine; the gateway sends it upstream. A secret already
+        # in this environment is the fleet's: operator commands run from the same shell (llmfleet rollout) hold it.
+        secret = os.environ.get(CONTROL_TOKEN_ENV) or secrets.token_urlsafe(32)
+        cp_port = args.control_plane_port if args.control_plane_port is not None else spec.control_plane.port
+        return cls(
+            stack=_stack_ref(args.stack),
+            log_dir=args.log_dir or Path(tempfile.mkdtemp(prefix="llmfleet-up-")),
+            env={CONTROL_TOKEN_ENV: secret, ENGINE_API_KEY_ENV: secrets.token_urlsafe(32)},
+            control_plane_port=cp_port,
+            gateway_port=args.port if args.port is not None else spec.gateway.port,
+            admin_port=args.admin_port if args.admin_port is not None else spec.gateway.admin_port,
+        )
+
+    @property
+    def control_plane(self) -> str:
+        return f"http://127.0.0.1:{self.control_plane_port}"
+
+    @property
+    def gateway(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_or_report(args.stack, registries=all_registries())
+    if loaded is None:
+        return 2
+    at = _Layout.of(args, loaded.spec)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-
     children: list[Child] = []
     prometheus: LocalPrometheus | None = None
     failed = False
     try:
-        print(f"starting the control plane on {control_plane} ...", flush=True)
-        cp = Child(
-            "control-plane",
-            ["control-plane", "--stack", stack, "--port", str(cp_port), "--log-dir", str(log_dir)],
-            log_dir / "control-plane.log",
-            env=fleet_env,
-        )
-        children.append(cp)
-        deadline = time.monotonic() + args.ready_timeout
-        if not wait_http(f"{control_plane}/healthz", deadline, alive=cp):
-            raise RuntimeError(f"the control plane did not start:\n{cp.tail()}")
-        print("waiting for the pools' minimum replicas to be ready ...", flush=True)
-        while not _pools_ready(control_plane, loaded):
-            if stop.is_set() or cp.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"replicas did not become ready (logs in {log_dir})")
-            time.sleep(0.2)
-        print(f"starting the gateway on {gateway} ...", flush=True)
-        gw = Child(
-            "gateway",
-            [
-                "gateway",
-                "--stack",
-                stack,
-                "--port",
-                str(gw_port),
-                "--admin-port",
-                str(admin_port),
-                "--control-plane",
-                control_plane,
-            ],
-            log_dir / "gateway.log",
-            env=fleet_env,
-        )
-        children.append(gw)
-        if not wait_http(f"http://127.0.0.1:{admin_port}/readyz", deadline, alive=gw):
-            raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
-        admin = f"http://127.0.0.1:{admin_port}"
-        prometheus, about = start_prometheus(args, log_dir, control_plane, admin, rules_yaml(spec))
-        print(banner(loaded, gateway, admin, control_plane, log_dir, about), flush=True)
-        with Watch(args, loaded.name, admin, control_plane, prometheus) as watch:
+        _start(children, at, loaded, stop, args.ready_timeout)
+        prometheus, about = start_prometheus(args, at.log_dir, at.control_plane, at.admin, rules_yaml(loaded.spec))
+        print(banner(loaded, at.gateway, at.admin, at.control_plane, at.log_dir, about), flush=True)
+        with Watch(args, loaded.name, at.admin, at.control_plane, prometheus) as watch:
             while not stop.wait(0.5):
                 for child in children:
                     if child.process.poll() is not None:
@@ -195,32 +187,44 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         failed = True
     finally:
-        print("\nstopping: gateway, then replicas (draining), then the control plane ...", flush=True)
         if prometheus is not None and prometheus.child is not None:
             children.append(prometheus.child)  # stopped first, below: it has nothing to drain
-        tree: set[int] = set()
-        for child in children:
-            tree |= {child.process.pid} | descendants(child.process.pid)
-        grace = max(p.drain.grace_seconds for p in spec.pools) + 15.0
-        for child in reversed(children):  # gateway first: no new requests; then the control plane drains agents
-            child.stop(timeout_s=grace)
-        leftovers = {pid for pid in tree if _alive(pid)}
-        kill_tree(leftovers)
-        print("stopped" + (f" ({len(leftovers)} stray process(es) killed)" if leftovers else ""), flush=True)
+        _stop(children, grace_s=max(p.drain.grace_seconds for p in loaded.spec.pools) + 15.0)
     return 1 if failed else 0
 
 
-def _alive(pid: int) -> bool:
-    import os
+def _start(children: list[Child], at: _Layout, loaded: LoadedStack, stop: threading.Event, timeout_s: float) -> None:
+    """The control plane, its pools' minimum replicas, then the gateway, each appended to ``children`` once started;
+    RuntimeError when a part does not become ready within ``timeout_s`` (or ``stop`` is set meanwhile)."""
+    print(f"starting the control plane on {at.control_plane} ...", flush=True)
+    argv = ["control-plane", "--stack", at.stack, "--port", str(at.control_plane_port), "--log-dir", str(at.log_dir)]
+    cp = Child("control-plane", argv, at.log_dir / "control-plane.log", env=at.env)
+    children.append(cp)
+    deadline = time.monotonic() + timeout_s
+    if not wait_http(f"{at.control_plane}/healthz", deadline, alive=cp):
+        raise RuntimeError(f"the control plane did not start:\n{cp.tail()}")
+    print("waiting for the pools' minimum replicas to be ready ...", flush=True)
+    while not _pools_ready(at.control_plane, loaded):
+        if stop.is_set() or cp.process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"replicas did not become ready (logs in {at.log_dir})")
+        time.sleep(0.2)
+    print(f"starting the gateway on {at.gateway} ...", flush=True)
+    argv = ["gateway", "--stack", at.stack, "--port", str(at.gateway_port), "--admin-port", str(at.admin_port)]
+    gw = Child("gateway", [*argv, "--control-plane", at.control_plane], at.log_dir / "gateway.log", env=at.env)
+    children.append(gw)
+    if not wait_http(f"{at.admin}/readyz", deadline, alive=gw):
+        raise RuntimeError(f"the gateway did not become ready:\n{gw.tail()}")
 
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); /proc tells the difference where it exists.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
+
+def _stop(children: list[Child], grace_s: float) -> None:
+    """Stop ``children`` last started first (the gateway takes no new requests, then the control plane drains its
+    agents), each given ``grace_s``; then kill whatever is left of their process trees."""
+    print("\nstopping: gateway, then replicas (draining), then the control plane ...", flush=True)
+    tree: set[int] = set()
+    for child in children:
+        tree |= {child.process.pid} | descendants(child.process.pid)
+    for child in reversed(children):
+        child.stop(timeout_s=grace_s)
+    leftovers = {pid for pid in tree if pid_alive(pid)}
+    kill_tree(leftovers)
+    print("stopped" + (f" ({len(leftovers)} stray process(es) killed)" if leftovers else ""), flush=True)
