@@ -12,7 +12,7 @@ per run: requests replayed, wall seconds, CPU seconds of this process, requests 
 and the load average (the machine is shared: on a busy one wall time is a multiple of CPU time). ``digest`` is
 a hash of the run's whole result (every TTFT and ITL, counters, the scaler's timeline; not the wall time): equal
 digests on two revisions mean the replay's figures did not change. ``--step-by-step`` replays each run again
-with one event per engine step (no decode runs, `simulate.fleet.FleetSim`), on the line below; its digest is the
+with one event per engine step (no decode runs, `simulate.fleet_sim.FleetSim`), on the line below; its digest is the
 same, ITLs being hashed sorted. It prints, it never asserts.
 """
 
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 from fleet.spec.loader import load_spec  # noqa: E402
 from llmfleet.registries import all_registries  # noqa: E402
 from simulate.configs import Config, stack_config  # noqa: E402
-from simulate.fleet import Result  # noqa: E402
 from simulate.replay import prepare, run_config  # noqa: E402
+from simulate.result import Result  # noqa: E402
 from simulate.trace import read_trace, scale_trace  # noqa: E402
 
 TRACES = {  # shipped trace -> maxModelLen override (None: the pool's)

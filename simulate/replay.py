@@ -19,7 +19,8 @@ from fleet.spec.stack import FleetSpec, PoolSpec
 from llmfleet.registries import all_registries
 from simulate.bounds import clairvoyant_replica_seconds, infinite_cache_hit_rate, needed_replicas
 from simulate.configs import Config, make_controller, make_router
-from simulate.fleet import FleetSim, Result
+from simulate.fleet_sim import FleetSim
+from simulate.result import Result
 from simulate.trace import TraceRequest
 
 __all__ = ["BOUND_INTERVAL_S", "PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_config"]

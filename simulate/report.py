@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulate.fleet import Result, quantile
 from simulate.replay import Prepared
+from simulate.result import Result, quantile
 
 __all__ = ["Row", "row", "table", "write_plot"]
 

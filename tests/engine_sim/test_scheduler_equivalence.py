@@ -150,7 +150,7 @@ def test_generated_ids_read_a_chunk_at_a_time_are_filler_ids(seed: int, start: i
 
 def _drive(sched: Scheduler, seed: int, runs: bool) -> tuple[list[Any], list[float], Any]:
     """Arrivals and one-second-style scrapes on an event clock; with ``runs`` the scheduler decodes in runs (cut
-    when a request arrives, advanced at each scrape), as `simulate.fleet.FleetSim` drives it. The scrape log,
+    when a request arrives, advanced at each scrape), as `simulate.fleet_sim.FleetSim` drives it. The scrape log,
     every ITL (sorted) and the final stats."""
     rng = random.Random(seed)
     arrivals = sorted((rng.uniform(0.0, 3.0), 0, i) for i in range(30))

@@ -12,8 +12,9 @@ import pytest
 from fleet.spec.loader import load_spec
 from llmfleet.registries import all_registries
 from simulate.configs import Config, make_controller, make_router
-from simulate.fleet import FleetSim, Result
+from simulate.fleet_sim import FleetSim
 from simulate.replay import Prepared, prepare
+from simulate.result import Result
 from simulate.trace import TraceRequest, synthetic_trace
 
 

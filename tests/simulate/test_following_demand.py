@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fleet.protocol.wire import RATE_WINDOW_S
 from simulate.configs import stack_config
-from simulate.fleet import Result
 from simulate.replay import BOUND_INTERVAL_S, Prepared, _spec, prepare, run_config
+from simulate.result import Result
 from simulate.trace import TraceRequest, synthetic_trace
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from array import array
 
 from simulate.configs import Config
-from simulate.fleet import Result
 from simulate.replay import prepare, run_config
 from simulate.report import row, table
+from simulate.result import Result
 from simulate.trace import TraceRequest
 
 LONG_PROMPT = 7000  # prefill alone on an idle replica takes longer than prod's 300 ms TTFT SLO

@@ -17,9 +17,8 @@ run (`Scheduler.start_decode_run`): an arrival routed to it cuts the run after t
 applies the steps that ended before it. The results are those of one event per step (a test holds them equal);
 only the order in which ITLs are recorded differs, and every figure sorts them.
 
-Prompts are token ids built from the trace: a request's 512-token prefix blocks (Mooncake ``hash_ids``) become
-the same ids wherever they recur, so the engines' prefix caches and the prefix-affinity scorer see exactly the
-trace's reuse; a request without prefix blocks shares nothing. Requests whose prompt + output exceed the pool's
+Prompts are token ids built from the trace's prefix blocks (`simulate.prompts`), replicas are `simulate.replica`,
+and what a run measured is a `simulate.result.Result`. Requests whose prompt + output exceed the pool's
 ``maxModelLen`` are dropped before the replay (vLLM refuses them) and counted.
 """
 
@@ -27,18 +26,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import time
-from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
-from engine_sim.scheduler import Scheduler, SimRequest, StepPlan
+from engine_sim.scheduler import SimRequest
 from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
@@ -47,85 +43,14 @@ from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.billing import NodeBilling
 from simulate.control import Controller
 from simulate.kvpool import build_replica_scheduler
-from simulate.trace import PREFIX_BLOCK_TOKENS, TraceRequest
+from simulate.prompts import prompt_text, prompt_tokens
+from simulate.replica import SCRAPE_S, Replica, add_itls
+from simulate.result import Result, quantile
+from simulate.trace import TraceRequest
 
-__all__ = ["SCRAPE_S", "FleetSim", "Result", "prompt_text", "prompt_tokens", "quantile"]
+__all__ = ["FleetSim"]
 
-SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
-TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
-UNIQUE_BASE = 1 << 40  # token ids of prompts that share nothing: one id per request, far from block ids
 RUN_STEPS = 256  # at most this many decode steps planned at once (a run is cut short when a request arrives)
-TEXT_BLOCKS = 16  # prefix blocks rendered as text for the prefix-affinity scorer (~4 characters per token)
-
-
-def prompt_tokens(request: TraceRequest, index: int) -> list[int]:
-    """Token ids of ``request``'s prompt: block i of its prefix blocks is ``[id] * 512``; no blocks: unique."""
-    if not request.prefix_blocks:
-        return [UNIQUE_BASE + index] * request.prompt_tokens
-    out: list[int] = []
-    for block in request.prefix_blocks:
-        out.extend([block] * PREFIX_BLOCK_TOKENS)
-        if len(out) >= request.prompt_tokens:
-            break
-    if len(out) < request.prompt_tokens:  # more tokens than blocks: the tail is the request's own
-        out.extend([UNIQUE_BASE + index] * (request.prompt_tokens - len(out)))
-    return out[: request.prompt_tokens]
-
-
-def prompt_text(request: TraceRequest) -> str:
-    """The prompt as the gateway's prefix scorer reads it: 2,048 characters per 512-token block (the first
-    ``TEXT_BLOCKS``), or a text of the request's own."""
-    if not request.prefix_blocks:
-        return f"<{request.rid}>" * 64
-    return "".join(f"[block {b:>12}]".ljust(2048, ".") for b in request.prefix_blocks[:TEXT_BLOCKS])
-
-
-@dataclass
-class Replica:
-    name: str
-    scheduler: Scheduler
-    launched_at: float
-    state: ReplicaState = ReplicaState.LAUNCHING  # launching -> ready -> draining -> stopped
-    stopped_at: float | None = None
-    plan: StepPlan | None = None
-    run_seq: int = 0  # the scheduler's current decode run's event carries this; an older one is stale
-    in_flight: int = 0
-    # the last scrape: (running, waiting, kv_usage, ttft_p99_s, tokens_per_s), taken at ``scraped_at``
-    scraped: tuple[float, float, float, float | None, float] = (0.0, 0.0, 0.0, None, 0.0)
-    scraped_at: float | None = None
-    gen_tokens_at_scrape: int = 0
-    ttfts: deque[tuple[float, float]] = field(default_factory=deque)
-
-
-@dataclass
-class Result:
-    name: str
-    requests: int = 0
-    completed: int = 0
-    unrouted: int = 0
-    rejected: int = 0  # gateway queue full (429) or timed out (503)
-    ttfts: array[float] = field(default_factory=lambda: array("d"))
-    # TTFTs of the requests that could meet the SLO (not in the TTFT floor); with ``floor_requests`` the share
-    # of those within the SLO, the scaler's and router's part apart from the floor
-    feasible_ttfts: array[float] = field(default_factory=lambda: array("d"))
-    floor_requests: int = 0  # arrivals whose prefill alone on an idle replica exceeds the SLO
-    itls: array[float] = field(default_factory=lambda: array("d"))
-    replica_s: float = 0.0
-    busy_s: float = 0.0
-    # what is paid (`simulate.billing`): node-seconds of the pool's GPU group and paid GPU-seconds, integrated
-    # over the replicas billed at each control tick; GPUs per replica, for engine busy time per paid GPU
-    node_s: float = 0.0
-    paid_gpu_s: float = 0.0
-    gpus_per_replica: int = 1
-    preemptions: int = 0
-    peak_replicas: int = 0
-    actions: int = 0
-    wall_s: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prefix-cache hits at each request's first admission
-    end_s: float = 0.0  # virtual time the last request finished
-    # (t, replicas billed, gateway queue, TTFT p99 of the last interval) per control tick, for the plot
-    timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
 
 
 class FleetSim:
@@ -348,15 +273,10 @@ class FleetSim:
         r, seq = item
         if seq != r.run_seq:
             return  # the run was cut short and has a later event
-        self.add_itls(r.scheduler.finish_decode_run())
+        add_itls(self.result.itls, r.scheduler.finish_decode_run())
         self.kick(r, now)
         if self.gw_queue:
             self.pump(now)
-
-    def add_itls(self, itls: list[tuple[float, int]]) -> None:
-        out = self.result.itls
-        for latency, count in itls:
-            out.extend(array("d", [latency]) * count)
 
     def stop(self, r: Replica, now: float) -> None:
         r.state, r.stopped_at = ReplicaState.STOPPED, now
@@ -369,19 +289,8 @@ class FleetSim:
     # -- what the agents and the gateway report ------------------------------------------------------------
     def on_scrape(self, now: float, _: Any) -> None:
         for r in self.replicas:
-            if r.state not in ("ready", "draining"):
-                continue
-            if r.scheduler.in_run:  # what single steps would have done by now
-                self.add_itls(r.scheduler.advance_decode_run(now))
-            while r.ttfts and now - r.ttfts[0][0] > TTFT_WINDOW_S:
-                r.ttfts.popleft()
-            p99 = quantile(sorted(v for _, v in r.ttfts), 0.99) if r.ttfts else None
-            gen = r.scheduler.stats.generation_tokens
-            tps = (gen - r.gen_tokens_at_scrape) / SCRAPE_S
-            r.gen_tokens_at_scrape = gen
-            sched = r.scheduler
-            r.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
-            r.scraped_at = now
+            if r.state in (ReplicaState.READY, ReplicaState.DRAINING):
+                r.scrape(now, self.result.itls)
         arrived, admitted, span = self.traffic.rates(now, RATE_WINDOW_S)
         self.gw_report = GatewayReport(
             gateway="gw-0",
@@ -396,14 +305,7 @@ class FleetSim:
         self.push(now + SCRAPE_S, "scrape")
 
     def loads(self, now: float) -> tuple[ReplicaLoad, ...]:
-        out: list[ReplicaLoad] = []
-        for r in self.live():
-            if r.state == ReplicaState.LAUNCHING or r.scraped_at is None:
-                out.append(ReplicaLoad(r.name, r.state))
-                continue
-            running, waiting, kv, p99, tps = r.scraped
-            out.append(ReplicaLoad(r.name, r.state, False, waiting, running, kv, p99, tps, now - r.scraped_at))
-        return tuple(out)
+        return tuple(r.load(now) for r in self.live())
 
     def bill(self, now: float, replicas: int) -> None:
         """Pay the nodes and GPUs of the replicas billed since the last call up to ``now``; ``replicas`` from now."""
@@ -435,10 +337,3 @@ class FleetSim:
         self.tick_ttfts = []
         self.result.timeline.append((now, billed, len(self.gw_queued), p99))
         self.push(now + self.interval_s, "tick")
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of sorted ``values`` (nearest rank); NaN when empty."""
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]

@@ -1,0 +1,67 @@
+"""Replica: one simulated engine replica: its scheduler, its state and what its agent last scraped from it.
+
+``launching -> ready -> draining -> stopped``: a launched replica becomes ready ``coldStartSeconds`` later; one chosen
+to go stops taking traffic at once (draining) and stops when its last request finishes. `Replica.scrape` is what
+the agent's metrics scrape sees every ``SCRAPE_S``; `Replica.load` is that as the control loop's report.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+
+from control_plane.scaling.context import ReplicaLoad
+from engine_sim.scheduler import Scheduler, StepPlan
+from fleet.protocol.wire import ReplicaState
+from simulate.result import quantile
+
+__all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica"]
+
+SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
+TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
+
+
+@dataclass
+class Replica:
+    name: str
+    scheduler: Scheduler
+    launched_at: float
+    state: ReplicaState = ReplicaState.LAUNCHING  # launching -> ready -> draining -> stopped
+    stopped_at: float | None = None
+    plan: StepPlan | None = None
+    run_seq: int = 0  # the scheduler's current decode run's event carries this; an older one is stale
+    in_flight: int = 0
+    # the last scrape: (running, waiting, kv_usage, ttft_p99_s, tokens_per_s), taken at ``scraped_at``
+    scraped: tuple[float, float, float, float | None, float] = (0.0, 0.0, 0.0, None, 0.0)
+    scraped_at: float | None = None
+    gen_tokens_at_scrape: int = 0
+    ttfts: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def scrape(self, now: float, itls: array[float]) -> None:
+        """Take this scrape's figures at ``now``; an open decode run first applies the steps ended by then, whose
+        inter-token latencies go to ``itls``."""
+        sched = self.scheduler
+        if sched.in_run:  # what single steps would have done by now
+            add_itls(itls, sched.advance_decode_run(now))
+        while self.ttfts and now - self.ttfts[0][0] > TTFT_WINDOW_S:
+            self.ttfts.popleft()
+        p99 = quantile(sorted(v for _, v in self.ttfts), 0.99) if self.ttfts else None
+        gen = sched.stats.generation_tokens
+        tps = (gen - self.gen_tokens_at_scrape) / SCRAPE_S
+        self.gen_tokens_at_scrape = gen
+        self.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
+        self.scraped_at = now
+
+    def load(self, now: float) -> ReplicaLoad:
+        """The agent's report of this replica at ``now`` (state only until its first scrape)."""
+        if self.state == ReplicaState.LAUNCHING or self.scraped_at is None:
+            return ReplicaLoad(self.name, self.state)
+        running, waiting, kv, p99, tps = self.scraped
+        return ReplicaLoad(self.name, self.state, False, waiting, running, kv, p99, tps, now - self.scraped_at)
+
+
+def add_itls(out: array[float], itls: list[tuple[float, int]]) -> None:
+    """Append each ``(latency, count)`` of a decode run's steps to ``out``, ``count`` times."""
+    for latency, count in itls:
+        out.extend(array("d", [latency]) * count)

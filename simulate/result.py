@@ -1,0 +1,48 @@
+"""Result: what one simulated run measured (requests, latencies, replica and paid GPU time, a per-tick timeline)."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Result", "quantile"]
+
+
+@dataclass
+class Result:
+    name: str
+    requests: int = 0
+    completed: int = 0
+    unrouted: int = 0
+    rejected: int = 0  # gateway queue full (429) or timed out (503)
+    ttfts: array[float] = field(default_factory=lambda: array("d"))
+    # TTFTs of the requests that could meet the SLO (not in the TTFT floor); with ``floor_requests`` the share
+    # of those within the SLO, the scaler's and router's part apart from the floor
+    feasible_ttfts: array[float] = field(default_factory=lambda: array("d"))
+    floor_requests: int = 0  # arrivals whose prefill alone on an idle replica exceeds the SLO
+    itls: array[float] = field(default_factory=lambda: array("d"))
+    replica_s: float = 0.0
+    busy_s: float = 0.0
+    # what is paid (`simulate.billing`): node-seconds of the pool's GPU group and paid GPU-seconds, integrated
+    # over the replicas billed at each control tick; GPUs per replica, for engine busy time per paid GPU
+    node_s: float = 0.0
+    paid_gpu_s: float = 0.0
+    gpus_per_replica: int = 1
+    preemptions: int = 0
+    peak_replicas: int = 0
+    actions: int = 0
+    wall_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prefix-cache hits at each request's first admission
+    end_s: float = 0.0  # virtual time the last request finished
+    # (t, replicas billed, gateway queue, TTFT p99 of the last interval) per control tick, for the plot
+    timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values`` (nearest rank); NaN when empty."""
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
