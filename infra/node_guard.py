@@ -1,7 +1,7 @@
 """Node guard: an admission policy that narrows the control plane's ``patch`` on nodes to cordoning GPU nodes.
 
 RBAC cannot say which fields of an object a verb may change: the control plane's ClusterRole
-(`infra.control_plane`) grants ``patch`` on ``nodes``, which covers every node's labels, taints and
+(`infra.control_plane_tier`) grants ``patch`` on ``nodes``, which covers every node's labels, taints and
 annotations. A stolen control-plane token could then untaint a GPU node or relabel a node to attract pods.
 The aws actuator needs one field only: it sets ``spec.unschedulable`` on the GPU nodes a drain emptied before
 it terminates them (control_plane/actuators/aws.py). This module adds a ``ValidatingAdmissionPolicy``

@@ -25,7 +25,7 @@ from fleet.spec.stack import FleetSpec
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import engine_api_key
 from infra.control_auth import TokenReviewAccess
-from infra.control_plane import ControlPlane, ControlPlaneArgs
+from infra.control_plane_tier import ControlPlane, ControlPlaneArgs
 from infra.dashboards.configmaps import DashboardConfigMaps, DashboardConfigMapsArgs
 from infra.device_plugin import DevicePlugin, DevicePluginArgs
 from infra.gateway_tier import Gateway, GatewayArgs

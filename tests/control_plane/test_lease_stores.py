@@ -147,7 +147,7 @@ async def test_kubernetes_store_keeps_leases_as_lease_objects(api: tuple[FakeApi
     renew = datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00")).timestamp()
     assert renew + spec["leaseDurationSeconds"] == pytest.approx(T0 + 20 + 30.5, abs=1e-6)
     assert spec["renewTime"].endswith("Z") and len(spec["renewTime"]) == len("2023-11-14T22:13:20.250000Z")
-    # Only what the control plane's Role grants on leases (infra/control_plane.py).
+    # Only what the control plane's Role grants on leases (infra/control_plane_tier.py).
     assert server.verbs <= {"list", "create", "update", "delete"}
 
 
