@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
 from engine_sim.config import EngineConfig, build_scheduler  # noqa: E402
-from engine_sim.scheduler import SimRequest  # noqa: E402
+from engine_sim.request import SimRequest  # noqa: E402
 from fleet.capacity.catalog import MODELS  # noqa: E402
 from fleet.protocol import promtext  # noqa: E402
 from fleet.protocol.ports import free_port

@@ -30,7 +30,7 @@ from engine_sim.config import EngineConfig, num_gpu_blocks
 from engine_sim.engine import Engine
 from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
-from engine_sim.lora import parse_lora_modules
+from engine_sim.lora import LoraSettings, parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
 from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
 
@@ -130,30 +130,58 @@ class ServeOptions:
 def build(args: argparse.Namespace) -> ServeOptions:
     """Flags -> options; ConfigError for values vLLM would refuse at startup."""
     facts = _facts(args.model, args.model_facts)
-    gpu = GPUS[args.gpu_profile]
-    a100 = gpu.name.startswith("a100")
-    big = gpu.memory_gib >= 70 and not a100
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
     if args.time_scale <= 0:
         raise ConfigError("--time-scale must be > 0")
     names = tuple(args.served_model_name or [args.model])
-    lora = None
-    if args.enable_lora:
-        lora = parse_lora_modules(args.lora_modules or [], args.max_loras, args.max_lora_rank, args.max_cpu_loras)
-        if set(lora.names) & set(names):
-            raise ConfigError(f"--lora-modules names {sorted(set(lora.names) & set(names))} clash with served names")
-    elif args.lora_modules:
-        raise ConfigError("--lora-modules needs --enable-lora")
-    max_model_len = args.max_model_len or facts.max_position
-    config = EngineConfig(
+    config = _engine_config(args, facts, names)
+    num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
+    settings = ServerSettings(
+        model=args.model,
+        served_model_names=names,
+        max_model_len=config.max_model_len,
+        api_key=args.api_key or os.environ.get("VLLM_API_KEY"),
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        enable_force_include_usage=args.enable_force_include_usage,
+        enable_request_id_headers=args.enable_request_id_headers,
+    )
+    return ServeOptions(
+        config,
+        settings,
+        _faults(args),
+        args.host,
+        args.port,
+        args.time_scale,
+        args.startup_seconds,
+        args.shutdown_timeout,
+    )
+
+
+def _lora(args: argparse.Namespace, names: tuple[str, ...]) -> LoraSettings | None:
+    """``--enable-lora`` and its modules; their names may not clash with the served names."""
+    if not args.enable_lora:
+        if args.lora_modules:
+            raise ConfigError("--lora-modules needs --enable-lora")
+        return None
+    lora = parse_lora_modules(args.lora_modules or [], args.max_loras, args.max_lora_rank, args.max_cpu_loras)
+    if set(lora.names) & set(names):
+        raise ConfigError(f"--lora-modules names {sorted(set(lora.names) & set(names))} clash with served names")
+    return lora
+
+
+def _engine_config(args: argparse.Namespace, facts: ModelFacts, names: tuple[str, ...]) -> EngineConfig:
+    """The engine's sizing and timing flags; vLLM's batch defaults grow on GPUs of 70 GiB and more (not A100s)."""
+    gpu = GPUS[args.gpu_profile]
+    big = gpu.memory_gib >= 70 and not gpu.name.startswith("a100")
+    return EngineConfig(
         model=args.model,
         facts=facts,
         served_model_name=names[0],
         gpu_profile=args.gpu_profile,
         tensor_parallel_size=args.tensor_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=max_model_len,
+        max_model_len=args.max_model_len or facts.max_position,
         max_num_seqs=args.max_num_seqs or (1024 if big else 256),
         max_num_batched_tokens=args.max_num_batched_tokens or (8192 if big else 2048),
         enable_prefix_caching=args.enable_prefix_caching,
@@ -164,19 +192,12 @@ def build(args: argparse.Namespace) -> ServeOptions:
         degradation_per_72h=args.degradation_per_72h,
         slowdown=args.fault_slowdown,
         seed=args.seed,
-        lora=lora,
+        lora=_lora(args, names),
     )
-    num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
-    settings = ServerSettings(
-        model=args.model,
-        served_model_names=names,
-        max_model_len=max_model_len,
-        api_key=args.api_key or os.environ.get("VLLM_API_KEY"),
-        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
-        enable_force_include_usage=args.enable_force_include_usage,
-        enable_request_id_headers=args.enable_request_id_headers,
-    )
-    faults = FaultSpec(
+
+
+def _faults(args: argparse.Namespace) -> FaultSpec:
+    return FaultSpec(
         crash_after_requests=args.fault_crash_after_requests,
         crash_at_seconds=args.fault_crash_at_seconds,
         hang=args.fault_hang,
@@ -185,9 +206,6 @@ def build(args: argparse.Namespace) -> ServeOptions:
         error_status=args.fault_error_status,
         die_mid_stream_after_tokens=args.fault_die_mid_stream_after_tokens,
         exit_delay_s=args.fault_exit_delay,
-    )
-    return ServeOptions(
-        config, settings, faults, args.host, args.port, args.time_scale, args.startup_seconds, args.shutdown_timeout
     )
 
 

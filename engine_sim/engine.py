@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import Callable
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.errors import RequestError
 from engine_sim.lora import AdapterResidency
 from engine_sim.metrics import EngineMetricsRecorder
-from engine_sim.scheduler import FinishReason, Scheduler, SimRequest, StepResult
+from engine_sim.request import FinishReason, SimRequest
+from engine_sim.scheduler import Scheduler, StepResult
+from fleet.protocol.clock import Clock, SystemClock
 
 __all__ = ["Engine", "EngineState", "TokenStream"]
 
@@ -74,15 +75,17 @@ class Engine:
         self,
         config: EngineConfig,
         time_scale: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         max_lag_s: float = 0.05,
     ) -> None:
+        """``clock`` (default the process's) paces the loop: model time is its monotonic seconds since
+        construction times ``time_scale``."""
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
         self.config = config
         self.time_scale = time_scale
-        self._clock = clock
-        self._t0 = clock()
+        self._clock = clock or SystemClock()
+        self._t0 = self._clock.monotonic()
         self.max_lag_s = max_lag_s
         self.scheduler: Scheduler = build_scheduler(config, started_at=0.0)
         pool = self.scheduler.kv.pool
@@ -114,7 +117,7 @@ class Engine:
 
     # -- clock ---------------------------------------------------------------------------------------------
     def _wall_model(self) -> float:
-        return (self._clock() - self._t0) * self.time_scale
+        return (self._clock.monotonic() - self._t0) * self.time_scale
 
     def now(self) -> float:
         """The model clock: wall-derived, but never past the end of the step in flight."""
@@ -129,7 +132,7 @@ class Engine:
         assert self.adapters is not None
         wait = self.adapters.ready_in(name, arrived)
         if wait > 0:
-            await asyncio.sleep(wait / self.time_scale)
+            await self._clock.sleep(wait / self.time_scale)
         return arrived
 
     def submit(self, request: SimRequest, *, arrived: float | None = None, adapter: str | None = None) -> TokenStream:
@@ -225,8 +228,7 @@ class Engine:
                 await self._wake.wait()
                 continue
             self._plan_end = plan.end
-            delay = plan.end / self.time_scale + self._t0 - self._clock()
-            await asyncio.sleep(delay if delay > 0 else 0)
+            await self._clock.sleep(plan.end / self.time_scale + self._t0 - self._clock.monotonic())
             self._dispatch(sched.complete(plan))
             model_now = plan.end
             lag = self._wall_model() - model_now

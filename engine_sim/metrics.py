@@ -15,7 +15,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from engine_sim.scheduler import Scheduler, SchedulerStats, SimRequest, StepResult
+from engine_sim.request import SimRequest
+from engine_sim.scheduler import Scheduler, SchedulerStats, StepResult
 
 __all__ = [
     "E2E_BUCKETS",
@@ -40,6 +41,7 @@ E2E_BUCKETS = (
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 N_BUCKETS = (1, 2, 5, 10, 20)
+_LABELS = ("model_name", "engine")  # on every series
 
 
 def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
@@ -60,21 +62,39 @@ class EngineMetricsRecorder:
 
     def __init__(self, model_name: str, max_model_len: int, cache_info: dict[str, str], engine: str = "0") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        labels = ["model_name", "engine"]
         self._values = (model_name, engine)
-        r = self.registry
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
-
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, [*labels, *extra], registry=r)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=r)
-
         self._lora: Gauge | None = None  # only with --enable-lora, as in vLLM
         self._lora_labels: tuple[str, str, str] | None = None
+        # Registered in vLLM's order, which is the exposition's order.
+        self._add_load_series()
+        self._add_latency_histograms()
+        self._add_request_histograms(max_model_len)
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            [*cache_info, "engine"],
+            registry=self.registry,
+        )
+        info.labels(*cache_info.values(), engine).set(1)
+        self.behind = self._counter(
+            "llmfleet_sim_behind_seconds",
+            "Model seconds the real-time driver skipped because the host fell behind the model clock.",
+        )
+        self._seen = SchedulerStats()
+        self._bind()
+
+    def _gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, _LABELS, registry=self.registry)
+
+    def _counter(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, doc, [*_LABELS, *extra], registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
+
+    def _add_load_series(self) -> None:
+        """The batch and KV gauges and the token, cache, preemption and finished-request counters."""
+        gauge, counter = self._gauge, self._counter
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
@@ -90,6 +110,10 @@ class EngineMetricsRecorder:
         )
         for reason in ("stop", "length", "abort", "error"):
             self.success.labels(*self._values, reason)
+
+    def _add_latency_histograms(self) -> None:
+        """Per-token (TTFT, ITL) and per-request phase latencies, in model seconds."""
+        histogram = self._histogram
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
@@ -116,6 +140,10 @@ class EngineMetricsRecorder:
         self.decode = histogram(
             "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", E2E_BUCKETS
         )
+
+    def _add_request_histograms(self, max_model_len: int) -> None:
+        """Per-request token counts and parameters, and tokens per engine step."""
+        histogram = self._histogram
         token_buckets = tuple(float(b) for b in buckets_1_2_5(max_model_len))
         self.req_prompt = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets)
         self.req_gen = histogram(
@@ -134,18 +162,6 @@ class EngineMetricsRecorder:
             "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
             tuple(map(float, ITERATION_TOKEN_BUCKETS)),
         )  # fmt: skip
-        info = Gauge(
-            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", [*cache_info, "engine"], registry=r
-        )
-        info.labels(*cache_info.values(), engine).set(1)
-        self.behind = Counter(
-            "llmfleet_sim_behind_seconds",
-            "Model seconds the real-time driver skipped because the host fell behind the model clock.",
-            labels,
-            registry=r,
-        )
-        self._seen = SchedulerStats()
-        self._bind()
 
     def _bind(self) -> None:
         v = self._values

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_sim.errors import RequestError
-from engine_sim.scheduler import SimRequest
+from engine_sim.request import SimRequest
 from engine_sim.tokenizer import chat_prompt_ids, encode, filler_text, strip_generated
 
 __all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request"]

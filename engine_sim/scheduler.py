@@ -19,100 +19,16 @@ outcome as single steps.
 
 from __future__ import annotations
 
-import bisect
-import enum
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from engine_sim.decode_run import DecodeRun
 from engine_sim.kv import KVCacheManager
+from engine_sim.request import FinishReason, RequestStatus, SimRequest
 from engine_sim.timing import StepTimer, StepWork
-from engine_sim.tokenizer import filler_ids
 
-__all__ = [
-    "DecodeRun",
-    "FinishReason",
-    "RequestStatus",
-    "Scheduler",
-    "SchedulerConfig",
-    "SchedulerStats",
-    "SimRequest",
-    "StepPlan",
-    "StepResult",
-    "TokenEvent",
-]
-
-
-_FILL_CHUNK = 64
-
-
-class RequestStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    FINISHED = "finished"
-
-
-class FinishReason(enum.StrEnum):
-    STOP = "stop"
-    LENGTH = "length"
-    ABORT = "abort"
-    ERROR = "error"
-
-
-@dataclass(eq=False, slots=True)
-class SimRequest:
-    """One generation request; ``stop_after`` models the EOS of a natural answer (None: run to max_tokens)."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    max_tokens: int
-    stop_after: int | None = None
-    output_seed: int = 0
-    # Scheduler state (times are in the scheduler's clock).
-    status: RequestStatus = RequestStatus.WAITING
-    token_ids: list[int] = field(default_factory=list)  # prompt + generated
-    num_computed_tokens: int = 0
-    num_cached_tokens: int = -1  # prefix hit at first admission; -1 until admitted
-    num_preemptions: int = 0
-    arrival_time: float = 0.0
-    scheduled_time: float | None = None
-    first_token_time: float | None = None
-    last_token_time: float | None = None
-    finish_time: float | None = None
-    finish_reason: FinishReason | None = None
-    # Generated ids for positions ``_fill_at..``: `filler_ids` computed a chunk at a time, not once per token.
-    _fill: list[int] = field(default_factory=list, init=False, repr=False)
-    _fill_at: int = field(default=0, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.token_ids:
-            self.token_ids = list(self.prompt_token_ids)
-
-    def filler_token(self, position: int) -> int:
-        """The generated id at sequence ``position``: ``filler_ids(output_seed, position, 1)[0]``."""
-        offset = position - self._fill_at
-        if not 0 <= offset < len(self._fill):
-            # Up to the request's last possible token: most answers are shorter than a chunk.
-            count = max(1, min(_FILL_CHUNK, len(self.prompt_token_ids) + self.max_tokens - position))
-            self._fill, self._fill_at, offset = filler_ids(self.output_seed, position, count), position, 0
-        return self._fill[offset]
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.token_ids) - len(self.prompt_token_ids)
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[len(self.prompt_token_ids) :]
+__all__ = ["Scheduler", "SchedulerConfig", "SchedulerStats", "StepPlan", "StepResult", "TokenEvent"]
 
 
 @dataclass(frozen=True)
@@ -166,24 +82,6 @@ class TokenEvent(NamedTuple):
 class StepResult(NamedTuple):
     plan: StepPlan
     events: tuple[TokenEvent, ...]
-
-
-@dataclass
-class DecodeRun:
-    """Steps planned at once by `Scheduler.start_decode_run`: step ``j`` ends at ``ends[j]``; ``done`` are applied.
-
-    ``kv_ops`` are the KV calls the steps make, in the order single steps make them: ``(step, 0, i)`` grows
-    request ``i``'s blocks before step ``step``, ``(step, 1, i)`` caches the block it fills; ``computed[i]`` is
-    request ``i``'s computed tokens when the run began.
-    """
-
-    requests: tuple[SimRequest, ...]
-    computed: tuple[int, ...]
-    durations: list[float]
-    ends: list[float]
-    kv_ops: list[tuple[int, int, int]]
-    done: int = 0
-    ops_done: int = 0
 
 
 class Scheduler:
@@ -255,13 +153,30 @@ class Scheduler:
         """Pick this step's tokens per request; None when there is nothing to run."""
         if self._run is not None:
             raise RuntimeError("schedule() during a decode run: finish it first")
-        # Runs once per step for every running request, so the step's work (`StepWork`) is summed as requests are
-        # picked rather than in a second pass, and attributes are read into locals: same rule, same order.
+        scheduled: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        budget, work = self._schedule_running(scheduled, preempted)
+        if not preempted:
+            work = self._admit_waiting(now, budget, scheduled, work)
+        if not scheduled:
+            return None
+        duration = self.timer.seconds(work, uptime_s=now - self.started_at)
+        return StepPlan(now, duration, tuple(scheduled), work, tuple(preempted))
+
+    # Both loops sum the step's work (`StepWork`) as they pick requests rather than in a second pass, running
+    # requests first, then admitted ones: the same float sums in the same order as one pass over the step. A
+    # request adds ``end`` to the decode context when it decodes (one new token, the last, after the prompt),
+    # else ``num_new * end`` to the prefill attention.
+    def _schedule_running(
+        self, scheduled: list[tuple[SimRequest, int]], preempted: list[SimRequest]
+    ) -> tuple[int, StepWork]:
+        """Rule 1: the running requests' tokens, preempting from the back when the KV cache is full; the budget
+        left and the work so far."""
+        # Runs once per step for every running request, so attributes are read into locals and the long-prefill
+        # threshold (`_chunk`) is applied inline: same rule, same order.
         budget = self.config.max_num_batched_tokens
         threshold = self.config.long_prefill_token_threshold
         kv, running, block_size = self.kv, self.running, self.kv.block_size
-        scheduled: list[tuple[SimRequest, int]] = []
-        preempted: list[SimRequest] = []
         tokens, decode_ctx, attn = 0, 0, 0.0
         i = 0
         while i < len(running) and budget > 0:
@@ -293,11 +208,19 @@ class Scheduler:
                 attn += float(num_new) * end
             budget -= num_new
             i += 1
+        return budget, StepWork(tokens, decode_ctx, attn)
 
-        while not preempted and self.waiting and budget > 0 and len(running) < self.config.max_num_seqs:
+    def _admit_waiting(
+        self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]], work: StepWork
+    ) -> StepWork:
+        """Rule 2: admit waiting requests (FCFS) from their longest cached prefix while budget and seats allow;
+        ``work`` grown by theirs."""
+        kv, running = self.kv, self.running
+        tokens, decode_ctx, attn = work
+        while self.waiting and budget > 0 and len(running) < self.config.max_num_seqs:
             request = self.waiting[0]
             hits, hit_tokens = kv.computed_blocks(request.request_id, request.token_ids)
-            num_new = self._chunk(request, request.num_tokens - hit_tokens, budget)
+            num_new = self._chunk(request.num_tokens - hit_tokens, budget)
             if not kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
                 break
             self.waiting.popleft()
@@ -318,12 +241,7 @@ class Scheduler:
             else:
                 attn += float(num_new) * end
             budget -= num_new
-
-        if not scheduled:
-            return None
-        work = StepWork(tokens, decode_ctx, attn)
-        duration = self.timer.seconds(work, uptime_s=now - self.started_at)
-        return StepPlan(now, duration, tuple(scheduled), work, tuple(preempted))
+        return StepWork(tokens, decode_ctx, attn)
 
     def complete(self, plan: StepPlan) -> StepResult:
         """Apply a planned step at ``plan.end``: advance computed tokens, sample, finish, cache blocks."""
@@ -348,8 +266,7 @@ class Scheduler:
             if computed < num_tokens:
                 continue  # mid-prefill chunk: nothing sampled yet
             # The token's sequence position picks it (`filler_ids`), so sent-back text is continued seamlessly.
-            fill, offset = request._fill, num_tokens - request._fill_at
-            token = fill[offset] if 0 <= offset < len(fill) else request.filler_token(num_tokens)
+            token = request.filler_token(num_tokens)
             token_ids.append(token)
             first = request.first_token_time is None
             if first:
@@ -379,13 +296,7 @@ class Scheduler:
         plan = self.schedule(now)
         return None if plan is None else self.complete(plan)
 
-    # -- decode runs: many steps at once, for a discrete-event simulator ------------------------------------
-    # While nothing waits and every running request decodes, each step gives every request one token and only
-    # the step's context grows, so the steps up to the first finish are known in advance: their times from the
-    # batch size and the summed context, their KV calls from each request's block boundaries. A run applies
-    # them in aggregate (tokens, counters, KV calls in single-step order) instead of building every step and
-    # token; the state after any applied prefix is the state single steps leave. Token events are not built:
-    # the ITLs come back as (latency, count) pairs. The live engine does not use runs.
+    # -- decode runs: many pure-decode steps at once, for a discrete-event simulator (`engine_sim.decode_run`) --
     @property
     def in_run(self) -> bool:
         return self._run is not None
@@ -394,111 +305,47 @@ class Scheduler:
         """Plan up to ``max_steps`` pure-decode steps from ``now``; the last one's end, or None when the next step
         is not such a step (something waits, a request prefills or finishes next, jitter draws per step) or
         fewer than two would run. Until `finish_decode_run`, only the run's methods and `add` may be called."""
-        running, config, bs = self.running, self.config, self.kv.block_size
-        n = len(running)
-        if self._run is not None or self.waiting or not n or n > config.max_num_batched_tokens or self.timer.jitter:
+        if self._run is not None or self.waiting or len(self.running) > self.config.max_num_batched_tokens:
             return None
-        steps, context = max_steps, 0
-        for r in running:
-            num_tokens, num_prompt = len(r.token_ids), len(r.prompt_token_ids)
-            if num_tokens - r.num_computed_tokens != 1 or num_tokens <= num_prompt:
-                return None  # not a decode
-            n_out = num_tokens - num_prompt
-            left = min(r.max_tokens - n_out, config.max_model_len - num_tokens)
-            if r.stop_after is not None:
-                left = min(left, r.stop_after - n_out)
-            steps = min(steps, left - 1)  # step ``left - 1`` samples its last token: the run stops before it
-            context += num_tokens
-        if steps < 2:
+        run = DecodeRun.plan(
+            self.running,
+            self.kv,
+            self.timer,
+            now,
+            max_steps,
+            max_model_len=self.config.max_model_len,
+            started_at=self.started_at,
+        )
+        if run is None:
             return None
-        ops: list[tuple[int, int, int]] = []
-        for i, r in enumerate(running):
-            c = r.num_computed_tokens
-            # Single steps call allocate_slots when the computed tokens end a block, cache_computed when the step
-            # fills one (`schedule` and `complete` skip both otherwise).
-            ops += [(j, 0, i) for j in range(-c % bs, steps, bs)]
-            ops += [(j, 1, i) for j in range(-(c + 1) % bs, steps, bs)]
-        ops.sort()
-        allocs = [j for j, kind, _ in ops if kind == 0]
-        if len(allocs) > self.kv.pool.num_free:  # each call takes at most one block: stop before one could fail
-            steps = allocs[self.kv.pool.num_free]
-            ops = [op for op in ops if op[0] < steps]
-            if steps < 2:
-                return None
-        durations: list[float] = []
-        ends: list[float] = []
-        start = now
-        for j in range(steps):
-            duration = self.timer.seconds(StepWork(n, context + j * n, 0.0), uptime_s=start - self.started_at)
-            start += duration
-            durations.append(duration)
-            ends.append(start)
-        self._run = DecodeRun(tuple(running), tuple(r.num_computed_tokens for r in running), durations, ends, ops)
-        return ends[-1]
+        self._run = run
+        return run.ends[-1]
 
     def advance_decode_run(self, now: float) -> list[tuple[float, int]]:
         """Apply the run's steps that ended before ``now``; their ITLs as (latency, count) pairs."""
         run = self._run
         if run is None:
             return []
-        upto = bisect.bisect_left(run.ends, now)  # a step ending at ``now`` is still running, as for an event
-        return self._apply_run(run, upto)
+        return run.apply(run.steps_ended_by(now), self.kv, self.stats)
 
     def truncate_decode_run(self, now: float) -> float:
         """End the run with the step running at ``now`` (a request arrived: the next step may admit it); its end."""
-        run = self._run
-        if run is None:
+        if self._run is None:
             raise RuntimeError("no decode run")
-        last = min(bisect.bisect_left(run.ends, now), len(run.ends) - 1)
-        del run.ends[last + 1 :], run.durations[last + 1 :]
-        run.kv_ops = [op for op in run.kv_ops if op[0] <= last]
-        return run.ends[-1]
+        return self._run.truncate(now)
 
     def finish_decode_run(self) -> list[tuple[float, int]]:
         """Apply the rest of the run and end it; the ITLs as (latency, count) pairs."""
         run = self._run
         if run is None:
             return []
-        out = self._apply_run(run, len(run.ends))
+        out = run.apply(len(run.ends), self.kv, self.stats)
         self._run = None
         return out
 
-    def _apply_run(self, run: DecodeRun, upto: int) -> list[tuple[float, int]]:
-        first, count = run.done, upto - run.done
-        requests, ends, n = run.requests, run.ends, len(run.requests)
-        itls: list[tuple[float, int]] = []
-        if count > 0:
-            stats = self.stats
-            stats.steps += count
-            for duration in run.durations[first:upto]:  # one by one: the same float sum as single steps
-                stats.busy_seconds += duration
-            stats.generation_tokens += n * count
-            for r in requests:
-                itls.append((ends[first] - (r.last_token_time or ends[first]), 1))
-                r.token_ids += filler_ids(r.output_seed, len(r.token_ids), count)
-                r.num_computed_tokens += count
-                r.last_token_time = ends[upto - 1]
-            itls += [(ends[j] - ends[j - 1], n) for j in range(first + 1, upto)]
-            run.done = upto
-        # The KV calls after the tokens (caching hashes only computed blocks, which the new tokens don't change),
-        # up to the allocations of the step running now: a step takes its blocks when it starts.
-        kv, ops = self.kv, run.kv_ops
-        running_now = upto if upto < len(ends) else -1
-        while run.ops_done < len(ops):
-            j, kind, i = ops[run.ops_done]
-            if j >= upto and not (j == running_now and kind == 0):
-                break
-            run.ops_done += 1
-            r = requests[i]
-            if kind == 0:
-                if not kv.allocate_slots(r.request_id, run.computed[i] + j + 1):
-                    raise RuntimeError("a decode run ran out of KV blocks")  # start_decode_run rules this out
-            else:
-                kv.cache_computed(r.request_id, r.token_ids, run.computed[i] + j + 1)
-        return itls
-
     # -- helpers -----------------------------------------------------------------------------------------
-    def _chunk(self, request: SimRequest, remaining: int, budget: int) -> int:
+    def _chunk(self, remaining: int, budget: int) -> int:
+        """A prefill's tokens this step: at most the long-prefill threshold (when set) and the budget."""
         threshold = self.config.long_prefill_token_threshold
         if threshold > 0 and remaining > threshold:
             remaining = threshold

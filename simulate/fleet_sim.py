@@ -34,7 +34,7 @@ from typing import Any
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
-from engine_sim.scheduler import SimRequest
+from engine_sim.request import SimRequest
 from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec

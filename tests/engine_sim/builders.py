@@ -6,7 +6,8 @@ import itertools
 from typing import Any
 
 from engine_sim.config import EngineConfig, build_scheduler
-from engine_sim.scheduler import Scheduler, SimRequest, StepResult
+from engine_sim.request import SimRequest
+from engine_sim.scheduler import Scheduler, StepResult
 from fleet.capacity.catalog import MODELS
 
 QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"

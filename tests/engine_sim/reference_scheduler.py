@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine_sim.scheduler import (
-    FinishReason,
-    RequestStatus,
-    Scheduler,
-    SimRequest,
-    StepPlan,
-    StepResult,
-    TokenEvent,
-)
+from engine_sim.request import FinishReason, RequestStatus, SimRequest
+from engine_sim.scheduler import Scheduler, StepPlan, StepResult, TokenEvent
 from engine_sim.timing import StepWork
 from engine_sim.tokenizer import filler_ids
 
@@ -34,7 +27,7 @@ class ReferenceScheduler(Scheduler):
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = self._chunk(request, request.num_tokens - request.num_computed_tokens, budget)
+            num_new = self._chunk(request.num_tokens - request.num_computed_tokens, budget)
             while not self.kv.allocate_slots(request.request_id, request.num_computed_tokens + num_new):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -49,7 +42,7 @@ class ReferenceScheduler(Scheduler):
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
             hits, hit_tokens = self.kv.computed_blocks(request.request_id, request.token_ids)
-            num_new = self._chunk(request, request.num_tokens - hit_tokens, budget)
+            num_new = self._chunk(request.num_tokens - hit_tokens, budget)
             if not self.kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
                 break
             self.waiting.popleft()

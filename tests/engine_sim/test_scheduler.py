@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_sim.scheduler import FinishReason, RequestStatus, SimRequest
+from engine_sim.request import FinishReason, RequestStatus, SimRequest
 from engine_sim.timing import StepTimer, StepWork
 from fleet.capacity.perf import StepTimeModel
 from tests.engine_sim.builders import make_config, make_request, make_scheduler, run_until_idle, unique_prompt

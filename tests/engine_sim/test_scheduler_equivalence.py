@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 
 from engine_sim.config import build_scheduler
-from engine_sim.scheduler import Scheduler, SimRequest, StepPlan, StepResult
+from engine_sim.request import SimRequest
+from engine_sim.scheduler import Scheduler, StepPlan, StepResult
 from engine_sim.timing import StepTimer, StepWork
 from engine_sim.tokenizer import filler_ids
 from fleet.capacity.catalog import GPUS, MODELS

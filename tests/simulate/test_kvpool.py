@@ -6,7 +6,7 @@ import random
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.kv import Block, BlockPool
-from engine_sim.scheduler import SimRequest
+from engine_sim.request import SimRequest
 from fleet.capacity.plan import model_facts
 from simulate.kvpool import LazyBlockPool, build_replica_scheduler
 from tests.support import stacks
