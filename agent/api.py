@@ -28,8 +28,9 @@ agent's event loop.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Collection
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -160,86 +161,164 @@ def _local_caller(request: Request, prestop_from: Collection[str]) -> bool:
     return peer == own[0] or peer in prestop_from
 
 
+@dataclass(frozen=True)
+class _Served:
+    """What the handlers read, kept on ``app.state.agent_api``: the agent and the auth in force."""
+
+    agent: AgentHandle
+    auth: ControlAuth
+    prestop_from: Collection[str]
+    control_plane: Callable[[Request], Awaitable[Caller | None]]
+
+
+def _served(request: Request) -> _Served:
+    served: _Served = request.app.state.agent_api
+    return served
+
+
+def _supervisor(request: Request) -> Supervisor:
+    return _served(request).agent.supervisor
+
+
+SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
+
+
 def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
     """The FastAPI application serving ``agent`` (``auth`` None: the agent's ``api_auth``, else open)."""
-    supervisor = agent.supervisor
     auth = auth or agent.api_auth or ControlAuth(None)
-    prestop_from = prestop_from or agent.prestop_from
-    control_plane_only = Depends(auth.require(Kind.CONTROL_PLANE))
-    checked = auth.require(Kind.CONTROL_PLANE)
-
-    async def prestop_caller(request: Request) -> Caller | None:
-        if auth.verifier is None or (
-            request.headers.get("authorization") is None and _local_caller(request, prestop_from)
-        ):
-            return None
-        if request.headers.get("authorization") is None:
-            raise ControlAuthError(403, "/prestop takes no credential only from this pod or its node")
-        return await checked(request)
-
     app = create_control_app(
         f"llmfleet agent {agent.replica}",
         "One replica's agent: health, readiness, status, drain, reset and metrics.",
     )
     auth.install(app)
+    app.state.agent_api = _Served(agent, auth, prestop_from or agent.prestop_from, auth.require(Kind.CONTROL_PLANE))
+    _add_probe_routes(app)
+    _add_read_routes(app)
+    _add_command_routes(app)
+    return app
 
-    @app.get("/healthz", response_model=Health, responses=errors())
-    async def healthz() -> Health:
-        """200 while the agent process is alive."""
-        return Health(state=supervisor.state.value)
 
-    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}, **errors()})
-    async def readyz() -> Readiness | JSONResponse:
-        """200 only in state ``ready``; 503 otherwise (it falls the moment a drain starts)."""
-        if supervisor.machine.ready:
-            return Readiness(ready=True, state=supervisor.state.value)
-        body = Readiness(ready=False, state=supervisor.state.value)
-        return JSONResponse(body.model_dump(mode="json"), status_code=503)
+# ---- probes: /healthz, /readyz ----------------------------------------------------------------------------
 
-    @app.get("/status", response_model=AgentStatus, response_model_by_alias=True, responses=errors())
-    async def status() -> AgentStatus:
-        """The replica's identity, engine, state, load, GPUs and recent transitions."""
-        return AgentStatus.model_validate(agent.status())
 
-    @app.post(
+async def healthz(supervisor: SupervisorDep) -> Health:
+    """200 while the agent process is alive."""
+    return Health(state=supervisor.state.value)
+
+
+async def readyz(supervisor: SupervisorDep) -> Readiness | JSONResponse:
+    """200 only in state ``ready``; 503 otherwise (it falls the moment a drain starts)."""
+    if supervisor.machine.ready:
+        return Readiness(ready=True, state=supervisor.state.value)
+    body = Readiness(ready=False, state=supervisor.state.value)
+    return JSONResponse(body.model_dump(mode="json"), status_code=503)
+
+
+def _add_probe_routes(app: FastAPI) -> None:
+    app.add_api_route("/healthz", healthz, methods=["GET"], response_model=Health, responses=errors())
+    app.add_api_route(
+        "/readyz",
+        readyz,
+        methods=["GET"],
+        response_model=Readiness,
+        responses={503: {"model": Readiness}, **errors()},
+    )
+
+
+# ---- reads: /status, /metrics -----------------------------------------------------------------------------
+
+
+async def status(request: Request) -> AgentStatus:
+    """The replica's identity, engine, state, load, GPUs and recent transitions."""
+    return AgentStatus.model_validate(_served(request).agent.status())
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text (``llmfleet_agent_*``)."""
+    return Response(_served(request).agent.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _add_read_routes(app: FastAPI) -> None:
+    app.add_api_route(
+        "/status",
+        status,
+        methods=["GET"],
+        response_model=AgentStatus,
+        response_model_by_alias=True,
+        responses=errors(),
+    )
+    app.add_api_route(
+        "/metrics",
+        metrics,
+        methods=["GET"],
+        response_class=PlainTextResponse,
+        responses=errors(plain_text=True),
+    )
+
+
+# ---- commands: /drain, /prestop, /reset (the control plane's credential) ----------------------------------
+
+
+async def _control_plane_caller(request: Request) -> Caller | None:
+    return await _served(request).control_plane(request)
+
+
+async def _prestop_caller(request: Request) -> Caller | None:
+    """No credential from this pod or its node; else the control plane's."""
+    served = _served(request)
+    if served.auth.verifier is None or (
+        request.headers.get("authorization") is None and _local_caller(request, served.prestop_from)
+    ):
+        return None
+    if request.headers.get("authorization") is None:
+        raise ControlAuthError(403, "/prestop takes no credential only from this pod or its node")
+    return await served.control_plane(request)
+
+
+async def drain(supervisor: SupervisorDep) -> CommandAccepted:
+    """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
+    stopping."""
+    accepted = supervisor.request_drain()
+    return CommandAccepted(accepted=accepted, state=supervisor.state.value)
+
+
+async def prestop(supervisor: SupervisorDep) -> CommandAccepted:
+    """Kubernetes preStop hook: start the drain now (as ``POST /drain``) and answer at once."""
+    accepted = supervisor.request_drain()
+    return CommandAccepted(accepted=accepted, state=supervisor.state.value)
+
+
+async def reset(supervisor: SupervisorDep) -> CommandAccepted | JSONResponse:
+    """Operator reset of a crash-looping replica: restarts resume. 409 unless the replica is failed."""
+    if not supervisor.request_reset():
+        return error_response(409, f"reset applies to a failed replica; state is {supervisor.state.value}")
+    return CommandAccepted(accepted=True, state=supervisor.state.value)
+
+
+def _add_command_routes(app: FastAPI) -> None:
+    control_plane_only = [Depends(_control_plane_caller)]
+    app.add_api_route(
         "/drain",
+        drain,
+        methods=["POST"],
         status_code=202,
         response_model=CommandAccepted,
         responses=errors(401, 403),
-        dependencies=[control_plane_only],
+        dependencies=control_plane_only,
     )
-    async def drain() -> CommandAccepted:
-        """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
-        stopping."""
-        accepted = supervisor.request_drain()
-        return CommandAccepted(accepted=accepted, state=supervisor.state.value)
-
-    @app.get(
+    app.add_api_route(
         "/prestop",
+        prestop,
+        methods=["GET"],
         response_model=CommandAccepted,
         responses=errors(401, 403),
-        dependencies=[Depends(prestop_caller)],
+        dependencies=[Depends(_prestop_caller)],
     )
-    async def prestop() -> CommandAccepted:
-        """Kubernetes preStop hook: start the drain now (as ``POST /drain``) and answer at once."""
-        accepted = supervisor.request_drain()
-        return CommandAccepted(accepted=accepted, state=supervisor.state.value)
-
-    @app.post(
+    app.add_api_route(
         "/reset",
+        reset,
+        methods=["POST"],
         response_model=CommandAccepted,
         responses=errors(401, 403, 409),
-        dependencies=[control_plane_only],
+        dependencies=control_plane_only,
     )
-    async def reset() -> CommandAccepted | JSONResponse:
-        """Operator reset of a crash-looping replica: restarts resume. 409 unless the replica is failed."""
-        if not supervisor.request_reset():
-            return error_response(409, f"reset applies to a failed replica; state is {supervisor.state.value}")
-        return CommandAccepted(accepted=True, state=supervisor.state.value)
-
-    @app.get("/metrics", response_class=PlainTextResponse, responses=errors(plain_text=True))
-    async def metrics() -> Response:
-        """Prometheus text (``llmfleet_agent_*``)."""
-        return Response(agent.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    return app

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from agent.restarts import RestartReason
 from agent.states import AGENT_STATES, State, Transition
 
-__all__ = ["RESTART_REASONS", "AgentMetrics"]
-
-
-# Every reason `agent.supervisor.Supervisor` restarts an engine for.
-RESTART_REASONS = (
-    "crash", "spawn_failed", "engine_exited", "startup_timeout", "liveness_failed", "fetch_failed", "planned",
-    "reset", "cooldown",
-)  # fmt: skip
+__all__ = ["AgentMetrics"]
 
 
 class AgentMetrics:
@@ -29,8 +23,8 @@ class AgentMetrics:
             "llmfleet_agent_transitions", "State transitions", ["source", "event", "target"], registry=r
         )
         self.restarts = Counter("llmfleet_agent_engine_restarts", "Engine restarts", ["reason"], registry=r)
-        for reason in RESTART_REASONS:  # at 0 from the start: rate() then sees a reason's first restart too
-            self.restarts.labels(reason)
+        for reason in RestartReason:  # at 0 from the start: rate() then sees a reason's first restart too
+            self.restarts.labels(reason.value)
         self.crash_loop = Gauge("llmfleet_agent_crash_loop", "1 while the engine is crash-looping (alert)", registry=r)
         self.ready = Gauge("llmfleet_agent_ready", "1 when the replica is routable", registry=r)
         self.reports = Counter("llmfleet_agent_reports", "Load reports pushed", ["result"], registry=r)

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 
 from agent.api import create_app
-from agent.clock import Clock, SystemClock
 from agent.control import ControlClient
 from agent.engine_client import HttpEngineClient
 from agent.gpus import query_gpus
@@ -32,6 +31,7 @@ from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
 from agent.states import State, Transition
 from agent.supervisor import Supervisor, SupervisorSettings
+from fleet.protocol.clock import Clock, SystemClock
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.protocol.control_auth import ControlAuth
 from fleet.protocol.model_manifest import ModelKeys
@@ -94,34 +94,8 @@ class Agent:
             extra_args=tuple(options.engine_args),
         )
         self.launcher = make_launcher(pool, self.launch_config)
-        self.fetcher: ModelFetcher | None = None
-        self.adapter_fetchers: dict[str, ModelFetcher] = {}
+        self.fetcher, self.adapter_fetchers = _fetchers(pool, store, s3, self.metrics)
         self.fetched: FetchResult | None = None
-        if store is not None:
-            self.fetcher = ModelFetcher(
-                s3 if s3 is not None else _s3_client(store.region, store.concurrency),
-                store.bucket,
-                ModelKeys(store.prefix, pool.model, pool.model_revision),
-                store.cache_dir,
-                self.metrics,
-                hub_fallback=store.hub_fallback,
-                concurrency=store.concurrency,
-                part_size=store.part_size,
-            )
-            # LoRA adapters live in the same store, each under its own id and revision.
-            self.adapter_fetchers = {
-                a.name: ModelFetcher(
-                    self.fetcher.client,
-                    store.bucket,
-                    ModelKeys(store.prefix, a.source, a.revision),
-                    store.cache_dir,
-                    self.metrics,
-                    hub_fallback=store.hub_fallback,
-                    concurrency=store.concurrency,
-                    part_size=store.part_size,
-                )
-                for a in pool.adapters
-            }
         local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
         self.engine_client = HttpEngineClient(
             http, f"http://{local_host}:{options.engine_port}", pool.served_name, probe_timeout_s=5.0
@@ -130,9 +104,16 @@ class Agent:
         self.agent_url = f"http://{_reachable(options.host, options.advertise_host)}:{options.port}"
         self.control = ControlClient(http, options.control_plane)
         self.supervisor = Supervisor(
-            pool, options.replica, self._spawn, self.engine_client, self.control, self.clock, self.metrics,
-            options.settings, fetch=self._fetch if self.fetcher is not None else None,
-        )  # fmt: skip
+            pool,
+            options.replica,
+            spawn=self._spawn,
+            engine_client=self.engine_client,
+            control=self.control,
+            clock=self.clock,
+            metrics=self.metrics,
+            settings=options.settings,
+            fetch=self._fetch if self.fetcher is not None else None,
+        )
         self.reporter = Reporter(
             lambda: self.engine_client if self.supervisor.engine is not None else None,
             self.control,
@@ -142,7 +123,7 @@ class Agent:
             interval_s=options.report_interval_s,
             backoff_max_s=options.report_backoff_max_s,
         )
-        self.supervisor.listeners.append(self._on_transition)
+        self.supervisor.machine.subscribe(self._on_transition)
         self.started_at = self.clock.monotonic()
         self.gpus: list[dict[str, str]] = []
 
@@ -276,6 +257,33 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await reporter
             await server.stop()
+
+
+def _fetchers(
+    pool: PoolSpec, store: StoreOptions | None, s3: Any, metrics: AgentMetrics
+) -> tuple[ModelFetcher | None, dict[str, ModelFetcher]]:
+    """The model's fetcher and one per LoRA adapter (by name), none without a store; ``s3`` None: a client from
+    boto3's own settings."""
+    if store is None:
+        return None, {}
+
+    def fetcher(client: Any, source: str, revision: str) -> ModelFetcher:
+        return ModelFetcher(
+            client,
+            store.bucket,
+            ModelKeys(store.prefix, source, revision),
+            store.cache_dir,
+            metrics,
+            hub_fallback=store.hub_fallback,
+            concurrency=store.concurrency,
+            part_size=store.part_size,
+        )
+
+    model = fetcher(
+        s3 if s3 is not None else _s3_client(store.region, store.concurrency), pool.model, pool.model_revision
+    )
+    # LoRA adapters live in the same store, each under its own id and revision.
+    return model, {a.name: fetcher(model.client, a.source, a.revision) for a in pool.adapters}
 
 
 def _s3_client(region: str | None, concurrency: int) -> Any:

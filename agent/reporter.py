@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.clock import Clock
 from agent.control import ControlClient, ControlPlaneUnavailable
 from agent.engine_client import EngineClient
 from agent.metrics import AgentMetrics
+from fleet.protocol.clock import Clock
 from fleet.protocol.promtext import EngineMetrics, diff_buckets, histogram_quantile
 from fleet.protocol.push import Backoff, push_loop
 from fleet.protocol.wire import LoadReport

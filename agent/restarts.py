@@ -1,4 +1,5 @@
-"""Restarts: crash-restart backoff and crash-loop detection over a sliding window (pure, ``now`` passed in).
+"""Restarts: why an engine restarts, crash-restart backoff and crash-loop detection over a sliding window (pure,
+``now`` passed in).
 
 Failures (engine exit, liveness failure, startup timeout) are recorded with their time. The k-th failure
 inside the window waits ``min(max, base * 2**(k-1))`` seconds, spread by +/- ``jitter`` so replicas that
@@ -9,10 +10,26 @@ Planned (restart-window) restarts are not failures and are never recorded here.
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["CrashHistory", "RestartPolicy"]
+__all__ = ["CrashHistory", "RestartPolicy", "RestartReason"]
+
+
+class RestartReason(enum.StrEnum):
+    """Why the supervisor restarts the engine; the value is the ``reason`` label of
+    ``llmfleet_agent_engine_restarts_total``. Only ``planned`` skips the crash backoff."""
+
+    CRASH = "crash"  # before any failure is recorded
+    SPAWN_FAILED = "spawn_failed"
+    ENGINE_EXITED = "engine_exited"
+    STARTUP_TIMEOUT = "startup_timeout"
+    LIVENESS_FAILED = "liveness_failed"
+    FETCH_FAILED = "fetch_failed"
+    PLANNED = "planned"  # restart window, lease held
+    RESET = "reset"  # operator reset of a failed replica
+    COOLDOWN = "cooldown"  # the crash window let a failed replica through
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from agent.clock import Clock
 from agent.control import ControlClient, ControlPlaneUnavailable, LeaseRefused
 from agent.metrics import AgentMetrics
 from agent.windows import restart_due
+from fleet.protocol.clock import Clock
 from fleet.spec.stack import PoolSpec
 
 __all__ = ["Rollover"]

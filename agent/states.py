@@ -23,6 +23,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from fleet.protocol.clock import Clock
 from fleet.protocol.wire import ReplicaState
 
 __all__ = ["AGENT_STATES", "TRANSITIONS", "Event", "InvalidTransition", "State", "StateMachine", "Transition"]
@@ -104,12 +105,13 @@ class Transition:
 
 
 class StateMachine:
-    """Holds the current state; `fire` applies the table and tells every listener (metrics, logs)."""
+    """Holds the current state; `fire` applies the table and tells every listener (metrics, logs). Times are the
+    clock's monotonic seconds."""
 
-    def __init__(self, now: Callable[[], float], initial: State = State.STARTING) -> None:
-        self._now = now
+    def __init__(self, clock: Clock, initial: State = State.STARTING) -> None:
+        self._clock = clock
         self.state = initial
-        self.since = now()
+        self.since = clock.monotonic()
         self.history: list[Transition] = []
         self._listeners: list[Callable[[Transition], None]] = []
 
@@ -124,7 +126,7 @@ class StateMachine:
         target = TRANSITIONS.get((self.state, event))
         if target is None:
             raise InvalidTransition(self.state, event)
-        transition = Transition(self.state, event, target, self._now())
+        transition = Transition(self.state, event, target, self._clock.monotonic())
         self.state, self.since = target, transition.at
         self.history.append(transition)
         del self.history[:-100]  # bounded: /status shows the recent ones

@@ -12,46 +12,42 @@ One handler per state runs until it fires an event; the loop then runs the next 
 * ready      -- liveness: ``liveness_failures`` consecutive failed checks, or the process exiting, restart it.
   Inside the pool's restart window (and past its minimum uptime) ask the control plane for a restart lease;
   no lease, no restart; an unreachable control plane skips this window occurrence (`agent.rollover`).
-* draining   -- readiness is already false (it fell the moment the drain was requested). Wait
-  ``drain.propagationSeconds`` so gateways stop routing, SIGTERM the engine (its ``--shutdown-timeout`` lets
-  accepted requests finish), wait for running + waiting = 0 and its exit up to the grace deadline, SIGKILL
-  the process group after it. A final drain ends in ``stopped``; a planned one restarts the engine.
+* draining   -- readiness is already false (it fell the moment the drain was requested); `agent.drain` stops
+  the engine within the grace deadline. A final drain ends in ``stopped``; a planned one restarts the engine.
 * restarting -- crash restarts wait an exponential backoff with jitter; too many in the crash window -> failed.
 * failed     -- no restarts until ``request_reset()`` (operator) or the crash window lets one through.
 
 ``request_drain()`` and ``request_reset()`` are called from the API and signal handlers; the drain fires its
 transition synchronously so ``/readyz`` drops at once. Handlers re-check the state after every await because
-a drain may have preempted them. All I/O edges (spawner, engine client, control client, clock, randomness)
-are injected.
+a drain may have preempted them (`agent.waits`). All I/O edges (spawner, engine client, control client,
+clock, randomness) are injected. Every restart has a `RestartReason`, counted by reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from agent.clock import Clock
 from agent.control import ControlClient
+from agent.drain import reap, stop_engine
 from agent.engine_client import EngineClient, Health
 from agent.launchers import EngineHandle
 from agent.metrics import AgentMetrics
 from agent.model_store import FetchError
-from agent.restarts import CrashHistory, RestartPolicy
+from agent.restarts import CrashHistory, RestartPolicy, RestartReason
 from agent.rollover import Rollover
 from agent.states import Event, State, StateMachine, Transition
-from fleet.protocol.promtext import EngineMetrics
+from agent.waits import INTERRUPTED, Waits
+from fleet.protocol.clock import Clock
 from fleet.spec.stack import PoolSpec
 
 __all__ = ["Supervisor", "SupervisorSettings"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-_INTERRUPTED: Any = object()
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,8 @@ class SupervisorSettings:
 
 
 class Supervisor:
+    """One engine through its lifecycle; ``machine`` holds the state (subscribe to it for transitions)."""
+
     def __init__(
         self,
         pool: PoolSpec,
@@ -89,7 +87,7 @@ class Supervisor:
         self._rand = rand
         self._fetch = fetch
         self._fetched = fetch is None  # weights are local (or the engine loads them itself)
-        self.machine = StateMachine(clock.monotonic, State.STARTING if fetch is None else State.FETCHING)
+        self.machine = StateMachine(clock, State.STARTING if fetch is None else State.FETCHING)
         self.machine.subscribe(metrics.on_transition)
         self.machine.subscribe(self._on_transition)
         self.crashes = CrashHistory(self.settings.restart)
@@ -102,11 +100,9 @@ class Supervisor:
         self.last_error: str | None = None  # why the engine or the fetch last failed, for /status
         self._final_drain = False
         self._drain_source: State | None = None
-        self._restart_reason = "crash"
+        self._restart_reason = RestartReason.CRASH
         self._reset_requested = False
-        self._wake = asyncio.Event()
-        self._drain_event = asyncio.Event()
-        self.listeners: list[Callable[[Transition], None]] = []
+        self._waits = Waits(clock)
         self._tasks: set[asyncio.Future[None]] = set()
 
     # ---- commands (API, signals) -------------------------------------------------------------------------
@@ -122,8 +118,8 @@ class Supervisor:
         self._final_drain = True
         if self.machine.accepts(Event.DRAIN):
             self.machine.fire(Event.DRAIN)
-        self._drain_event.set()
-        self._wake.set()
+        self._waits.drain()
+        self._waits.wake()
         return True
 
     def request_reset(self) -> bool:
@@ -131,7 +127,7 @@ class Supervisor:
         if self.state is not State.FAILED:
             return False
         self._reset_requested = True
-        self._wake.set()
+        self._waits.wake()
         return True
 
     def engine_uptime_s(self) -> float:
@@ -164,8 +160,6 @@ class Supervisor:
         log.info("%s --%s--> %s", transition.source.value, transition.event.value, transition.target.value)
         if transition.target is State.DRAINING:
             self._drain_source = transition.source
-        for listener in self.listeners:
-            listener(transition)
 
     def _fire(self, expected: State, event: Event) -> bool:
         """Fire unless a drain preempted the handler that owns ``expected``."""
@@ -174,39 +168,10 @@ class Supervisor:
         self.machine.fire(event)
         return True
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep on the injected clock; a command or the engine exiting wakes it early."""
-        if self._wake.is_set():
-            self._wake.clear()
-            return
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
-        self._wake.clear()
-
-    async def _unless_drained(self, call: Awaitable[T]) -> T:
-        """Await ``call`` but give up (returning _INTERRUPTED) as soon as a final drain is requested."""
-        task = asyncio.ensure_future(call)
-        drained = asyncio.ensure_future(self._drain_event.wait())
-        try:
-            await asyncio.wait({task, drained}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            drained.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.wait({task})
-        result: T = _INTERRUPTED
-        return result
-
     def _exited(self) -> bool:
         return self.engine is None or self.engine.returncode is not None
 
-    def _failure(self, expected: State, event: Event, reason: str) -> None:
+    def _failure(self, expected: State, event: Event, reason: RestartReason) -> None:
         if self.state is not expected:
             return
         if self.engine is not None:
@@ -214,7 +179,7 @@ class Supervisor:
             self.engine.kill()
         self.crashes.record(self._clock.monotonic())
         self._restart_reason = reason
-        self.last_error = f"engine {reason.replace('_', ' ')} (exit code {self.last_exit_code})"
+        self.last_error = f"engine {reason.value.replace('_', ' ')} (exit code {self.last_exit_code})"
         log.warning("%s", self.last_error)
         self.machine.fire(event)
 
@@ -229,16 +194,16 @@ class Supervisor:
             return True
 
         try:
-            done = await self._unless_drained(fetched())
+            done = await self._waits.unless_drained(fetched())
         except FetchError as exc:
             if self.state is State.FETCHING:
                 self.crashes.record(self._clock.monotonic())
-                self._restart_reason = "fetch_failed"
+                self._restart_reason = RestartReason.FETCH_FAILED
                 self.last_error = f"model fetch failed: {exc}"
                 log.error("%s", self.last_error)
                 self.machine.fire(Event.FETCH_FAILED)
             return
-        if done is not _INTERRUPTED:
+        if done is not INTERRUPTED:
             self._fetched = True
             self._fire(State.FETCHING, Event.FETCHED)
 
@@ -248,68 +213,72 @@ class Supervisor:
                 engine = await self._spawn()
             except OSError as exc:
                 log.error("cannot start the engine: %s", exc)
-                self._failure(State.STARTING, Event.ENGINE_EXITED, "spawn_failed")
+                self._failure(State.STARTING, Event.ENGINE_EXITED, RestartReason.SPAWN_FAILED)
                 return
             self.engine, self.engine_started_at, self.engine_version = engine, self._clock.monotonic(), None
             watcher = asyncio.ensure_future(self._watch(engine))
             self._tasks.add(watcher)
             watcher.add_done_callback(self._tasks.discard)
-        assert self.engine_started_at is not None
-        deadline = self.engine_started_at + self.pool.cold_start_seconds
         while self.state is State.STARTING:
-            if self._exited():
-                return self._failure(State.STARTING, Event.ENGINE_EXITED, "engine_exited")
-            if self._clock.monotonic() >= deadline:
-                return self._failure(State.STARTING, Event.STARTUP_TIMEOUT, "startup_timeout")
-            health = await self._unless_drained(self._engine_client.health())
+            if self._startup_failed(State.STARTING):
+                return
+            health = await self._waits.unless_drained(self._engine_client.health())
             if health is Health.OK:
                 self._fire(State.STARTING, Event.HEALTHY)
                 return
-            await self._pause(self.settings.probe_interval_s)
+            await self._waits.pause(self.settings.probe_interval_s)
 
     async def _watch(self, engine: EngineHandle) -> None:
         code = await engine.wait()
         if engine is self.engine:
             self.last_exit_code = code
-            self._wake.set()
+            self._waits.wake()
+
+    def _startup_failed(self, state: State) -> bool:
+        """In ``starting`` or ``warming``: True (the failure fired) when the engine exited or the cold start ran
+        past ``pool.coldStartSeconds`` since the spawn."""
+        assert self.engine_started_at is not None
+        if self._exited():
+            self._failure(state, Event.ENGINE_EXITED, RestartReason.ENGINE_EXITED)
+            return True
+        if self._clock.monotonic() >= self.engine_started_at + self.pool.cold_start_seconds:
+            self._failure(state, Event.STARTUP_TIMEOUT, RestartReason.STARTUP_TIMEOUT)
+            return True
+        return False
 
     async def _warming(self) -> None:
-        assert self.engine_started_at is not None
-        deadline = self.engine_started_at + self.pool.cold_start_seconds
         while self.state is State.WARMING:
-            if self._exited():
-                return self._failure(State.WARMING, Event.ENGINE_EXITED, "engine_exited")
-            if self._clock.monotonic() >= deadline:
-                return self._failure(State.WARMING, Event.STARTUP_TIMEOUT, "startup_timeout")
-            warmed = await self._unless_drained(self._engine_client.warm_up())
+            if self._startup_failed(State.WARMING):
+                return
+            warmed = await self._waits.unless_drained(self._engine_client.warm_up())
             if warmed is True:
-                version = await self._unless_drained(self._engine_client.version())
-                self.engine_version = version if isinstance(version, str) else None
+                version = await self._waits.unless_drained(self._engine_client.version())
+                self.engine_version = None if version is INTERRUPTED else version
                 if self._fire(State.WARMING, Event.WARMED) and self.rollover.held:
                     await self.rollover.release()
                 return
-            await self._pause(self.settings.probe_interval_s)
+            await self._waits.pause(self.settings.probe_interval_s)
 
     async def _ready(self) -> None:
         failures = 0
         while self.state is State.READY:
             if self._exited():
-                return self._failure(State.READY, Event.ENGINE_EXITED, "engine_exited")
-            health = await self._unless_drained(self._engine_client.health())
+                return self._failure(State.READY, Event.ENGINE_EXITED, RestartReason.ENGINE_EXITED)
+            health = await self._waits.unless_drained(self._engine_client.health())
             if not self.machine.ready:  # a drain preempted the check
                 return
             failures = 0 if health is Health.OK else failures + 1
             if failures >= self.settings.liveness_failures and not self._exited():
-                return self._failure(State.READY, Event.LIVENESS_FAILED, "liveness_failed")
+                return self._failure(State.READY, Event.LIVENESS_FAILED, RestartReason.LIVENESS_FAILED)
             if health is Health.OK and await self._planned_restart():
                 return
-            await self._pause(self.settings.probe_interval_s)
+            await self._waits.pause(self.settings.probe_interval_s)
 
     async def _planned_restart(self) -> bool:
         """Inside the restart window: try for a lease (`agent.rollover`); True when the planned restart began."""
         if not await self.rollover.acquire(self.engine_uptime_s()):
             return False
-        self._restart_reason = "planned"
+        self._restart_reason = RestartReason.PLANNED
         if not self._fire(State.READY, Event.PLANNED_RESTART):
             return False  # a drain won the race; the lease goes back when it ends
         log.info("restart window: lease granted, draining for a planned restart")
@@ -321,15 +290,18 @@ class Supervisor:
         deadline = started + drain.grace_seconds - self.settings.kill_margin_s
         engine = self.engine
         if engine is not None and engine.returncode is None:
-            if self._drain_source is State.READY:
-                # Gateways still route here until they see readiness fall: keep serving meanwhile.
-                await self._clock.sleep(min(drain.propagation_seconds, max(0.0, deadline - started)))
-            engine.terminate()
-            await self._await_engine_idle(engine, deadline)
-            if engine.returncode is None:
-                log.warning("engine still running at the drain deadline: SIGKILL")
-            engine.kill()
-            await self._reap(engine)
+            # Gateways still route here until they see readiness fall: keep serving meanwhile.
+            from_ready = self._drain_source is State.READY
+            await stop_engine(
+                engine,
+                self._engine_client,
+                self._clock,
+                self._waits.pause,
+                propagation_s=min(drain.propagation_seconds, max(0.0, deadline - started)) if from_ready else None,
+                deadline=deadline,
+                idle_exit_grace_s=self.settings.idle_exit_grace_s,
+                poll_s=self.settings.drain_poll_s,
+            )
         self.engine, self.engine_started_at = None, None
         if self._final_drain:
             if self.rollover.held:
@@ -338,37 +310,12 @@ class Supervisor:
         else:
             self.machine.fire(Event.RESTART_DRAINED)
 
-    async def _await_engine_idle(self, engine: EngineHandle, deadline: float) -> None:
-        """Until the engine exits, or is idle for ``idle_exit_grace_s``, or the deadline passes."""
-        idle_since: float | None = None
-        while engine.returncode is None and self._clock.monotonic() < deadline:
-            in_flight: float | None = None
-            with contextlib.suppress(Exception):
-                metrics = EngineMetrics.from_text(await self._engine_client.metrics())
-                in_flight = metrics.running + metrics.waiting
-            now = self._clock.monotonic()
-            if in_flight == 0:
-                idle_since = now if idle_since is None else idle_since
-                if now - idle_since >= self.settings.idle_exit_grace_s:
-                    return
-            else:
-                idle_since = None
-            await self._pause(min(self.settings.drain_poll_s, max(0.0, deadline - now)))
-
-    async def _reap(self, engine: EngineHandle) -> None:
-        # asyncio.wait, not wait_for: on 3.11 wait_for can swallow a cancellation racing the result.
-        waiter = asyncio.ensure_future(engine.wait())
-        try:
-            await asyncio.wait({waiter}, timeout=10.0)
-        finally:
-            waiter.cancel()
-
     async def _restarting(self) -> None:
         if self.engine is not None:
             self.engine.kill()
-            await self._reap(self.engine)
+            await reap(self.engine)
             self.engine, self.engine_started_at = None, None
-        if self._restart_reason != "planned":
+        if self._restart_reason is not RestartReason.PLANNED:
             now = self._clock.monotonic()
             if self.crashes.crash_looping(now):
                 log.error(
@@ -382,12 +329,12 @@ class Supervisor:
             log.info("restarting the engine in %.2f s", delay)
             until = now + delay
             while self.state is State.RESTARTING and self._clock.monotonic() < until:
-                await self._pause(until - self._clock.monotonic())
+                await self._waits.pause(until - self._clock.monotonic())
         if not self._fetched:
             self._fire(State.RESTARTING, Event.REFETCH)
         elif self._fire(State.RESTARTING, Event.RESPAWN):
             self.restarts += 1
-            self._metrics.restarts.labels(self._restart_reason).inc()
+            self._metrics.restarts.labels(self._restart_reason.value).inc()
 
     async def _failed(self) -> None:
         while self.state is State.FAILED:
@@ -395,12 +342,12 @@ class Supervisor:
             if self._reset_requested:
                 self._reset_requested = False
                 self.crashes.clear()
-                self._restart_reason = "reset"
+                self._restart_reason = RestartReason.RESET
                 self.machine.fire(Event.RESET)
                 return
             until = self.crashes.cooldown_until(now)
             if now >= until:
-                self._restart_reason = "cooldown"
+                self._restart_reason = RestartReason.COOLDOWN
                 self.machine.fire(Event.COOLDOWN_ELAPSED)
                 return
-            await self._pause(min(self.settings.probe_interval_s, until - now))
+            await self._waits.pause(min(self.settings.probe_interval_s, until - now))

@@ -8,6 +8,7 @@ import pytest
 
 from agent.metrics import AgentMetrics
 from agent.states import AGENT_STATES, TRANSITIONS, Event, InvalidTransition, State, StateMachine
+from tests.agent.builders import VirtualClock
 
 ALLOWED = sorted(TRANSITIONS.items(), key=lambda item: (item[0][0].value, item[0][1].value))
 REJECTED = [(s, e) for s, e in itertools.product(State, Event) if (s, e) not in TRANSITIONS]
@@ -15,7 +16,7 @@ REJECTED = [(s, e) for s, e in itertools.product(State, Event) if (s, e) not in 
 
 def machine_in(state: State) -> tuple[StateMachine, AgentMetrics]:
     metrics = AgentMetrics("r0", "pool")
-    machine = StateMachine(lambda: 5.0, initial=state)
+    machine = StateMachine(VirtualClock(), initial=state)
     machine.subscribe(metrics.on_transition)
     metrics.state.labels(State.STARTING.value).set(0)
     metrics.state.labels(state.value).set(1)
