@@ -101,8 +101,8 @@ def _positive_int(payload: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
-    """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object of text."""
     try:
         payload = json.loads(raw.decode("utf-8"))  # strict: bytes that are not UTF-8 are the client's error
     except (ValueError, UnicodeDecodeError):
@@ -114,6 +114,39 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     if _LONE_SURROGATE.search(raw) and _has_lone_surrogate(payload):
         # JSON may escape one half of a surrogate pair ("\ud800"); no engine can encode such a string.
         raise BadRequest("request body holds a lone UTF-16 surrogate escape, which is not text")
+    return payload
+
+
+def _chat_prompt(payload: dict[str, Any]) -> tuple[str, int]:
+    """A chat request's prompt text (for affinity) and its estimated tokens."""
+    items = payload.get("messages")
+    if not isinstance(items, list) or not items or not all(isinstance(m, dict) for m in items):
+        raise BadRequest("'messages' must be a non-empty list of message objects", param="messages")
+    prompt = "\n".join(f"{m.get('role', '')}:{_text(m.get('content'))}" for m in items)
+    return prompt, math.ceil(len(prompt) / 4) + 4 * len(items)
+
+
+def _completion_prompt(payload: dict[str, Any]) -> tuple[str, int]:
+    """A completion request's prompt text (for affinity) and its tokens, counted or estimated."""
+    value = payload.get("prompt")
+    if isinstance(value, str):
+        return value, math.ceil(len(value) / 4)
+    if isinstance(value, list) and value and all(isinstance(t, int) for t in value):
+        return " ".join(map(str, value[:512])), len(value)
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        prompt = "\n".join(value)
+        return prompt, math.ceil(len(prompt) / 4)
+    if isinstance(value, list) and value and all(_token_ids(t) for t in value):  # a batch of token lists
+        return " ".join(map(str, value[0][:512])), sum(len(t) for t in value)
+    raise BadRequest(
+        "'prompt' must be a string, a list of strings, a list of token ids or a list of token id lists",
+        param="prompt",
+    )
+
+
+def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
+    """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
+    payload = _json_object(raw)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a string", param="model")
@@ -121,31 +154,7 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     stream = False if stream is None else stream  # the API allows null: not streamed
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
-    messages = 0
-    if kind == "chat":
-        items = payload.get("messages")
-        if not isinstance(items, list) or not items or not all(isinstance(m, dict) for m in items):
-            raise BadRequest("'messages' must be a non-empty list of message objects", param="messages")
-        messages = len(items)
-        prompt = "\n".join(f"{m.get('role', '')}:{_text(m.get('content'))}" for m in items)
-        prompt_tokens = math.ceil(len(prompt) / 4) + 4 * messages
-    else:
-        value = payload.get("prompt")
-        if isinstance(value, str):
-            prompt = value
-            prompt_tokens = math.ceil(len(prompt) / 4)
-        elif isinstance(value, list) and value and all(isinstance(t, int) for t in value):
-            prompt, prompt_tokens = " ".join(map(str, value[:512])), len(value)
-        elif isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-            prompt = "\n".join(value)
-            prompt_tokens = math.ceil(len(prompt) / 4)
-        elif isinstance(value, list) and value and all(_token_ids(t) for t in value):  # a batch of token lists
-            prompt, prompt_tokens = " ".join(map(str, value[0][:512])), sum(len(t) for t in value)
-        else:
-            raise BadRequest(
-                "'prompt' must be a string, a list of strings, a list of token ids or a list of token id lists",
-                param="prompt",
-            )
+    prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
     max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
     n = _positive_int(payload, "n") or 1
     options = payload.get("stream_options")
