@@ -23,6 +23,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fleet.protocol.clock import Clock
 from gateway.errors import QueueFull, QueueTimeout
 
 __all__ = ["Admission", "Slot"]
@@ -56,7 +57,7 @@ class Admission:
         self,
         max_waiting: int,
         timeout_s: float,
-        clock: Callable[[], float],
+        clock: Clock,
         hold_s: float = 0.0,
         on_cold: Callable[[], None] | None = None,
     ) -> None:
@@ -92,7 +93,7 @@ class Admission:
             raise QueueFull(
                 f"admission queue full ({self.waiting} waiting); retry later", retry_after=self._retry_after()
             )
-        start = self._clock()
+        start = self._clock.monotonic()
         cold = self.capacity == 0
         timeout_s = self.hold_s if cold else self.timeout_s
         if cold and self.waiting == 0 and self.on_cold is not None:
@@ -107,7 +108,7 @@ class Admission:
         except BaseException as exc:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
                 if isinstance(exc, TimeoutError):  # granted at the deadline: keep it
-                    return Slot(self, self._clock() - start, priority)
+                    return Slot(self, self._clock.monotonic() - start, priority)
                 self._release(priority)  # granted but the caller went away
                 raise
             if not waiter.future.done():
@@ -124,7 +125,7 @@ class Admission:
                     retry_after=self._retry_after(),
                 ) from None
             raise
-        return Slot(self, self._clock() - start, priority)
+        return Slot(self, self._clock.monotonic() - start, priority)
 
     def _retry_after(self) -> float:
         return min(30.0, 1.0 + self.waiting / max(1, self.capacity))

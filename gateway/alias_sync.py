@@ -3,7 +3,7 @@
     gateway -> control plane   GET /v1/aliases   fleet.protocol.wire.AliasWeights, every routing.scrapeIntervalS
 
 Canary rollouts move an alias's weights in the control plane (`control_plane.rollouts`); each gateway reads them
-with its discovery and swaps its table (`gateway.service.Gateway.set_aliases`) when they changed, so every
+with its discovery and swaps its table (`gateway.models.Models.set_aliases`) when they changed, so every
 gateway sends the same share of the alias to the candidate within one interval. Until the first answer, and
 whenever the control plane cannot be reached (or is older and has no such endpoint), the table in use stays:
 the stack's at start, the last one read after.

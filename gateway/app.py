@@ -3,6 +3,11 @@
     create_app(settings, session_factory=default_session, quota=None, clock=None, tracer_provider=None)
         -> web.Application
     create_admin_app(main) -> web.Application
+    build_gateway(settings, session, quota, clock, tracing) -> Gateway
+
+This is the one module that knows every part: `build_gateway` builds each of them (the metrics, the key ring, the
+models, admission, the endpoint set and its routers behind the `Upstream`, the refresher) and hands them to the
+`Gateway`, which builds nothing; the application's lifecycle starts and stops the background loops.
 
 Public routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz. The admin
 application, served on its own port (``gateway.adminPort``, which no public Service exposes), answers GET /healthz,
@@ -17,28 +22,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
+from fleet.capacity.plan import admission_capacity
 from fleet.protocol.clock import Clock, SystemClock
 from fleet.protocol.openai_error import error_body
+from fleet.slo.rules import ttft_slo_edges
+from fleet.spec.stack import PluginRef
+from gateway.admission import Admission
 from gateway.alias_sync import AliasSync
+from gateway.auth import KeyRing
+from gateway.call import REQUEST_ID, request_id_for
+from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import GatewayError
+from gateway.metrics import AccessLog, GatewayMetrics
+from gateway.models import Models
+from gateway.proxy import Timeouts
 from gateway.quota import QuotaBackend, quota_backend
-from gateway.reporting import GatewayReporter
-from gateway.service import REQUEST_ID, Gateway, may_use, may_use_alias, new_request_id
+from gateway.reporting import GatewayReporter, PoolTraffic
+from gateway.retries import RetryBudget
+from gateway.routing.aliases import AliasTable
+from gateway.routing.base import Router
+from gateway.service import Gateway
 from gateway.settings import GatewaySettings
+from gateway.shares import CapacityShares
 from gateway.tracing import Tracing
+from gateway.upstream import Upstream
 
-__all__ = ["GATEWAY", "create_admin_app", "create_app", "default_session"]
+__all__ = ["GATEWAY", "build_gateway", "create_admin_app", "create_app", "default_session"]
 
 GATEWAY = web.AppKey("gateway", Gateway)
 _MAIN = web.AppKey("main", web.Application)
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -51,8 +69,7 @@ def default_session() -> aiohttp.ClientSession:
 
 @web.middleware
 async def _request_id(request: web.Request, handler: Handler) -> web.StreamResponse:
-    sent = request.headers.get("x-request-id")
-    rid = sent if sent and _REQUEST_ID.match(sent) else new_request_id()
+    rid = request_id_for(request.headers.get("x-request-id"))
     request[REQUEST_ID] = rid
     try:
         response = await handler(request)
@@ -87,8 +104,8 @@ def create_app(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         session = session_factory()
-        backend = quota or quota_backend(settings, clock.monotonic)
-        gateway = Gateway(settings, session, backend, clock.monotonic, clock.time, tracing=Tracing(tracer_provider))
+        backend = quota or quota_backend(settings, clock)
+        gateway = build_gateway(settings, session, backend, clock, Tracing(tracer_provider))
         app[GATEWAY] = gateway
         await gateway.refresher.refresh_once()
         tasks = [asyncio.create_task(_refresh_forever(gateway))]
@@ -125,6 +142,107 @@ def create_app(
     return app
 
 
+def build_gateway(
+    settings: GatewaySettings, session: aiohttp.ClientSession, quota: QuotaBackend, clock: Clock, tracing: Tracing
+) -> Gateway:
+    """Every part of one gateway process, from ``settings``, over the upstream ``session`` and ``quota``."""
+    spec, config = settings.spec, settings.spec.gateway
+    metrics = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))
+    metrics.watch_quota(quota)  # the quota store's health, when the backend has a shared store
+    metrics.start_at_zero([t.name for t in spec.tenants], [p.served_name for p in spec.pools])
+    queue = config.queue
+    cold = asyncio.Event()
+    admission = {
+        p.name: Admission(queue.max_waiting, queue.timeout_s, clock, queue.hold_for_capacity_s, cold.set)
+        for p in spec.pools
+    }
+
+    # Admission admits this gateway's share of the routable replicas' slots; a wait for replicas ends early.
+    # Runs only after every part below exists: none of them calls it while being built.
+    def capacity_changed(pool: str) -> None:
+        routable = endpoints.routable(pool)
+        capacity = admission_capacity(routable, spec.pool(pool).engine.max_num_seqs, queue.per_replica_threshold)
+        admission[pool].set_capacity(shares.capacity(pool, capacity))
+        metrics.child(metrics.ready, pool).set(routable)
+        upstream.changed(pool)
+
+    def ejected(ep: Endpoint, backoff_s: float) -> None:
+        del backoff_s  # Unused.
+        metrics.child(metrics.ejections, ep.pool, ep.id).inc()
+
+    shares = CapacityShares(  # this gateway's part of each pool's capacity, as the control plane divides it
+        controlled=settings.control_plane is not None,
+        floor=1.0 / config.replicas,
+        hold_s=spec.control_plane.stale_after_s,
+        clock=clock,
+        on_change=capacity_changed,
+    )
+    endpoints = EndpointSet(spec.pools, clock, on_change=capacity_changed, on_eject=ejected)
+    upstream = _upstream(settings, endpoints, session, metrics, clock)
+    return Gateway(
+        config=config,
+        keys=KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes),
+        models=Models(spec.pools, AliasTable.from_spec(spec.aliases), lambda pool: endpoints.routable(pool) > 0),
+        quota=quota,
+        admission=admission,
+        traffic={p.name: PoolTraffic() for p in spec.pools},
+        upstream=upstream,
+        metrics=metrics,
+        tracing=tracing,
+        access_log=AccessLog() if settings.access_log else None,
+        clock=clock,
+        engine_api_key=settings.engine_api_key,
+        dynamic=settings.control_plane is not None,
+        refresher=_refresher(settings, endpoints, session),
+        shares=shares,
+        cold=cold,
+    )
+
+
+def _upstream(
+    settings: GatewaySettings,
+    endpoints: EndpointSet,
+    session: aiohttp.ClientSession,
+    metrics: GatewayMetrics,
+    clock: Clock,
+) -> Upstream:
+    config = settings.spec.gateway
+    t, retries = config.timeouts, config.retries
+    timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s)
+    budget = RetryBudget(retries.budget_fraction)
+    routers = _routers(settings, metrics)
+    return Upstream(endpoints, routers, session, timeouts, budget, retries.max_attempts, metrics, clock)
+
+
+def _routers(settings: GatewaySettings, metrics: GatewayMetrics) -> dict[str, Router]:
+    """One router per pool from ``gateway.routing``; the not-ejected filter always among the filters."""
+    routing = settings.spec.gateway.routing
+    filters = list(routing.filters)
+    if "not-ejected" not in {f.name for f in filters}:
+        filters.append(PluginRef(name="not-ejected"))
+    picker = routing.picker
+    if settings.routing_seed is not None and "seed" not in picker.params:
+        params = {**picker.params, "seed": settings.routing_seed}
+        picker = PluginRef(name=picker.name, weight=picker.weight, params=params)
+    timing = metrics.plugin
+    return {
+        p.name: Router.from_refs(filters, routing.scorers, picker, lambda n, s: timing.labels(n).observe(s))
+        for p in settings.spec.pools
+    }
+
+
+def _refresher(settings: GatewaySettings, endpoints: EndpointSet, session: aiohttp.ClientSession) -> Refresher:
+    interval_s = settings.spec.gateway.routing.scrape_interval_s
+    return Refresher(
+        endpoints,
+        session,
+        {p.name: settings.replicas_of(p.name) for p in settings.spec.pools},
+        settings.control_plane,
+        interval_s,
+        timeout_s=max(0.25, min(2.0, interval_s * 2)),
+    )
+
+
 def create_admin_app(main: web.Application) -> web.Application:
     """The admin listener's application for the gateway that ``main`` (from `create_app`) runs; start it after
     ``main``'s runner is set up (its handlers read ``main``'s gateway)."""
@@ -152,18 +270,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
 async def _models(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     tenant = gateway.keys.authenticate(request.headers.get("Authorization"))
-    data = [
-        {"id": pool.served_name, "object": "model", "created": 0, "owned_by": "llmfleet", "root": pool.model}
-        for pool in gateway.settings.spec.pools
-        if may_use(tenant, pool)
-    ]
-    # An alias is a model like any other to a client; `model` in its answers names the pool that served.
-    data += [
-        {"id": alias.name, "object": "model", "created": 0, "owned_by": "llmfleet"}
-        for alias in gateway.aliases
-        if may_use_alias(tenant, alias.name) and alias.name not in {m["id"] for m in data}
-    ]
-    return web.json_response({"object": "list", "data": data})
+    return web.json_response({"object": "list", "data": gateway.models.listed(tenant)})
 
 
 async def _healthz(request: web.Request) -> web.StreamResponse:

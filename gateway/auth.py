@@ -18,10 +18,10 @@ import hmac
 import json
 import logging
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from fleet.protocol.clock import Clock, SystemClock
 from fleet.spec.stack import KEY_HASH, TenantSpec
 from gateway.errors import Unauthorized
 
@@ -53,10 +53,10 @@ class KeyHashesFile(Mapping[str, Sequence[str]]):
     tenant out. `generation` grows by one at each table actually read.
     """
 
-    def __init__(self, path: Path, check_interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, check_interval_s: float = 5.0, clock: Clock | None = None) -> None:
         self.path = path
         self.check_interval_s = check_interval_s
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._stamp: tuple[int, int, int] | None = None
         self._checked = -float("inf")
         self._generation = 0
@@ -83,7 +83,7 @@ class KeyHashesFile(Mapping[str, Sequence[str]]):
     @property
     def generation(self) -> int:
         """The table's version, after a re-read if the file changed (checked at most every check_interval_s)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._checked >= self.check_interval_s:
             self._checked = now
             stamp = self._stat()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from fleet.protocol.clock import Clock
 from fleet.protocol.promtext import EngineMetrics
 from fleet.protocol.wire import ReplicaList
 from fleet.spec.stack import PoolSpec
@@ -108,7 +109,7 @@ class EndpointSet:
     def __init__(
         self,
         pools: Sequence[PoolSpec],
-        clock: Callable[[], float],
+        clock: Clock,
         outlier: OutlierPolicy | None = None,
         on_change: Callable[[str], None] | None = None,
         on_eject: Callable[[Endpoint, float], None] | None = None,
@@ -141,11 +142,11 @@ class EndpointSet:
         self._on_change(pool)
 
     def snapshot(self, pool: str) -> list[EndpointView]:
-        now = self._clock()
+        now = self._clock.monotonic()
         return [ep.view(now) for ep in self._members[pool].values()]
 
     def routable(self, pool: str) -> int:
-        now = self._clock()
+        now = self._clock.monotonic()
         return sum(1 for ep in self._members[pool].values() if ep.ready and now >= ep.ejected_until)
 
     def get(self, pool: str, rid: str) -> Endpoint | None:
@@ -172,7 +173,7 @@ class EndpointSet:
 
     def succeeded(self, ep: Endpoint) -> None:
         ep.failures = 0
-        if ep.ejections and self._clock() > ep.ejected_until + self.outlier.max_s:
+        if ep.ejections and self._clock.monotonic() > ep.ejected_until + self.outlier.max_s:
             ep.ejections = 0
 
     def failed(self, ep: Endpoint, *, eject_now: bool = False) -> bool:
@@ -180,7 +181,7 @@ class EndpointSet:
         ep.failures += 1
         if not eject_now and ep.failures < self.outlier.consecutive_failures:
             return False
-        now = self._clock()
+        now = self._clock.monotonic()
         members = self._members[ep.pool].values()
         ejected = sum(1 for other in members if now < other.ejected_until)
         if now < ep.ejected_until or not self.outlier.may_eject(len(self._members[ep.pool]), ejected):
@@ -259,7 +260,7 @@ class Refresher:
         if metrics is not None:
             with contextlib.suppress(KeyError, ValueError):
                 ep.metrics = EngineMetrics.from_text(load_lines(metrics))
-                ep.metrics_at = self.endpoints._clock()
+                ep.metrics_at = self.endpoints._clock.monotonic()
 
     async def _get(self, url: str) -> str | None:
         try:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fleet.protocol.clock import Clock
+
 __all__ = ["CapacityShares"]
 
 
@@ -29,7 +31,7 @@ class CapacityShares:
         controlled: bool,
         floor: float,
         hold_s: float,
-        clock: Callable[[], float],
+        clock: Clock,
         on_change: Callable[[str], None] = lambda pool: None,
     ) -> None:
         """``controlled``: a control plane divides capacity (else every share is 1); ``floor`` in (0, 1];
@@ -46,14 +48,14 @@ class CapacityShares:
         if share is None:
             return
         previous = self.share(pool)
-        self._shares[pool] = (min(1.0, max(0.0, share)), self._clock())
+        self._shares[pool] = (min(1.0, max(0.0, share)), self._clock.monotonic())
         if self.share(pool) != previous:
             self._on_change(pool)
 
     def known(self, pool: str) -> bool:
         """Whether a share from the control plane is held for ``pool`` (not the floor)."""
         held = self._shares.get(pool)
-        return self.controlled and held is not None and self._clock() - held[1] <= self.hold_s
+        return self.controlled and held is not None and self._clock.monotonic() - held[1] <= self.hold_s
 
     def share(self, pool: str) -> float:
         """The fraction of ``pool``'s capacity this gateway may admit now."""

@@ -14,7 +14,8 @@ connection broke, the engine closed the stream early or sent an engine error eve
   When no resume succeeds the stream ends with the error event as above.
 
 ``timeouts.totalS`` bounds the whole stream, resumes included. The quota is settled once, when the stream ends,
-with the usage of all parts together.
+with the usage of all parts together. The session owns the Outcome's answer part for a stream (first token,
+tokens, the error and status of a stream that failed after its 200 headers, resumes).
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ import logging
 
 from aiohttp import web
 
-from fleet.spec.stack import PoolSpec
-from gateway.body import ParsedRequest
+from gateway.call import Call
 from gateway.errors import UpstreamBroken, UpstreamError
-from gateway.outcome import Outcome
-from gateway.proxy import CONNECTION_BROKEN, SseRelay, open_stream, sse_error_event
+from gateway.proxy import CONNECTION_BROKEN, SseRelay, sse_error_event
 from gateway.resume import Transcript, continuation_body
-from gateway.routing.base import EndpointView, RequestInfo
-from gateway.tracing import RequestSpans, fail
+from gateway.routing.base import EndpointView
+from gateway.tracing import fail
 from gateway.upstream import Attempt, Upstream
 
 BROKEN_STREAM_STATUS = 502  # what the metrics and the access log record for a stream that failed mid-way
@@ -56,30 +55,17 @@ class Segment:
         self.attempt.close()
 
 
-@dataclasses.dataclass
 class StreamSession:
-    """The relay of one stream for `Gateway`: `run` owns the first segment from its first event on."""
+    """The relay of one stream: `run` owns the first segment from its first event on."""
 
-    gateway: Upstream
-    request: web.Request
-    parsed: ParsedRequest
-    pool: PoolSpec
-    info: RequestInfo
-    url_path: str
-    body: bytes
-    headers: dict[str, str]
-    out: Outcome
-    spans: RequestSpans
-    transcript: Transcript | None = None
-    resuming: bool = False  # a failure met a stream that can be continued: counted in resumed_streams_total
-
-    def __post_init__(self) -> None:
-        if self.pool.resume_streams:
-            self.transcript = Transcript.for_request(self.parsed)
+    def __init__(self, call: Call, upstream: Upstream) -> None:
+        self.call, self.upstream = call, upstream
+        self.transcript = Transcript.for_request(call.parsed) if call.pool.resume_streams else None
+        self.resuming = False  # a failure met a stream that can be continued: counted in resumed_streams_total
 
     async def run(self, segment: Segment, deadline: float) -> web.StreamResponse:
         """Relay ``segment`` and any resumed ones until ``[DONE]`` or a failure that is not resumed."""
-        gw, out = self.gateway, self.out
+        up, out, spans = self.upstream, self.call.out, self.call.spans
         response = web.StreamResponse(
             status=200,
             headers={
@@ -89,18 +75,18 @@ class StreamSession:
                 "x-llmfleet-replica": segment.attempt.ep.id,
             },
         )
-        streaming = self.spans.begin("streaming", {"llmfleet.replica": segment.attempt.ep.id})
+        streaming = spans.begin("streaming", {"llmfleet.replica": segment.attempt.ep.id})
         try:
-            await response.prepare(self.request)
+            await response.prepare(self.call.request)
             failure = await self._write(response, segment.first)
-            out.first_token_s = gw.clock() - out.received
+            out.first_token_s = up.clock.monotonic() - out.received
             while True:
                 if failure is None:
                     failure = await self._pump(response, segment, deadline)
                 if failure is None:
                     self._ended(segment)
                     break
-                gw.account(segment.attempt.ep, UpstreamBroken(failure))
+                up.account(segment.attempt.ep, UpstreamBroken(failure))
                 resumed = await self._resume(segment, failure, deadline)
                 if resumed is None:
                     out.error, out.stream_status = "stream_broken", BROKEN_STREAM_STATUS
@@ -116,20 +102,20 @@ class StreamSession:
             segment.close()
             self._settle(segment)
             attributes = {"gen_ai.usage.output_tokens": out.completion_tokens, "llmfleet.resumes": out.resumes}
-            self.spans.end(streaming, out.error, attributes)
+            spans.end(streaming, out.error, attributes)
         return response
 
     def _ended(self, segment: Segment) -> None:
         """The engine ended the stream with ``[DONE]``; after an error event of its own, the request failed."""
-        gw, code = self.gateway, segment.relay.error_code
+        up, out, code = self.upstream, self.call.out, segment.relay.error_code
         if code is None:
-            gw.endpoints.succeeded(segment.attempt.ep)
+            up.succeeded(segment.attempt.ep)
         elif code < 500:  # the engine refused the client's request: the replica is fine
-            gw.endpoints.succeeded(segment.attempt.ep)
-            self.out.error, self.out.stream_status = "engine_error_event", code
+            up.succeeded(segment.attempt.ep)
+            out.error, out.stream_status = "engine_error_event", code
         else:
-            gw.account(segment.attempt.ep, UpstreamBroken(f"the engine sent an error event ({code})"))
-            self.out.error, self.out.stream_status = "engine_error_event", BROKEN_STREAM_STATUS
+            up.account(segment.attempt.ep, UpstreamBroken(f"the engine sent an error event ({code})"))
+            out.error, out.stream_status = "engine_error_event", BROKEN_STREAM_STATUS
 
     async def _write(self, response: web.StreamResponse, chunk: bytes) -> str | None:
         """Send complete events on (through the transcript when resuming); the failure found in them, if any."""
@@ -155,7 +141,7 @@ class StreamSession:
                         if failure is not None:
                             return failure
         except TimeoutError:
-            return f"stream exceeded the total timeout of {self.gateway.timeouts.total_s:g}s"
+            return f"stream exceeded the total timeout of {self.upstream.timeouts.total_s:g}s"
         except CONNECTION_BROKEN as exc:
             return f"the engine connection broke mid-stream ({type(exc).__name__})"
         done = relay.done if self.transcript is None else self.transcript.done
@@ -163,71 +149,60 @@ class StreamSession:
 
     async def _resume(self, broken: Segment, failure: str, deadline: float) -> Segment | None:
         """The next segment of the stream on a ready replica, or None (not resumable, no replica, out of attempts)."""
-        transcript = self.transcript
+        call, transcript = self.call, self.transcript
         if transcript is None:
             return None
-        body = continuation_body(self.parsed, self.body, transcript)
+        body = continuation_body(call.parsed, call.body, transcript)
         if body is None:
             return None
-        gw = self.gateway
+        up, out = self.upstream, call.out
         self.resuming = True
         broken.close()
-        gw.endpoints.set_ready(broken.attempt.ep, False)  # until its next good probe: the resume goes elsewhere
-        loop = asyncio.get_running_loop()
-        until = min(deadline, loop.time() + gw.timeouts.first_token_s)
-        while self.out.attempts < gw.config.retries.max_attempts and gw.budget.try_resume(self.out.resumes):
+        up.take_out(broken.attempt.ep)  # until its next good probe: the resume goes elsewhere
+        until = min(deadline, asyncio.get_running_loop().time() + up.timeouts.first_token_s)
+        while up.may_resume(out):
             view = await self._ready_replica(until)
             if view is None:
-                log.warning("%s: no replica became ready to resume on within the timeout", self.out.request_id)
+                log.warning("%s: no replica became ready to resume on within the timeout", out.request_id)
                 return None
-            self.out.resumes += 1
-            attempt = gw.begin_attempt(view, self.pool, self.out)
+            out.resumes += 1
+            attempt = up.begin(view, call.pool, out)
             ep = attempt.ep
             try:
-                with self.spans.upstream(ep.id, self.pool.name, ep.url, self.out.attempts, "resume") as span:
-                    relay, first = await open_stream(
-                        gw.session,
-                        ep.url + self.url_path,
-                        body,
-                        self.spans.headers_for(span, self.headers),
-                        gw.timeouts,
-                        hide_usage=not self.parsed.client_wants_usage,
-                    )
+                with call.spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, "resume") as span:
+                    headers = call.spans.headers_for(span, call.headers)
+                    relay, first = await up.open(ep, call.path, body, headers, not call.parsed.client_wants_usage)
             except UpstreamError as exc:
                 attempt.close()
-                gw.account(attempt.ep, exc)
-                log.warning("%s: resuming on %s failed: %s", self.out.request_id, attempt.ep.id, exc)
+                up.account(ep, exc)
+                log.warning("%s: resuming on %s failed: %s", out.request_id, ep.id, exc)
                 if exc.retryable:  # refused or gone before its first event: another replica may take it
                     continue
                 return None
             except BaseException:
                 attempt.close()
                 raise
-            log.info(
-                "%s: resumed on %s after %d tokens (%s)", self.out.request_id, attempt.ep.id, transcript.tokens, failure
-            )
+            log.info("%s: resumed on %s after %d tokens (%s)", out.request_id, ep.id, transcript.tokens, failure)
             transcript.begin_resumed_part()
             return Segment(attempt, relay, first, offset=transcript.tokens)
-        log.warning("%s: not resumed: out of attempts or retry budget", self.out.request_id)
+        log.warning("%s: not resumed: out of attempts or retry budget", out.request_id)
         return None
 
     async def _ready_replica(self, until: float) -> EndpointView | None:
         """The router's pick among ready replicas, waiting for one to become ready until ``until`` (loop time)."""
-        gw, loop = self.gateway, asyncio.get_running_loop()
-        router = gw.routers[self.pool.name]
+        up, pool, loop = self.upstream, self.call.pool.name, asyncio.get_running_loop()
         while True:
-            views = [v for v in gw.endpoints.snapshot(self.pool.name) if v.ready]
-            decision = router.route(views, dataclasses.replace(self.info, now=gw.clock()))
+            decision = up.route(pool, dataclasses.replace(self.call.info, now=up.clock.monotonic()), ready_only=True)
             if decision is not None:
                 return decision.endpoint
             remaining = until - loop.time()
             if remaining <= 0:
                 return None
-            await gw.pool_changed(self.pool.name, remaining)
+            await up.wait_for_change(pool, remaining)
 
     def _settle(self, segment: Segment) -> None:
         """Usage of the whole stream for the quota, the metrics and the access log."""
-        out, usage = self.out, segment.relay.usage
+        out, usage = self.call.out, segment.relay.usage
         if usage.completion_tokens is not None:
             # The last engine counted the text sent back to it as prompt; it was completion.
             out.completion_tokens = usage.completion_tokens + segment.offset
@@ -236,8 +211,7 @@ class StreamSession:
             out.completion_tokens = self.transcript.tokens
         else:  # broken stream: each relayed event carried about one token
             out.completion_tokens = segment.relay.events
-        prompt = out.prompt_tokens if out.prompt_tokens is not None else self.parsed.prompt_tokens
-        out.used_tokens = prompt + (out.completion_tokens or 0)
+        out.used_tokens = self.call.used_tokens()
         if self.resuming:
-            outcome = "failed" if out.error else "completed"
-            self.gateway.metrics.child(self.gateway.metrics.resumed_streams, out.model, outcome).inc()
+            metrics = self.upstream.metrics
+            metrics.child(metrics.resumed_streams, out.model, "failed" if out.error else "completed").inc()

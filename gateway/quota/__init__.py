@@ -8,9 +8,8 @@ rejected request consumes nothing; reconcile at the end with the tokens actually
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from fleet.protocol import contract
+from fleet.protocol.clock import Clock
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation, StoreHealth, check_fits
 from gateway.quota.memory import MemoryQuota
 from gateway.settings import GatewaySettings
@@ -26,7 +25,7 @@ __all__ = [
 ]
 
 
-def quota_backend(settings: GatewaySettings, clock: Callable[[], float]) -> QuotaBackend:
+def quota_backend(settings: GatewaySettings, clock: Clock) -> QuotaBackend:
     """The backend ``gateway.quotaBackend`` names; ValueError when it is redis and no URL is configured.
 
     Redis comes wrapped in a `FailoverQuota` (``gateway.quotaStoreDown``) whose local fallback counts with

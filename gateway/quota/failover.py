@@ -30,10 +30,10 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from fleet.protocol.clock import Clock
 from gateway.errors import QuotaStoreUnavailable
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation, StoreHealth
 from gateway.quota.memory import MemoryQuota
@@ -70,7 +70,7 @@ class FailoverQuota(QuotaBackend):
         *,
         mode: Mode,
         gateways: int,
-        clock: Callable[[], float],
+        clock: Clock,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 0.5,
         max_pending: int = 10_000,
@@ -135,7 +135,7 @@ class FailoverQuota(QuotaBackend):
         await self._shared.close()
 
     def _went_down(self, exc: QuotaStoreUnavailable) -> None:
-        self._probe_at = self._clock() + self._probe_interval_s
+        self._probe_at = self._clock.monotonic() + self._probe_interval_s
         if not self._up:
             return  # concurrent requests failing on the same outage: one line only
         self._up = False
@@ -152,7 +152,7 @@ class FailoverQuota(QuotaBackend):
 
     async def _answers_again(self) -> bool:
         """Probe Redis when the back-off allows and no other request is probing; True once it answers."""
-        if self._probing or self._clock() < self._probe_at:
+        if self._probing or self._clock.monotonic() < self._probe_at:
             return False
         self._probing = True
         try:
@@ -160,7 +160,7 @@ class FailoverQuota(QuotaBackend):
         finally:
             self._probing = False
         if not answered:
-            self._probe_at = self._clock() + self._probe_interval_s
+            self._probe_at = self._clock.monotonic() + self._probe_interval_s
             return False
         self._up = True
         log.warning("quota store answers again: quotas are shared through it")

@@ -5,9 +5,9 @@ Limits are per process: with N gateway replicas a tenant gets N times its quota;
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fleet.protocol.clock import Clock
 from gateway.errors import QuotaExceeded
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
 
@@ -33,7 +33,7 @@ class _TenantState:
 
 
 class MemoryQuota(QuotaBackend):
-    def __init__(self, clock: Callable[[], float], lease_s: float = 900.0) -> None:
+    def __init__(self, clock: Clock, lease_s: float = 900.0) -> None:
         self._clock = clock
         self._lease_s = lease_s
         self._tenants: dict[str, _TenantState] = {}
@@ -46,7 +46,7 @@ class MemoryQuota(QuotaBackend):
         return state
 
     async def acquire(self, tenant: str, limits: QuotaLimits, request_id: str, tokens: int) -> Reservation:
-        now = self._clock()
+        now = self._clock.monotonic()
         state = self._state(tenant, limits, now)
         expired = [rid for rid, until in state.open.items() if until <= now]
         for rid in expired:
@@ -82,5 +82,6 @@ class MemoryQuota(QuotaBackend):
         refund = reservation.tokens - max(0, used_tokens)
         if refund != 0:
             limits = reservation.limits
-            level = state.tokens.refill(self._clock(), float(limits.tokens_per_minute), limits.tokens_per_second)
+            now = self._clock.monotonic()
+            level = state.tokens.refill(now, float(limits.tokens_per_minute), limits.tokens_per_second)
             state.tokens.level = min(float(limits.tokens_per_minute), level + refund)

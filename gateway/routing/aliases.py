@@ -17,7 +17,7 @@ Fallback: `WeightedAlias.candidates` lists the choice, then the fallback pool, t
 score order; `AliasTable.resolve` takes the first with a ready replica, and the choice when none has one (the
 caller's usual 503, or its wait for a pool scaling up). Weight-0 pools are never candidates: 0 turns a pool off.
 
-`AliasTable` is a frozen value: the gateway holds one and swaps it whole (`gateway.service.Gateway.set_aliases`),
+`AliasTable` is a frozen value: the gateway holds one and swaps it whole (`gateway.models.Models.set_aliases`),
 so a table from the control plane can replace the stack's at runtime without touching routing.
 
 Example: ``aliases: {chat: {pools: {qwen-v1: 95, qwen-v2: 5}, fallback: qwen-small, sticky: session}}``

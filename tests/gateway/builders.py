@@ -39,3 +39,19 @@ def request(**overrides: Any) -> RequestInfo:
     }
     values.update(overrides)
     return RequestInfo(**values)
+
+
+class ManualClock:
+    """A `fleet.protocol.clock.Clock` that moves only when a test sets ``now`` (or something sleeps on it)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from fleet.protocol.clock import SystemClock
 from gateway.admission import Admission, Slot
 from gateway.errors import QueueFull, QueueTimeout
 
@@ -17,14 +18,14 @@ async def _settle() -> None:
 
 
 async def test_free_capacity_never_waits() -> None:
-    admission = Admission(max_waiting=4, timeout_s=1, clock=time.monotonic)
+    admission = Admission(max_waiting=4, timeout_s=1, clock=SystemClock())
     admission.set_capacity(2)
     first, second = await admission.acquire("a", 1), await admission.acquire("a", 1)
     assert (first.waited_s, second.waited_s, admission.in_flight) == (0, 0, 2)
 
 
 async def test_freed_slots_go_by_priority_then_round_robin_between_tenants() -> None:
-    admission = Admission(max_waiting=16, timeout_s=5, clock=time.monotonic)
+    admission = Admission(max_waiting=16, timeout_s=5, clock=SystemClock())
     admission.set_capacity(1)
     holder = await admission.acquire("x", 1)
     order: list[str] = []
@@ -46,7 +47,7 @@ async def test_freed_slots_go_by_priority_then_round_robin_between_tenants() -> 
 
 
 async def test_full_queue_rejects_or_evicts_lower_priority() -> None:
-    admission = Admission(max_waiting=1, timeout_s=5, clock=time.monotonic)
+    admission = Admission(max_waiting=1, timeout_s=5, clock=SystemClock())
     admission.set_capacity(0)
     low = asyncio.create_task(admission.acquire("low", 1))
     await _settle()
@@ -62,14 +63,14 @@ async def test_full_queue_rejects_or_evicts_lower_priority() -> None:
 
 
 async def test_queue_timeout_is_a_503_and_frees_the_place() -> None:
-    admission = Admission(max_waiting=1, timeout_s=0.05, clock=time.monotonic)
+    admission = Admission(max_waiting=1, timeout_s=0.05, clock=SystemClock())
     with pytest.raises(QueueTimeout):
         await admission.acquire("a", 1)
     assert admission.waiting == 0
 
 
 async def test_cancelled_waiter_leaves_the_queue_and_keeps_no_slot() -> None:
-    admission = Admission(max_waiting=4, timeout_s=5, clock=time.monotonic)
+    admission = Admission(max_waiting=4, timeout_s=5, clock=SystemClock())
     task = asyncio.create_task(admission.acquire("a", 1))
     await _settle()
     task.cancel()
@@ -80,7 +81,7 @@ async def test_cancelled_waiter_leaves_the_queue_and_keeps_no_slot() -> None:
 
 async def test_a_request_for_a_pool_with_no_capacity_is_held_for_the_hold_not_the_queue_timeout() -> None:
     colds: list[None] = []
-    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=5.0, on_cold=lambda: colds.append(None))
+    admission = Admission(4, timeout_s=0.05, clock=SystemClock(), hold_s=5.0, on_cold=lambda: colds.append(None))
     held = [asyncio.create_task(admission.acquire("a", 1)) for _ in range(3)]
     done, _ = await asyncio.wait(held, timeout=0.2)  # four queue timeouts: the cold pool's waiters are still held
     assert not done and admission.waiting == 3
@@ -91,14 +92,14 @@ async def test_a_request_for_a_pool_with_no_capacity_is_held_for_the_hold_not_th
 
 
 async def test_a_held_request_gets_503_with_retry_after_when_the_hold_expires() -> None:
-    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=0.2)
+    admission = Admission(4, timeout_s=0.05, clock=SystemClock(), hold_s=0.2)
     with pytest.raises(QueueTimeout, match=r"no ready replica within 0.2s") as raised:
         await admission.acquire("a", 1)
     assert raised.value.retry_after == 1.0
 
 
 async def test_a_warm_pools_queue_keeps_its_own_timeout() -> None:
-    admission = Admission(4, timeout_s=0.05, clock=time.monotonic, hold_s=5.0, on_cold=lambda: pytest.fail("cold"))
+    admission = Admission(4, timeout_s=0.05, clock=SystemClock(), hold_s=5.0, on_cold=lambda: pytest.fail("cold"))
     admission.set_capacity(1)
     holder = await admission.acquire("a", 1)
     started = time.monotonic()

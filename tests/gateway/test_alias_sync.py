@@ -112,7 +112,7 @@ def test_pool_traffic_counts_outcomes_and_latency_buckets_until_reported() -> No
 
 async def test_a_failed_report_leaves_its_answers_for_the_next(control_plane: FakeControlPlane) -> None:
     traffic = {"qwen-v1": PoolTraffic()}
-    admission = {"qwen-v1": Admission(10, 1.0, SystemClock().monotonic)}
+    admission = {"qwen-v1": Admission(10, 1.0, SystemClock())}
     async with aiohttp.ClientSession() as session:
         reporter = GatewayReporter(control_plane.url, session, admission, traffic, SystemClock(), credential=None)
         traffic["qwen-v1"].answered(500, None, None)

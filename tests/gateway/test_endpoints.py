@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gateway.endpoints import EndpointSet, OutlierPolicy
+from tests.gateway.builders import ManualClock
 from tests.support import stacks
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _set(size: int, clock: Clock) -> EndpointSet:
+def _set(size: int, clock: ManualClock) -> EndpointSet:
     spec = stacks.spec("gateway")
     endpoints = EndpointSet(spec.pools, clock, OutlierPolicy(consecutive_failures=3, base_s=5, max_s=40))
     endpoints.set_members("qwen-7b", [(f"r{i}", f"http://r{i}", True) for i in range(size)])
@@ -24,7 +17,7 @@ def _set(size: int, clock: Clock) -> EndpointSet:
 
 
 def test_consecutive_failures_eject_with_growing_backoff() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     endpoints = _set(3, clock)
     ep = endpoints.get("qwen-7b", "r0")
     assert ep is not None
@@ -43,13 +36,13 @@ def test_consecutive_failures_eject_with_growing_backoff() -> None:
 
 @pytest.mark.parametrize(("size", "max_ejected"), [(1, 0), (2, 1), (3, 1), (4, 2), (10, 5)])
 def test_at_most_half_the_pool_is_ejected(size: int, max_ejected: int) -> None:
-    endpoints = _set(size, Clock())
+    endpoints = _set(size, ManualClock(100.0))
     ejected = sum(endpoints.failed(ep, eject_now=True) for ep in endpoints.members("qwen-7b"))
     assert ejected == max_ejected
 
 
 def test_a_lease_counts_one_request_on_the_picked_replica_until_it_ends() -> None:
-    endpoints = _set(2, Clock())
+    endpoints = _set(2, ManualClock(100.0))
     picked = endpoints.snapshot("qwen-7b")[1]
     with endpoints.lease(picked) as ep, endpoints.lease(picked):
         assert ep.id == picked.id

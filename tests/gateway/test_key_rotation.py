@@ -11,17 +11,10 @@ import pytest
 from fleet.protocol.keys import hash_api_key
 from gateway.auth import KeyHashesFile, KeyRing
 from gateway.errors import Unauthorized
+from tests.gateway.builders import ManualClock
 from tests.support.stacks import spec
 
 OLD, NEW = "sk-acme-old", "sk-acme-new"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _write(path: Path, *keys: str) -> None:
@@ -39,7 +32,7 @@ def table(tmp_path: Path) -> Path:
 
 
 def test_a_revoked_key_is_refused_within_the_check_interval(table: Path) -> None:
-    clock = Clock()
+    clock = ManualClock()
     ring = KeyRing(spec("gateway").tenants, extra_hashes=KeyHashesFile(table, check_interval_s=5.0, clock=clock))
     assert ring.authenticate(f"Bearer {OLD}").name == "gold"
 
@@ -53,7 +46,7 @@ def test_a_revoked_key_is_refused_within_the_check_interval(table: Path) -> None
 
 
 def test_a_table_that_does_not_parse_keeps_the_last_good_keys(table: Path) -> None:
-    clock = Clock()
+    clock = ManualClock()
     ring = KeyRing(spec("gateway").tenants, extra_hashes=KeyHashesFile(table, check_interval_s=1.0, clock=clock))
     table.write_text("{not json")
     clock.now = 2.0
@@ -61,7 +54,7 @@ def test_a_table_that_does_not_parse_keeps_the_last_good_keys(table: Path) -> No
 
 
 def test_a_table_written_after_start_is_picked_up(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock()
     path = tmp_path / "tenant-keys.json"
     hashes = KeyHashesFile(path, check_interval_s=1.0, clock=clock)
     ring = KeyRing(spec("gateway").tenants, extra_hashes=hashes)

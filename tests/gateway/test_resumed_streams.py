@@ -7,7 +7,6 @@ import asyncio
 import functools
 import os
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from fleet.protocol.clock import SystemClock
 from fleet.protocol.ports import free_port
 from fleet.protocol.promtext import counter_value, parse
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
@@ -37,7 +37,7 @@ class RecordingQuota(QuotaBackend):
     """The in-memory quota, recording every settlement (``release``) the gateway makes."""
 
     def __init__(self) -> None:
-        self.inner = MemoryQuota(clock=time.monotonic)
+        self.inner = MemoryQuota(clock=SystemClock())
         self.settled: list[int] = []
 
     async def acquire(self, tenant: str, limits: QuotaLimits, request_id: str, tokens: int) -> Reservation:

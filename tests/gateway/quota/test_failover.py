@@ -18,6 +18,7 @@ from gateway.quota import QuotaLimits, Reservation
 from gateway.quota.failover import FailoverQuota, Mode, local_share
 from gateway.quota.memory import MemoryQuota
 from gateway.quota.redis import RedisQuota
+from tests.gateway.builders import ManualClock
 from tests.gateway.quota.conftest import RedisServer
 from tests.support.wait import async_wait_for
 
@@ -26,16 +27,10 @@ pytestmark = pytest.mark.redis
 ROOMY = {"requests_per_second": 1000.0, "tokens_per_minute": 1_000_000}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @contextlib.asynccontextmanager
-async def failover(url: str, clock: Clock, mode: Mode = "fail-open", gateways: int = 2) -> AsyncIterator[FailoverQuota]:
+async def failover(
+    url: str, clock: ManualClock, mode: Mode = "fail-open", gateways: int = 2
+) -> AsyncIterator[FailoverQuota]:
     backend = FailoverQuota(
         RedisQuota.from_url(url, lease_s=60),
         MemoryQuota(clock, lease_s=60),
@@ -72,7 +67,7 @@ def test_local_share_divides_each_limit(limits: QuotaLimits, gateways: int, expe
 async def test_fail_open_counts_a_local_share_while_down_and_uses_redis_once_it_answers(
     redis_server: RedisServer,
 ) -> None:
-    clock, metrics = Clock(), GatewayMetrics()
+    clock, metrics = ManualClock(100.0), GatewayMetrics()
     limits = QuotaLimits(**ROOMY, max_concurrency=4)
     async with failover(redis_server.url, clock) as quota:
         metrics.watch_quota(quota)
@@ -105,7 +100,7 @@ async def test_fail_open_counts_a_local_share_while_down_and_uses_redis_once_it_
 
 
 async def test_fail_closed_refuses_with_503_while_down(redis_server: RedisServer) -> None:
-    clock, metrics = Clock(), GatewayMetrics()
+    clock, metrics = ManualClock(100.0), GatewayMetrics()
     limits = QuotaLimits(**ROOMY, max_concurrency=4)
     async with failover(redis_server.url, clock, mode="fail-closed") as quota:
         metrics.watch_quota(quota)
@@ -174,7 +169,7 @@ def hung_store() -> Iterator[SilentStore]:
 
 
 async def test_a_dead_store_is_probed_at_most_once_per_interval(dead_store: SilentStore) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     limits = QuotaLimits(**ROOMY, max_concurrency=1000)
     async with failover(dead_store.url, clock) as quota:
         await quota.acquire("t", limits, "first", 1)  # fails over on the first request
@@ -190,7 +185,7 @@ async def test_a_dead_store_is_probed_at_most_once_per_interval(dead_store: Sile
 
 
 async def test_a_hung_store_costs_a_burst_one_timeout_and_a_few_connections(hung_store: SilentStore) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     limits = QuotaLimits(**ROOMY, max_concurrency=1000)
     client = Redis.from_url(hung_store.url, socket_connect_timeout=0.3, socket_timeout=0.3)
     quota = FailoverQuota(
@@ -208,7 +203,7 @@ async def test_a_hung_store_costs_a_burst_one_timeout_and_a_few_connections(hung
 
 
 async def test_releases_redis_missed_are_settled_when_it_answers_again(redis_server: RedisServer) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     limits = QuotaLimits(**ROOMY, max_concurrency=1)
     async with failover(redis_server.url, clock, gateways=1) as quota:
         held = await quota.acquire("t", limits, "held", 1)

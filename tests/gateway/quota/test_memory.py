@@ -6,21 +6,13 @@ import pytest
 
 from gateway.errors import BadRequest, QuotaExceeded
 from gateway.quota import MemoryQuota, QuotaLimits, check_fits
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.gateway.builders import ManualClock
 
 LIMITS = QuotaLimits(requests_per_second=2, tokens_per_minute=600, max_concurrency=3)
 
 
 async def test_requests_per_second_refill_and_retry_after() -> None:
-    clock = Clock()
+    clock = ManualClock()
     quota = MemoryQuota(clock)
     await quota.acquire("t", LIMITS, "1", 1)
     await quota.acquire("t", LIMITS, "2", 1)
@@ -32,7 +24,7 @@ async def test_requests_per_second_refill_and_retry_after() -> None:
 
 
 async def test_rejected_request_consumes_nothing() -> None:
-    clock = Clock()
+    clock = ManualClock()
     quota = MemoryQuota(clock)
     await quota.acquire("t", LIMITS, "1", 590)
     with pytest.raises(QuotaExceeded, match="tokens/min"):
@@ -42,7 +34,7 @@ async def test_rejected_request_consumes_nothing() -> None:
 
 
 async def test_tokens_reconciled_with_actual_usage() -> None:
-    clock = Clock()
+    clock = ManualClock()
     quota = MemoryQuota(clock)
     big = await quota.acquire("t", LIMITS, "1", 500)
     with pytest.raises(QuotaExceeded):
@@ -54,7 +46,7 @@ async def test_tokens_reconciled_with_actual_usage() -> None:
 
 @pytest.mark.parametrize(("held", "fits"), [(2, True), (3, False)])
 async def test_max_concurrency(held: int, fits: bool) -> None:
-    quota = MemoryQuota(Clock())
+    quota = MemoryQuota(ManualClock())
     limits = QuotaLimits(requests_per_second=100, tokens_per_minute=10_000, max_concurrency=3)
     for i in range(held):
         await quota.acquire("t", limits, str(i), 1)
@@ -66,7 +58,7 @@ async def test_max_concurrency(held: int, fits: bool) -> None:
 
 
 async def test_concurrency_lease_expires() -> None:
-    clock = Clock()
+    clock = ManualClock()
     quota = MemoryQuota(clock, lease_s=10)
     limits = QuotaLimits(requests_per_second=100, tokens_per_minute=10_000, max_concurrency=1)
     await quota.acquire("t", limits, "lost", 1)  # never released (its gateway crashed)
