@@ -62,7 +62,7 @@ log = logging.getLogger("llmfleet.gateway")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Gateway:
-    """The request path over its parts, every one built by `gateway.app.create_app`; `complete` answers one
+    """The request path over its parts, every one built by `gateway.app.build_gateway`; `complete` answers one
     completion request."""
 
     config: GatewaySpec
@@ -76,7 +76,7 @@ class Gateway:
     tracing: Tracing
     access_log: AccessLog | None
     clock: Clock
-    engine_api_key: str | None  # what the engines require of their callers
+    engine_api_key: str | None = dataclasses.field(repr=False)  # what the engines require of their callers
     dynamic: bool  # replicas come from a control plane: a pool with none may get some while a request waits
     # Not read by the request path: held for the app's background loops and its admin routes.
     refresher: Refresher
@@ -85,6 +85,7 @@ class Gateway:
 
     @property
     def endpoints(self) -> EndpointSet:
+        """The upstream's replicas, as the readiness route reads them."""
         return self.upstream.endpoints
 
     def set_aliases(self, table: AliasTable) -> None:
