@@ -7,6 +7,7 @@ checked against exactly those, and the loader imports no component itself.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "control_plane_url",
     "find_stack",
     "list_stacks",
+    "load_or_report",
     "load_spec",
     "parse_spec",
 ]
@@ -71,6 +73,18 @@ def load_spec(
     except yaml.YAMLError as exc:
         raise SpecError(str(path), [Problem("(yaml)", f"not valid YAML: {exc}", file=str(path))]) from exc
     return parse_spec(document, file=str(path), name=name, registries=registries)
+
+
+def load_or_report(stack_or_file: str | Path, registries: Sequence[Registry[Any]] = ()) -> LoadedStack | None:
+    """`load_spec`, for a command: None after printing the `SpecError` (every problem, with its key path) on stderr.
+
+    The caller returns its own exit status for a stack that does not load (``llmfleet plan`` 1, the rest 2).
+    """
+    try:
+        return load_spec(stack_or_file, registries=registries)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return None
 
 
 def control_plane_url(stack: str, override: str | None) -> str:

@@ -18,8 +18,8 @@ from dataclasses import asdict
 from fleet.capacity.fixed_costs import fixed_costs
 from fleet.capacity.paid import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
 from fleet.capacity.plan import PoolPlan, plan_pool
+from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
-from llmfleet.commands.stack import load_or_report
 from llmfleet.registries import all_registries
 
 __all__ = ["add_arguments", "render_plan", "run"]

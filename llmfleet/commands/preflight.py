@@ -20,8 +20,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from fleet.spec.loader import load_or_report
 from llmfleet.commands.preflight_checks import CHECKS, ClientFactory, PreflightContext, run_checks
-from llmfleet.commands.stack import load_or_report
 from llmfleet.registries import all_registries
 
 __all__ = ["add_arguments", "boto3_clients", "run"]

@@ -20,8 +20,8 @@ import httpx
 
 from fleet.protocol.wire import PoolBudget, SloBudget
 from fleet.slo.budget import allows, pool_budgets
+from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
-from llmfleet.commands.stack import load_or_report
 
 __all__ = ["add_arguments", "format_budgets", "from_control_plane", "from_prometheus", "run"]
 

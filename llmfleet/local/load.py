@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from fleet.protocol.keys import DEMO_API_KEY
-from llmfleet.commands.stack import load_or_report
+from fleet.spec.loader import load_or_report
 from llmfleet.local.timeseries import Recorder
 
 __all__ = ["LoadStats", "add_arguments", "run", "run_load"]

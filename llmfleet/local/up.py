@@ -39,9 +39,8 @@ from control_plane.actuators.local_state import pid_alive
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.slo.rules import rules_yaml
-from fleet.spec.loader import LoadedStack
+from fleet.spec.loader import LoadedStack, load_or_report
 from fleet.spec.stack import FleetSpec
-from llmfleet.commands.stack import load_or_report
 from llmfleet.local.procs import Child, descendants, kill_tree, wait_http
 from llmfleet.local.prometheus import LocalPrometheus
 from llmfleet.local.watch import Watch, start_prometheus
