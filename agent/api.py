@@ -22,7 +22,8 @@ node and cannot send a header); anyone else gets 403. Reads stay open. The auth 
 Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape
 (`fleet.protocol.control_api`).
 Handlers only read the agent and call the supervisor's synchronous commands, so they are ``async`` and run on the
-agent's event loop.
+agent's event loop. They are module-level, one group per resource (probes, reads, commands); each finds the
+agent and the auth in force on ``app.state``, where `create_app` puts them.
 """
 
 from __future__ import annotations
@@ -30,20 +31,20 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field
 
 from agent.metrics import AgentMetrics
+from agent.status import AgentStatus, Body
 from agent.supervisor import Supervisor
 from fleet.protocol.control_api import create_control_app, error_response, errors
 from fleet.protocol.control_auth import Caller, ControlAuth, ControlAuthError, Kind
 from fleet.protocol.wire import AgentState
 
-__all__ = ["AgentHandle", "AgentStatus", "CommandAccepted", "Health", "Readiness", "create_app"]
+__all__ = ["AgentHandle", "CommandAccepted", "Health", "Readiness", "create_app"]
 
 
 class AgentHandle(Protocol):
@@ -60,93 +61,24 @@ class AgentHandle(Protocol):
     def api_auth(self) -> ControlAuth | None: ...
     @property
     def prestop_from(self) -> Collection[str]: ...
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> AgentStatus: ...
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
-
-
-class Health(_Body):
+class Health(Body):
     status: str = "ok"
     state: AgentState
 
 
-class Readiness(_Body):
+class Readiness(Body):
     ready: bool
     state: AgentState
 
 
-class CommandAccepted(_Body):
+class CommandAccepted(Body):
     """The answer to a drain or reset: whether it was taken (a second drain is not), and the state now."""
 
     accepted: bool
     state: AgentState
-
-
-class EngineInfo(_Body):
-    kind: str
-    version: str
-    argv: list[str]
-    log: str | None
-
-
-class LoadInfo(_Body):
-    """The engine's load at the last scrape; None when that scrape failed."""
-
-    waiting: float | None
-    running: float | None
-    kv_usage: float | None
-    ttft_p99_s: float | None
-    tokens_per_s: float | None
-
-
-class ControlPlaneLink(_Body):
-    url: str | None
-    consecutive_report_failures: int
-
-
-class ModelStoreInfo(_Body):
-    """The model fetch (`agent.model_store`): where from and to, how far it got, and where the weights came from."""
-
-    manifest: str
-    model_dir: str
-    phase: str = Field(description="idle, manifest, waiting_for_lock, downloading, done or failed")
-    bytes_fetched: int
-    source: str | None = Field(description="downloaded, cached or hub; None until a fetch succeeded")
-
-
-class TransitionInfo(_Body):
-    source: AgentState = Field(alias="from")
-    event: str
-    to: AgentState
-    ago_s: float
-
-
-class AgentStatus(_Body):
-    """Everything an operator asks of one replica (``Agent.status()``)."""
-
-    replica: str
-    pool: str
-    model: str
-    engine: EngineInfo
-    engine_url: str
-    engine_pid: int | None
-    agent_url: str
-    state: AgentState
-    ready: bool
-    state_since_s: float
-    uptime_s: float
-    engine_uptime_s: float
-    restarts: int
-    last_exit_code: int | None
-    crash_failures_in_window: int
-    load: LoadInfo
-    control_plane: ControlPlaneLink
-    gpus: list[dict[str, str]]
-    last_error: str | None = Field(default=None, description="why the engine or the model fetch last failed")
-    model_store: ModelStoreInfo | None = Field(default=None, description="None without a model store")
-    transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")
 
 
 def _local_caller(request: Request, prestop_from: Collection[str]) -> bool:
@@ -180,7 +112,7 @@ def _supervisor(request: Request) -> Supervisor:
     return _served(request).agent.supervisor
 
 
-SupervisorDep = Annotated[Supervisor, Depends(_supervisor)]
+_SupervisorArg = Annotated[Supervisor, Depends(_supervisor)]
 
 
 def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from: Collection[str] = ()) -> FastAPI:
@@ -201,12 +133,12 @@ def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from
 # ---- probes: /healthz, /readyz ----------------------------------------------------------------------------
 
 
-async def healthz(supervisor: SupervisorDep) -> Health:
+async def healthz(supervisor: _SupervisorArg) -> Health:
     """200 while the agent process is alive."""
     return Health(state=supervisor.state.value)
 
 
-async def readyz(supervisor: SupervisorDep) -> Readiness | JSONResponse:
+async def readyz(supervisor: _SupervisorArg) -> Readiness | JSONResponse:
     """200 only in state ``ready``; 503 otherwise (it falls the moment a drain starts)."""
     if supervisor.machine.ready:
         return Readiness(ready=True, state=supervisor.state.value)
@@ -230,7 +162,7 @@ def _add_probe_routes(app: FastAPI) -> None:
 
 async def status(request: Request) -> AgentStatus:
     """The replica's identity, engine, state, load, GPUs and recent transitions."""
-    return AgentStatus.model_validate(_served(request).agent.status())
+    return _served(request).agent.status()
 
 
 async def metrics(request: Request) -> Response:
@@ -275,20 +207,20 @@ async def _prestop_caller(request: Request) -> Caller | None:
     return await served.control_plane(request)
 
 
-async def drain(supervisor: SupervisorDep) -> CommandAccepted:
+async def drain(supervisor: _SupervisorArg) -> CommandAccepted:
     """Readiness off now, then drain the engine, stop it and exit 0. ``accepted`` is False when already
     stopping."""
     accepted = supervisor.request_drain()
     return CommandAccepted(accepted=accepted, state=supervisor.state.value)
 
 
-async def prestop(supervisor: SupervisorDep) -> CommandAccepted:
+async def prestop(supervisor: _SupervisorArg) -> CommandAccepted:
     """Kubernetes preStop hook: start the drain now (as ``POST /drain``) and answer at once."""
     accepted = supervisor.request_drain()
     return CommandAccepted(accepted=accepted, state=supervisor.state.value)
 
 
-async def reset(supervisor: SupervisorDep) -> CommandAccepted | JSONResponse:
+async def reset(supervisor: _SupervisorArg) -> CommandAccepted | JSONResponse:
     """Operator reset of a crash-looping replica: restarts resume. 409 unless the replica is failed."""
     if not supervisor.request_reset():
         return error_response(409, f"reset applies to a failed replica; state is {supervisor.state.value}")

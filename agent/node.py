@@ -30,6 +30,7 @@ from agent.metrics import AgentMetrics
 from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
 from agent.states import State, Transition
+from agent.status import AgentStatus, ControlPlaneLink, EngineInfo, LoadInfo, ModelStoreInfo, TransitionInfo
 from agent.supervisor import Supervisor, SupervisorSettings
 from fleet.protocol.clock import Clock, SystemClock
 from fleet.protocol.control_api import ApiServer, bind
@@ -178,66 +179,63 @@ class Agent:
     def replica(self) -> str:
         return self.options.replica
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> AgentStatus:
         sup = self.supervisor
         load = self.reporter.last_load
-        return {
-            "replica": self.options.replica,
-            "pool": self.pool.name,
-            "model": self.pool.served_name,
-            "engine": {
-                "kind": self.pool.engine.kind,
-                "version": self.engine_version,
-                "argv": self.launcher.argv(),
-                "log": str(self.options.log_path) if self.options.log_path else None,
-            },
-            "engine_url": self.engine_url,
-            "engine_pid": sup.engine.pid if sup.engine is not None else None,
-            "agent_url": self.agent_url,
-            "state": sup.state.value,
-            "ready": sup.machine.ready,
-            "state_since_s": round(self.clock.monotonic() - sup.machine.since, 3),
-            "uptime_s": round(self.clock.monotonic() - self.started_at, 3),
-            "engine_uptime_s": round(sup.engine_uptime_s(), 3),
-            "restarts": sup.restarts,
-            "last_exit_code": sup.last_exit_code,
-            "crash_failures_in_window": sup.crashes.recent(self.clock.monotonic()),
-            "load": {
-                "waiting": load.waiting,
-                "running": load.running,
-                "kv_usage": load.kv_usage,
-                "ttft_p99_s": load.ttft_p99_s,
-                "tokens_per_s": load.tokens_per_s,
-            },
-            "control_plane": {
-                "url": self.control.base_url,
-                "consecutive_report_failures": self.reporter.consecutive_push_failures,
-            },
-            "gpus": self.gpus,
-            "last_error": sup.last_error,
-            "model_store": self._store_status(),
-            "transitions": [
-                {
-                    "from": t.source.value,
-                    "event": t.event.value,
-                    "to": t.target.value,
-                    "ago_s": round(self.clock.monotonic() - t.at, 3),
-                }
+        now = self.clock.monotonic()
+        return AgentStatus(
+            replica=self.options.replica,
+            pool=self.pool.name,
+            model=self.pool.served_name,
+            engine=EngineInfo(
+                kind=self.pool.engine.kind,
+                version=self.engine_version,
+                argv=list(self.launcher.argv()),
+                log=str(self.options.log_path) if self.options.log_path else None,
+            ),
+            engine_url=self.engine_url,
+            engine_pid=sup.engine.pid if sup.engine is not None else None,
+            agent_url=self.agent_url,
+            state=sup.state.value,
+            ready=sup.machine.ready,
+            state_since_s=round(now - sup.machine.since, 3),
+            uptime_s=round(now - self.started_at, 3),
+            engine_uptime_s=round(sup.engine_uptime_s(), 3),
+            restarts=sup.restarts,
+            last_exit_code=sup.last_exit_code,
+            crash_failures_in_window=sup.crashes.recent(now),
+            load=LoadInfo(
+                waiting=load.waiting,
+                running=load.running,
+                kv_usage=load.kv_usage,
+                ttft_p99_s=load.ttft_p99_s,
+                tokens_per_s=load.tokens_per_s,
+            ),
+            control_plane=ControlPlaneLink(
+                url=self.control.base_url, consecutive_report_failures=self.reporter.consecutive_push_failures
+            ),
+            gpus=self.gpus,
+            last_error=sup.last_error,
+            model_store=self._store_status(),
+            transitions=[
+                TransitionInfo(
+                    source=t.source.value, event=t.event.value, to=t.target.value, ago_s=round(now - t.at, 3)
+                )
                 for t in sup.machine.history[-20:]
             ],
-        }
+        )
 
-    def _store_status(self) -> dict[str, Any] | None:
+    def _store_status(self) -> ModelStoreInfo | None:
         fetcher = self.fetcher
         if fetcher is None:
             return None
-        return {
-            "manifest": fetcher.url(fetcher.keys.manifest),
-            "model_dir": str(fetcher.model_dir),
-            "phase": fetcher.phase,
-            "bytes_fetched": fetcher.bytes_fetched,
-            "source": self.fetched.source if self.fetched is not None else None,
-        }
+        return ModelStoreInfo(
+            manifest=fetcher.url(fetcher.keys.manifest),
+            model_dir=str(fetcher.model_dir),
+            phase=fetcher.phase,
+            bytes_fetched=fetcher.bytes_fetched,
+            source=self.fetched.source if self.fetched is not None else None,
+        )
 
     async def serve(self) -> int:
         """Run the API, the reporter and the supervisor; return the exit code when the engine has stopped."""

@@ -1,0 +1,92 @@
+"""Status: the shape of one replica's ``/status`` answer, built by `agent.node.Agent.status` and served as is.
+
+The models are frozen pydantic bodies: the wiring fills them from its parts, the API returns them, and the
+OpenAPI document declares them (the JSON uses the ``from`` alias of a transition's source state).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.protocol.wire import AgentState
+
+__all__ = [
+    "AgentStatus",
+    "Body",
+    "ControlPlaneLink",
+    "EngineInfo",
+    "LoadInfo",
+    "ModelStoreInfo",
+    "TransitionInfo",
+]
+
+
+class Body(BaseModel):
+    """A frozen JSON body of the agent's API (fields settable by name or alias)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+class EngineInfo(Body):
+    kind: str
+    version: str
+    argv: list[str]
+    log: str | None
+
+
+class LoadInfo(Body):
+    """The engine's load at the last scrape; None when that scrape failed."""
+
+    waiting: float | None
+    running: float | None
+    kv_usage: float | None
+    ttft_p99_s: float | None
+    tokens_per_s: float | None
+
+
+class ControlPlaneLink(Body):
+    url: str | None
+    consecutive_report_failures: int
+
+
+class ModelStoreInfo(Body):
+    """The model fetch (`agent.model_store`): where from and to, how far it got, and where the weights came from."""
+
+    manifest: str
+    model_dir: str
+    phase: str = Field(description="idle, manifest, waiting_for_lock, downloading, done or failed")
+    bytes_fetched: int
+    source: str | None = Field(description="downloaded, cached or hub; None until a fetch succeeded")
+
+
+class TransitionInfo(Body):
+    source: AgentState = Field(alias="from")
+    event: str
+    to: AgentState
+    ago_s: float
+
+
+class AgentStatus(Body):
+    """Everything an operator asks of one replica (``Agent.status()``, ``GET /status``)."""
+
+    replica: str
+    pool: str
+    model: str
+    engine: EngineInfo
+    engine_url: str
+    engine_pid: int | None
+    agent_url: str
+    state: AgentState
+    ready: bool
+    state_since_s: float
+    uptime_s: float
+    engine_uptime_s: float
+    restarts: int
+    last_exit_code: int | None
+    crash_failures_in_window: int
+    load: LoadInfo
+    control_plane: ControlPlaneLink
+    gpus: list[dict[str, str]]
+    last_error: str | None = Field(default=None, description="why the engine or the model fetch last failed")
+    model_store: ModelStoreInfo | None = Field(default=None, description="None without a model store")
+    transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")
