@@ -13,8 +13,9 @@ One step, as in ``vllm/v1/core/sched/scheduler.py``:
 The object never reads a clock or sleeps: ``schedule(now)`` returns a `StepPlan` with the step's duration
 and ``complete(plan)`` applies it at ``plan.end``. A real-time driver sleeps in between; a discrete-event
 simulator just adds the duration. ``abort`` may be called between the two and frees blocks at once. A
-discrete-event simulator may also take many pure-decode steps at once (``start_decode_run``), with the same
-outcome as single steps.
+discrete-event simulator may also take many pure-decode steps at once (``start_decode_run``, planned and
+applied by `engine_sim.decode_run`), with the same outcome as single steps. Requests are
+`engine_sim.request.SimRequest`.
 """
 
 from __future__ import annotations
