@@ -1,7 +1,7 @@
 """The policy pack entry point (``pulumi up --policy-pack policies``): serve `policies.pack.POLICIES`."""
 
-from pulumi_policy import EnforcementLevel, PolicyPack
+from pulumi_policy import PolicyPack
 
-from policies.pack import PACK_NAME, POLICIES
+from policies.pack import ENFORCEMENT_LEVEL, PACK_NAME, POLICIES
 
-PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=EnforcementLevel.ADVISORY)
+PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=ENFORCEMENT_LEVEL)

@@ -160,28 +160,24 @@ engine_has_pdb = StackValidationPolicy(
     name="engine-has-pdb",
     description="Every engine Deployment has a PodDisruptionBudget selecting its pods.",
     validate=engine_has_pdb_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 engine_has_probes = ResourceValidationPolicy(
     name="engine-has-probes",
     description="Engine containers have startup, readiness and liveness probes.",
     validate=engine_has_probes_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 engine_grace_covers_drain = ResourceValidationPolicy(
     name="engine-grace-covers-drain",
     description="terminationGracePeriodSeconds >= preStop sleep + engine shutdown timeout.",
     validate=engine_grace_covers_drain_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 prod_min_replicas = ResourceValidationPolicy(
     name="prod-min-replicas",
     description="Production pools keep at least two replicas.",
     validate=prod_min_replicas_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(
         properties={**PRODUCTION_SCHEMA, "minReplicas": {"type": "integer", "default": 2}}
     ),

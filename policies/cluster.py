@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from policies.common import LAUNCH_TEMPLATE, as_int, get_path, mapping, sequence
 
@@ -66,12 +66,10 @@ imds_hop_limit_one = ResourceValidationPolicy(
     name="imds-hop-limit-one",
     description="Every launch template requires IMDSv2 tokens with a hop limit of 1 (pods cannot reach IMDS).",
     validate=imds_hop_limit_one_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 cluster_endpoint_restricted = ResourceValidationPolicy(
     name="cluster-endpoint-restricted",
     description="The EKS API endpoint is private, or public only to listed CIDRs (never 0.0.0.0/0).",
     validate=cluster_endpoint_restricted_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

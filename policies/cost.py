@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 from pulumi_policy import (
-    EnforcementLevel,
     PolicyConfigSchema,
     PolicyResource,
     ReportViolation,
@@ -184,7 +183,6 @@ allowed_instance_types = ResourceValidationPolicy(
     name="allowed-instance-types",
     description="Node groups use instance types from the allowed list.",
     validate=allowed_instance_types_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(
         properties={
             "allowedInstanceTypes": {
@@ -200,7 +198,6 @@ monthly_cost_ceiling = StackValidationPolicy(
     name="monthly-cost-ceiling",
     description="GPU node groups at maximum size stay under the monthly ceiling the stack file declares.",
     validate=monthly_cost_ceiling_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(
         properties={
             "monthlyCeilingUsd": {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pulumi_policy import (
-    EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -86,19 +85,16 @@ buckets_encrypted = StackValidationPolicy(
     name="buckets-encrypted",
     description="Every S3 bucket has server-side encryption.",
     validate=buckets_encrypted_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 volumes_encrypted = ResourceValidationPolicy(
     name="volumes-encrypted",
     description="Node and EBS volumes are encrypted.",
     validate=volumes_encrypted_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 cluster_secrets_encrypted = ResourceValidationPolicy(
     name="cluster-secrets-encrypted",
     description="EKS encrypts Kubernetes secrets with a KMS key.",
     validate=cluster_secrets_encrypted_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import (
-    EnforcementLevel,
     PolicyResource,
     ReportViolation,
     ResourceValidationArgs,
@@ -141,7 +140,7 @@ def _webhook_fails_closed(release: PolicyResource) -> bool:
     values = mapping(release.props.get("values"))
     if values.get("enableServiceMutatorWebhook") is False:
         return False
-    return get_path(values, "serviceMutatorWebhookConfig", "failurePolicy") != "Ignore"
+    return bool(get_path(values, "serviceMutatorWebhookConfig", "failurePolicy") != "Ignore")
 
 
 def services_wait_for_lb_controller_validator(args: StackValidationArgs, report_violation: ReportViolation) -> None:
@@ -265,7 +264,6 @@ def slow_starts_awaited_validator(args: ResourceValidationArgs, report_violation
 namespaces_created_first = StackValidationPolicy(
     name="namespaces-created-first",
     description="Every namespaced object goes into a system namespace or one the stack creates first.",
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=namespaces_created_first_validator,
 )
 
@@ -275,14 +273,12 @@ services_wait_for_lb_controller = StackValidationPolicy(
         "While the AWS Load Balancer Controller's Service webhook fails closed, every Service and every chart "
         "that makes one waits for the controller."
     ),
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=services_wait_for_lb_controller_validator,
 )
 
 custom_resources_after_crds = StackValidationPolicy(
     name="custom-resources-after-crds",
     description="Every custom resource waits for the CRD (or the chart) that defines its kind.",
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=custom_resources_after_crds_validator,
 )
 
@@ -292,6 +288,5 @@ slow_starts_awaited = ResourceValidationPolicy(
         "A Deployment whose first start may exceed the default 600 s await has a progress deadline covering it "
         "and a longer Pulumi await."
     ),
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=slow_starts_awaited_validator,
 )

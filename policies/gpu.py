@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pulumi_policy import (
-    EnforcementLevel,
     PolicyConfigSchema,
     ReportViolation,
     ResourceValidationArgs,
@@ -132,7 +131,6 @@ gpu_capacity_spans_zones = StackValidationPolicy(
     name="gpu-capacity-spans-zones",
     description="Production GPU node groups span at least two availability zones.",
     validate=gpu_capacity_spans_zones_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties={**PRODUCTION_SCHEMA, "minZones": {"type": "integer", "default": 2}}),
 )
 
@@ -140,7 +138,6 @@ pools_spread_across_zones = ResourceValidationPolicy(
     name="pools-spread-across-zones",
     description="Engine pods spread over zones (hard constraint in production).",
     validate=pools_spread_across_zones_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties=dict(PRODUCTION_SCHEMA)),
 )
 
@@ -148,14 +145,12 @@ gpu_requests_match_tensor_parallel = ResourceValidationPolicy(
     name="gpu-requests-match-tensor-parallel",
     description="Each engine container requests exactly tensor-parallel-size GPUs.",
     validate=gpu_requests_match_tensor_parallel_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 gpu_memory_headroom = ResourceValidationPolicy(
     name="gpu-memory-headroom",
     description="vLLM gpuMemoryUtilization stays at or below 0.95.",
     validate=gpu_memory_headroom_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(
         properties={"maxGpuMemoryUtilization": {"type": "number", "default": 0.95, "maximum": 1}}
     ),

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from pulumi_policy import (
-    EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -82,12 +81,10 @@ images_pinned_by_digest = ResourceValidationPolicy(
     name="images-pinned-by-digest",
     description="Every container image of a Deployment, DaemonSet, StatefulSet, Job or CronJob is pinned by digest.",
     validate=images_pinned_by_digest_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 images_from_stack_registries = StackValidationPolicy(
     name="images-from-stack-registries",
     description="On aws, every container image comes from an ECR repository the stack owns.",
     validate=images_from_stack_registries_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

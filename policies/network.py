@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pulumi_policy import (
-    EnforcementLevel,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -57,7 +56,6 @@ only_gateway_public = ResourceValidationPolicy(
     name="only-gateway-public",
     description="Only the gateway Service is exposed outside the cluster.",
     validate=only_gateway_public_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )
 
 
@@ -154,5 +152,4 @@ network_default_deny = StackValidationPolicy(
         "plane and the metrics scraper's namespace."
     ),
     validate=network_default_deny_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

@@ -1,8 +1,13 @@
-"""Pack: the list of llmfleet policies, in the order violations are reported."""
+"""Pack: the list of llmfleet policies, in the order violations are reported, and the pack's enforcement level.
+
+Every policy is mandatory unless it names its own level: a policy's ``enforcement_level`` of None takes the
+pack's (pulumi_policy's ``PolicyPack``, and `policies.runner` the same way). The two advisory ones,
+``prod-capacity-buffer`` and ``paid-gpu-utilisation``, say so where they are defined.
+"""
 
 from __future__ import annotations
 
-from pulumi_policy import Policy
+from pulumi_policy import EnforcementLevel, Policy
 
 from policies.availability import (
     engine_grace_covers_drain,
@@ -39,9 +44,10 @@ from policies.timing import (
 )
 from policies.tls import public_listener_tls
 
-__all__ = ["PACK_NAME", "POLICIES"]
+__all__ = ["ENFORCEMENT_LEVEL", "PACK_NAME", "POLICIES"]
 
 PACK_NAME = "llmfleet"
+ENFORCEMENT_LEVEL = EnforcementLevel.MANDATORY  # of every policy that names no level of its own
 
 POLICIES: list[Policy] = [
     gpu_capacity_spans_zones,

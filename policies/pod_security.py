@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from policies.common import as_int, get_path, is_engine, mapping, pod_spec, sequence
 
@@ -62,5 +62,4 @@ engines_run_as_non_root = ResourceValidationPolicy(
     name="engines-run-as-non-root",
     description="Engine pods (init containers included) run as non-root without privilege escalation.",
     validate=engines_run_as_non_root_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

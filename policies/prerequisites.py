@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
-from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
+from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from fleet.protocol import contract
 from fleet.spec.loader import NAMESPACE
@@ -210,6 +210,5 @@ cluster_prerequisites_installed = StackValidationPolicy(
         "metrics-server for HPAs, the AWS Load Balancer Controller for external NLB Services, the quota Redis "
         "for a gateway reading its URL from the stack's Secret."
     ),
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=cluster_prerequisites_installed_validator,
 )

@@ -5,6 +5,8 @@ with its parent and the resources it depends on (as the analyzer gives them: ord
 a child waits for its parent's registration, which waits for the parent's dependencies). Props are wrapped in
 pulumi_policy's unknown-checking proxy like the real analyzer does, config defaults come from each policy's
 schema (overridden per policy by ``config``), and a policy's ``enforcementLevel`` may be overridden there too.
+A policy that names no level has the pack's (`policies.pack.ENFORCEMENT_LEVEL`), as pulumi_policy's
+``PolicyPack`` gives it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.proxy import unknown_checking_proxy
+
+from policies.pack import ENFORCEMENT_LEVEL
 
 __all__ = ["Resource", "Violation", "evaluate", "policy_config"]
 
@@ -69,7 +73,7 @@ def policy_config(policy: Policy, overrides: Mapping[str, Any] | None = None) ->
 
 
 def _level(policy: Policy, overrides: Mapping[str, Any]) -> str:
-    level = overrides.get("enforcementLevel") or (policy.enforcement_level or EnforcementLevel.ADVISORY).value
+    level = overrides.get("enforcementLevel") or (policy.enforcement_level or ENFORCEMENT_LEVEL).value
     return str(level)
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
+from pulumi_policy import ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from fleet.protocol import contract
 from policies.common import DEPLOYMENT, NODE_GROUP, annotations_of, containers, get_path, is_gpu_node_group, labels
@@ -78,6 +78,5 @@ def gpu_nodes_can_scale_validator(args: StackValidationArgs, report_violation: R
 gpu_nodes_can_scale = StackValidationPolicy(
     name="gpu-nodes-can-scale",
     description="Each GPU node group with a size range is resized by the control plane (aws actuator, IAM, name).",
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=gpu_nodes_can_scale_validator,
 )

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
+from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from fleet.protocol import contract
 from fleet.protocol.marks import (
@@ -188,7 +188,6 @@ def engine_grace_covers_longest_request_validator(args: StackValidationArgs, rep
 request_timeout_fits_listener = StackValidationPolicy(
     name="request-timeout-fits-listener",
     description="The gateway's request timeout fits its NLB listener's idle timeout (350 s, fixed, on TLS).",
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=request_timeout_fits_listener_validator,
 )
 
@@ -198,13 +197,11 @@ gateway_prestop_covers_deregistration = StackValidationPolicy(
         "Pods behind an NLB keep listening through the target group's deregistration (>= 120 s and its delay), "
         "and their grace leaves the request timeout after it."
     ),
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=gateway_prestop_covers_deregistration_validator,
 )
 
 engine_grace_covers_longest_request = StackValidationPolicy(
     name="engine-grace-covers-longest-request",
     description="A real engine's drain covers the longest request the gateway allows, or its pool resumes streams.",
-    enforcement_level=EnforcementLevel.MANDATORY,
     validate=engine_grace_covers_longest_request_validator,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
 from fleet.protocol import contract
 from policies.common import SERVICE, annotations_of, get_path, mapping, sequence
@@ -52,5 +52,4 @@ public_listener_tls = ResourceValidationPolicy(
     name="public-listener-tls",
     description="Every port of a Service reachable from outside the cluster terminates TLS.",
     validate=public_listener_tls_validator,
-    enforcement_level=EnforcementLevel.MANDATORY,
 )

@@ -9,7 +9,7 @@ import pytest
 from fleet.protocol import contract
 from fleet.protocol.marks import ANN_NAMESPACE_EXISTING, ANN_PULUMI_TIMEOUT, ANN_RESUME_STREAMS
 from policies.network import is_public_service
-from policies.pack import POLICIES
+from policies.pack import ENFORCEMENT_LEVEL, POLICIES
 from policies.runner import Violation, evaluate
 from tests.policies.builders import (
     Res,
@@ -318,6 +318,8 @@ def test_policy_fails_its_failing_case_and_states_the_risk(name: str) -> None:
 def test_capacity_buffer_and_paid_gpu_utilisation_are_advisory_and_the_rest_mandatory() -> None:
     advisory = {p.name for p in POLICIES if p.enforcement_level is not None and p.enforcement_level.value == "advisory"}
     assert advisory == {"prod-capacity-buffer", "paid-gpu-utilisation"}
+    mandatory = {p.name for p in POLICIES if (p.enforcement_level or ENFORCEMENT_LEVEL).value == "mandatory"}
+    assert mandatory == {p.name for p in POLICIES} - advisory
 
 
 @pytest.mark.parametrize(
