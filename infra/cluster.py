@@ -159,6 +159,25 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("llmfleet:infra:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
+        cluster = self._cluster(name, args, tags)
+        self._admin_access(name, args, cluster, tags)
+        issuer = cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer if ids and ids[0].oidcs else "")
+        self.oidc_provider = aws.iam.OpenIdConnectProvider(
+            f"{name}-oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=tags, opts=child
+        )
+        self.name = cluster.name
+        self.arn = cluster.arn
+        self.security_group_id = cluster.vpc_config.cluster_security_group_id
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
+                lambda v: kubeconfig(str(v[0]), str(v[1]), str(v[2]), args.region)
+            )
+        )
+        self._addons(name, args, cluster, tags)
+        self.register_outputs({"name": cluster.name, "oidcProviderArn": self.oidc_provider.arn})
+
+    def _cluster(self, name: str, args: ClusterArgs, tags: dict[str, str]) -> aws.eks.Cluster:
+        """The EKS cluster, its secrets key, its IAM role and its control-plane log group (with its key)."""
         # Deleting a key makes what it encrypted unreadable: the keys and the cluster are protected.
         kept = pulumi.ResourceOptions(parent=self, protect=True)
         key = aws.kms.Key(
@@ -170,35 +189,8 @@ class Cluster(pulumi.ComponentResource):
             opts=kept,
         )
         role = service_role(f"{name}-cluster", "eks.amazonaws.com", ["AmazonEKSClusterPolicy"], self, tags)
-        # The control-plane log group, made before the cluster (EKS would make one without encryption or expiry).
-        identity = aws.get_caller_identity_output()
-        partition = aws.get_partition_output()
-        group_name = f"/aws/eks/{args.cluster_name}/cluster"
-        logs_key = aws.kms.Key(
-            f"{name}-logs",
-            description=f"EKS control-plane log encryption for {args.cluster_name}",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            policy=pulumi.Output.all(identity.account_id, partition.partition).apply(
-                lambda v: logs_key_policy(
-                    str(v[0]),
-                    str(v[1]),
-                    args.region,
-                    f"arn:{v[1]}:logs:{args.region}:{v[0]}:log-group:{group_name}",
-                )
-            ),
-            tags=tags,
-            opts=kept,
-        )
-        log_group = aws.cloudwatch.LogGroup(
-            f"{name}-logs",
-            name=group_name,
-            retention_in_days=args.log_retention_days,
-            kms_key_id=logs_key.arn,
-            tags=tags,
-            opts=child,
-        )
-        cluster = aws.eks.Cluster(
+        log_group = self._log_group(name, args, tags)
+        return aws.eks.Cluster(
             f"{name}-eks",
             name=args.cluster_name,
             version=args.kubernetes_version,
@@ -219,6 +211,42 @@ class Cluster(pulumi.ComponentResource):
                 ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"],
             ),
         )
+
+    def _log_group(self, name: str, args: ClusterArgs, tags: dict[str, str]) -> aws.cloudwatch.LogGroup:
+        """The control-plane log group and its key, made before the cluster (EKS would make one without
+        encryption or expiry)."""
+        kept = pulumi.ResourceOptions(parent=self, protect=True)
+        identity = aws.get_caller_identity_output()
+        partition = aws.get_partition_output()
+        group_name = f"/aws/eks/{args.cluster_name}/cluster"
+        logs_key = aws.kms.Key(
+            f"{name}-logs",
+            description=f"EKS control-plane log encryption for {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            policy=pulumi.Output.all(identity.account_id, partition.partition).apply(
+                lambda v: logs_key_policy(
+                    str(v[0]),
+                    str(v[1]),
+                    args.region,
+                    f"arn:{v[1]}:logs:{args.region}:{v[0]}:log-group:{group_name}",
+                )
+            ),
+            tags=tags,
+            opts=kept,
+        )
+        return aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=group_name,
+            retention_in_days=args.log_retention_days,
+            kms_key_id=logs_key.arn,
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _admin_access(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """An access entry with the cluster-admin policy for each admin and CI role."""
+        child = pulumi.ResourceOptions(parent=self)
         for kind, index, arn in access_entry_principals(args.admin_role_arns, args.ci_role_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-{kind}-{index}",
@@ -236,18 +264,10 @@ class Cluster(pulumi.ComponentResource):
                 access_scope={"type": "cluster"},
                 opts=child,
             )
-        issuer = cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer if ids and ids[0].oidcs else "")
-        self.oidc_provider = aws.iam.OpenIdConnectProvider(
-            f"{name}-oidc", url=issuer, client_id_lists=["sts.amazonaws.com"], tags=tags, opts=child
-        )
-        self.name = cluster.name
-        self.arn = cluster.arn
-        self.security_group_id = cluster.vpc_config.cluster_security_group_id
-        self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority.data).apply(
-                lambda v: kubeconfig(str(v[0]), str(v[1]), str(v[2]), args.region)
-            )
-        )
+
+    def _addons(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, tags: dict[str, str]) -> None:
+        """The VPC CNI and kube-proxy add-ons, pinned to the cluster's Kubernetes version."""
+        child = pulumi.ResourceOptions(parent=self)
         # The VPC CNI (aws-node) on its own IRSA role: the node role no longer carries AmazonEKS_CNI_Policy, so
         # only aws-node may manage network interfaces. Its network policy agent enforces the NetworkPolicies.
         self.cni_role = irsa_managed_role(
@@ -277,4 +297,3 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        self.register_outputs({"name": cluster.name, "oidcProviderArn": self.oidc_provider.arn})

@@ -32,11 +32,12 @@ from infra.k8s_base import (
     sha256_text,
     spec_volumes,
 )
+from infra.k8s_shapes import shaped
 
-__all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_rules", "nodegroup_args"]
+__all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_pod_spec", "control_plane_rules", "nodegroup_args"]
 
 
-def control_plane_rules(spec: FleetSpec) -> list[dict[str, object]]:
+def control_plane_rules(spec: FleetSpec) -> list[k8s.rbac.v1.PolicyRuleArgsDict]:
     """Namespaced RBAC rules: scale own pool Deployments, patch pods, use leases."""
     deployments = [contract.pool_deployment_name(p.name) for p in spec.pools]
     return [
@@ -76,122 +77,141 @@ class ControlPlaneArgs:
     service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # the LB controller (its webhook)
 
 
+def control_plane_pod_spec(
+    spec: FleetSpec, images: ImageRefs, nodegroups: Mapping[tuple[str, str], pulumi.Input[str]]
+) -> dict[str, Any]:
+    """The control plane's pod spec (snake_case keys, as pulumi_kubernetes inputs): a read-only root file system,
+    /tmp its one writable place, the stack file and tenant key hashes mounted, its service-account token."""
+    port = spec.control_plane.port
+    volumes, mounts = spec_volumes(spec)
+    volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
+    mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
+    pod: dict[str, Any] = {
+        "service_account_name": contract.CONTROL_PLANE_NAME,
+        "security_context": pod_security_context(),
+        "containers": [
+            {
+                "name": "control-plane",
+                "image": images.runtime,
+                "image_pull_policy": spec.images.pull_policy,
+                "command": ["llmfleet"],
+                "args": [
+                    "control-plane",
+                    "--stack",
+                    contract.stack_file_path(spec.environment),
+                    "--port",
+                    str(port),
+                    "--host",
+                    "0.0.0.0",
+                    *auth_args(),
+                    *nodegroup_args(nodegroups),
+                ],
+                "ports": [{"name": "http", "container_port": port}],
+                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                "readiness_probe": http_probe("/healthz", port, 5, 2),
+                "liveness_probe": http_probe("/healthz", port, 10, 3),
+                "volume_mounts": [*mounts, token_mount()],
+                "env": token_env(),
+                "security_context": container_security_context(read_only_root=True),
+            }
+        ],
+        "volumes": [*volumes, token_volume()],
+    }
+    if spec.target == "aws":
+        pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
+    return pod
+
+
+def _labels(spec: FleetSpec) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "llmfleet",
+        contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE,
+        contract.LABEL_ENVIRONMENT: spec.environment,
+    }
+
+
 class ControlPlane(pulumi.ComponentResource):
     """ServiceAccount, Role, RoleBinding, Deployment and ClusterIP Service of the control plane."""
 
     def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:k8s:ControlPlane", name, None, opts)
         spec = args.spec
-        port = spec.control_plane.port
-        labels = {
-            "app.kubernetes.io/name": "llmfleet",
-            contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE,
-            contract.LABEL_ENVIRONMENT: spec.environment,
-        }
-        meta: dict[str, Any] = {
+        labels = _labels(spec)
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {
             "namespace": spec.cluster.namespace,
             "labels": labels,
             "name": contract.CONTROL_PLANE_NAME,
         }
         child = pulumi.ResourceOptions(parent=self)
-        annotations = {} if args.role_arn is None else {"eks.amazonaws.com/role-arn": args.role_arn}
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)  # type: ignore[call-overload]
-        k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=control_plane_rules(spec), opts=child)  # type: ignore[call-overload]
-        k8s.rbac.v1.RoleBinding(  # type: ignore[call-overload]
-            f"{name}-binding",
-            metadata=meta,
-            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": contract.CONTROL_PLANE_NAME},
-            subjects=[
-                {"kind": "ServiceAccount", "name": contract.CONTROL_PLANE_NAME, "namespace": spec.cluster.namespace}
-            ],
-            opts=child,
-        )
-        if spec.target == "aws":
-            # The aws actuator cordons the GPU nodes a drain emptied before terminating them: nodes only.
-            nodes_role = f"{contract.CONTROL_PLANE_NAME}-{spec.environment}-nodes"
-            cluster_meta = {"name": nodes_role, "labels": labels}
-            k8s.rbac.v1.ClusterRole(  # type: ignore[call-overload]
-                f"{name}-nodes",
-                metadata=cluster_meta,
-                rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}],
-                opts=child,
-            )
-            k8s.rbac.v1.ClusterRoleBinding(  # type: ignore[call-overload]
-                f"{name}-nodes-binding",
-                metadata=cluster_meta,
-                role_ref={
-                    "api_group": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": cluster_meta["name"],
-                },
-                subjects=[
-                    {"kind": "ServiceAccount", "name": contract.CONTROL_PLANE_NAME, "namespace": spec.cluster.namespace}
-                ],
-                opts=child,
-            )
-        volumes, mounts = spec_volumes(spec)
-        # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
-        volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
-        mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
-        pod: dict[str, object] = {
-            "service_account_name": contract.CONTROL_PLANE_NAME,
-            "security_context": pod_security_context(),
-            "containers": [
-                {
-                    "name": "control-plane",
-                    "image": args.images.runtime,
-                    "image_pull_policy": spec.images.pull_policy,
-                    "command": ["llmfleet"],
-                    "args": [
-                        "control-plane",
-                        "--stack",
-                        contract.stack_file_path(spec.environment),
-                        "--port",
-                        str(port),
-                        "--host",
-                        "0.0.0.0",
-                        *auth_args(),
-                        *nodegroup_args(args.nodegroups),
-                    ],
-                    "ports": [{"name": "http", "container_port": port}],
-                    "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-                    "readiness_probe": http_probe("/healthz", port, 5, 2),
-                    "liveness_probe": http_probe("/healthz", port, 10, 3),
-                    "volume_mounts": [*mounts, token_mount()],
-                    "env": token_env(),
-                    "security_context": container_security_context(read_only_root=True),
-                }
-            ],
-            "volumes": [*volumes, token_volume()],
-        }
-        if spec.target == "aws":
-            pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
+        self._access(name, spec, meta, args.role_arn)
         actuator = spec.autoscaling.actuator + (" (dry run)" if spec.autoscaling.dry_run else "")
-        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
+        deployment = {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"match_labels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {ANN_CHECKSUM_STACK: sha256_text(render_stack_file(spec))},
+                },
+                "spec": control_plane_pod_spec(spec, args.images, args.nodegroups),
+            },
+        }
+        k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={**meta, "annotations": {contract.ANN_ACTUATOR: actuator}},
-            spec={
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"match_labels": labels},
-                "template": {
-                    "metadata": {
-                        "labels": labels,
-                        "annotations": {ANN_CHECKSUM_STACK: sha256_text(render_stack_file(spec))},
-                    },
-                    "spec": pod,
-                },
-            },
+            spec=shaped(deployment, k8s.apps.v1.DeploymentSpecArgsDict),
             opts=child,
         )
-        k8s.core.v1.Service(  # type: ignore[call-overload]
+        service = {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [{"name": "http", "port": spec.control_plane.port, "target_port": "http"}],
+        }
+        k8s.core.v1.Service(
             f"{name}-service",
             metadata=meta,
-            spec={
-                "type": "ClusterIP",
-                "selector": labels,
-                "ports": [{"name": "http", "port": port, "target_port": "http"}],
-            },
+            spec=shaped(service, k8s.core.v1.ServiceSpecArgsDict),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
         self.register_outputs({})
+
+    def _access(
+        self, name: str, spec: FleetSpec, meta: k8s.meta.v1.ObjectMetaArgsDict, role_arn: pulumi.Input[str] | None
+    ) -> None:
+        """Its ServiceAccount (the IRSA role's annotation on aws), Role and RoleBinding; on aws the nodes'
+        ClusterRole and its binding."""
+        child = pulumi.ResourceOptions(parent=self)
+        annotations: dict[str, pulumi.Input[str]] = {} if role_arn is None else {"eks.amazonaws.com/role-arn": role_arn}
+        account: k8s.rbac.v1.SubjectArgsDict = {
+            "kind": "ServiceAccount",
+            "name": contract.CONTROL_PLANE_NAME,
+            "namespace": spec.cluster.namespace,
+        }
+        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={**meta, "annotations": annotations}, opts=child)
+        k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=control_plane_rules(spec), opts=child)
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-binding",
+            metadata=meta,
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": contract.CONTROL_PLANE_NAME},
+            subjects=[account],
+            opts=child,
+        )
+        if spec.target != "aws":
+            return
+        # The aws actuator cordons the GPU nodes a drain emptied before terminating them: nodes only.
+        nodes_role = f"{contract.CONTROL_PLANE_NAME}-{spec.environment}-nodes"
+        cluster_meta: k8s.meta.v1.ObjectMetaArgsDict = {"name": nodes_role, "labels": _labels(spec)}
+        k8s.rbac.v1.ClusterRole(
+            f"{name}-nodes",
+            metadata=cluster_meta,
+            rules=[{"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}],
+            opts=child,
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-nodes-binding",
+            metadata=cluster_meta,
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": nodes_role},
+            subjects=[account],
+            opts=child,
+        )

@@ -51,6 +51,7 @@ from infra.k8s_base import (
     sha256_text,
     spec_volumes,
 )
+from infra.k8s_shapes import shaped
 from infra.quota_redis import provisions_redis
 
 __all__ = [
@@ -59,7 +60,10 @@ __all__ = [
     "GatewayArgs",
     "gateway_listener",
     "gateway_pod_annotations",
+    "gateway_pod_spec",
+    "gateway_service_spec",
     "gateway_service_annotations",
+    "load_balanced",
     "nlb_idle_timeout_s",
     "prestop_seconds",
     "tls_termination",
@@ -172,6 +176,117 @@ class GatewayArgs:
     service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the load balancer controller
 
 
+def _gateway_volumes(spec: FleetSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """(volumes, mounts, TLS arguments): the stack file and key hashes, ``/tmp``, the TLS Secret where the gateway
+    terminates TLS, the service-account token."""
+    volumes, mounts = spec_volumes(spec)
+    # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
+    volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
+    mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
+    tls_args: list[str] = []
+    if tls_termination(spec) == "gateway":
+        volumes = [*volumes, {"name": "tls", "secret": {"secret_name": spec.gateway.tls.secret_name}}]
+        mounts = [*mounts, {"name": "tls", "mount_path": contract.TLS_DIR, "read_only": True}]
+        tls_args = ["--tls-cert", f"{contract.TLS_DIR}/tls.crt", "--tls-key", f"{contract.TLS_DIR}/tls.key"]
+    return [*volumes, token_volume()], [*mounts, token_mount()], tls_args
+
+
+def _gateway_container(spec: FleetSpec, images: ImageRefs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the gateway's container, the pod's volumes)."""
+    gw = spec.gateway
+    volumes, mounts, tls_args = _gateway_volumes(spec)
+    scheme = "HTTPS" if tls_args else "HTTP"
+    container = {
+        "name": "gateway",
+        "image": images.runtime,
+        "image_pull_policy": spec.images.pull_policy,
+        "command": ["llmfleet"],
+        "args": [
+            "gateway",
+            "--stack",
+            contract.stack_file_path(spec.environment),
+            "--port",
+            str(gw.port),
+            "--admin-port",
+            str(gw.admin_port),
+            "--shutdown-timeout",
+            str(gw.drain.shutdown_timeout),
+            *tls_args,
+        ],
+        # The admin port (/readyz, /metrics) is no Service's: kubelet and Prometheus reach the pod.
+        "ports": [
+            {"name": "http", "container_port": gw.port},
+            {"name": "admin", "container_port": gw.admin_port},
+        ],
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "startup_probe": http_probe("/healthz", gw.port, 2, 30, scheme),
+        "readiness_probe": http_probe("/readyz", gw.admin_port, 5, 2),
+        "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
+        # The pod left the Service's endpoints when it started terminating: the load balancer
+        # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
+        "lifecycle": {"pre_stop": {"sleep": {"seconds": prestop_seconds(spec)}}},
+        "volume_mounts": mounts,
+        "security_context": container_security_context(read_only_root=True),
+        "env": [*_redis_env(spec), *token_env(), engine_api_key_env()],
+    }
+    return container, volumes
+
+
+def gateway_pod_spec(spec: FleetSpec, images: ImageRefs) -> dict[str, Any]:
+    """The gateway's pod spec (snake_case keys, as pulumi_kubernetes inputs): its own account, spread over zones,
+    on the CPU nodes on aws."""
+    container, volumes = _gateway_container(spec, images)
+    pod: dict[str, Any] = {
+        "service_account_name": contract.GATEWAY_NAME,
+        "termination_grace_period_seconds": spec.gateway.drain.grace_seconds,  # = preStop + shutdown + margin
+        "security_context": pod_security_context(),
+        "containers": [container],
+        "volumes": volumes,
+        "topology_spread_constraints": [
+            {
+                "max_skew": 1,
+                "topology_key": contract.ZONE_TOPOLOGY_KEY,
+                "when_unsatisfiable": "ScheduleAnyway",
+                "label_selector": {"match_labels": _labels(spec)},
+            }
+        ],
+    }
+    if spec.target == "aws":
+        pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
+    return pod
+
+
+def load_balanced(spec: FleetSpec) -> bool:
+    """Whether the gateway's Service is a LoadBalancer: a public gateway, and on aws even a private one (an
+    internal NLB: clients in the VPC reach it)."""
+    return spec.gateway.public or spec.target == "aws"
+
+
+def gateway_service_spec(spec: FleetSpec) -> dict[str, Any]:
+    """The gateway Service's ``spec``: its one listener, open to ``gateway.tls.sourceCidrs`` when load balanced."""
+    _, listener_port = gateway_listener(spec)
+    service: dict[str, Any] = {
+        "type": "LoadBalancer" if load_balanced(spec) else "ClusterIP",
+        "selector": _labels(spec),
+        "ports": [{"name": "http", "port": listener_port, "target_port": "http"}],
+    }
+    if load_balanced(spec):
+        service["load_balancer_source_ranges"] = list(spec.gateway.tls.source_cidrs)
+    return service
+
+
+def _hpa_spec(spec: FleetSpec) -> dict[str, Any]:
+    """On CPU (gateways are stateless): from ``gateway.replicas`` to three times as many (at least 2 more)."""
+    replicas = spec.gateway.replicas
+    cpu = {"type": "Utilization", "average_utilization": 70}
+    return {
+        "scale_target_ref": {"api_version": "apps/v1", "kind": "Deployment", "name": contract.GATEWAY_NAME},
+        "min_replicas": replicas,
+        "max_replicas": max(replicas * 3, replicas + 2),
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": cpu}}],
+    }
+
+
 class Gateway(pulumi.ComponentResource):
     """Gateway Deployment, LoadBalancer Service, HPA and PDB; ``url`` is where clients send requests
     (``https://<gateway.hostname>`` when set), ``load_balancer`` the load balancer's DNS name ("" without one)."""
@@ -182,149 +297,74 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:k8s:Gateway", name, None, opts)
         spec = args.spec
-        gw = spec.gateway
         labels = _labels(spec)
-        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels, "name": contract.GATEWAY_NAME}
-        volumes, mounts = spec_volumes(spec)
-        # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
-        volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
-        mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
-        tls_args: list[str] = []
-        scheme = "HTTP"
-        if tls_termination(spec) == "gateway":
-            volumes = [*volumes, {"name": "tls", "secret": {"secret_name": gw.tls.secret_name}}]
-            mounts = [*mounts, {"name": "tls", "mount_path": contract.TLS_DIR, "read_only": True}]
-            tls_args = ["--tls-cert", f"{contract.TLS_DIR}/tls.crt", "--tls-key", f"{contract.TLS_DIR}/tls.key"]
-            scheme = "HTTPS"
-        # Its own account: the control plane tells gateways from agents by the account that signed their token.
-        account = k8s.core.v1.ServiceAccount(  # type: ignore[call-overload]
-            f"{name}-account",
-            metadata={**meta, "name": contract.GATEWAY_NAME},
-            automount_service_account_token=False,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        volumes, mounts = [*volumes, token_volume()], [*mounts, token_mount()]
-        pod: dict[str, Any] = {
-            "service_account_name": contract.GATEWAY_NAME,
-            "termination_grace_period_seconds": gw.drain.grace_seconds,  # = preStop + shutdown timeout + margin
-            "security_context": pod_security_context(),
-            "containers": [
-                {
-                    "name": "gateway",
-                    "image": args.images.runtime,
-                    "image_pull_policy": spec.images.pull_policy,
-                    "command": ["llmfleet"],
-                    "args": [
-                        "gateway",
-                        "--stack",
-                        contract.stack_file_path(spec.environment),
-                        "--port",
-                        str(gw.port),
-                        "--admin-port",
-                        str(gw.admin_port),
-                        "--shutdown-timeout",
-                        str(gw.drain.shutdown_timeout),
-                        *tls_args,
-                    ],
-                    # The admin port (/readyz, /metrics) is no Service's: kubelet and Prometheus reach the pod.
-                    "ports": [
-                        {"name": "http", "container_port": gw.port},
-                        {"name": "admin", "container_port": gw.admin_port},
-                    ],
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-                    "startup_probe": http_probe("/healthz", gw.port, 2, 30, scheme),
-                    "readiness_probe": http_probe("/readyz", gw.admin_port, 5, 2),
-                    "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
-                    # The pod left the Service's endpoints when it started terminating: the load balancer
-                    # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
-                    "lifecycle": {"pre_stop": {"sleep": {"seconds": prestop_seconds(spec)}}},
-                    "volume_mounts": mounts,
-                    "security_context": container_security_context(read_only_root=True),
-                    "env": [*_redis_env(spec), *token_env(), engine_api_key_env()],
-                }
-            ],
-            "volumes": volumes,
-            "topology_spread_constraints": [
-                {
-                    "max_skew": 1,
-                    "topology_key": contract.ZONE_TOPOLOGY_KEY,
-                    "when_unsatisfiable": "ScheduleAnyway",
-                    "label_selector": {"match_labels": labels},
-                }
-            ],
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {
+            "namespace": spec.cluster.namespace,
+            "labels": labels,
+            "name": contract.GATEWAY_NAME,
         }
-        if spec.target == "aws":
-            pod["node_selector"] = {contract.LABEL_NODE_ROLE: "cpu"}
-        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
+        child = pulumi.ResourceOptions(parent=self)
+        # Its own account: the control plane tells gateways from agents by the account that signed their token.
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-account", metadata=meta, automount_service_account_token=False, opts=child
+        )
+        template_annotations = gateway_pod_annotations(spec, args.tenant_key_hashes, args.engine_api_key)
+        deployment = {
+            "replicas": spec.gateway.replicas,
+            "selector": {"match_labels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": template_annotations},
+                "spec": gateway_pod_spec(spec, args.images),
+            },
+        }
+        k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={**meta, "annotations": _quota_annotations(spec)},
-            spec={
-                "replicas": gw.replicas,
-                "selector": {"match_labels": labels},
-                "template": {
-                    "metadata": {
-                        "labels": labels,
-                        "annotations": gateway_pod_annotations(spec, args.tenant_key_hashes, args.engine_api_key),
-                    },
-                    "spec": pod,
-                },
-            },
+            spec=shaped(deployment, k8s.apps.v1.DeploymentSpecArgsDict),
             opts=pulumi.ResourceOptions(
                 parent=self, ignore_changes=["spec.replicas"], depends_on=[*args.deployment_after, account]
             ),
         )
-        # On aws even a private gateway gets a load balancer (an internal NLB): clients in the VPC reach it.
-        load_balanced = gw.public or spec.target == "aws"
-        _, listener_port = gateway_listener(spec)
-        service_spec: dict[str, Any] = {
-            "type": "LoadBalancer" if load_balanced else "ClusterIP",
-            "selector": labels,
-            "ports": [{"name": "http", "port": listener_port, "target_port": "http"}],
-        }
-        if load_balanced:
-            service_spec["load_balancer_source_ranges"] = list(gw.tls.source_cidrs)
-        service = k8s.core.v1.Service(  # type: ignore[call-overload]
+        service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={**meta, "annotations": gateway_service_annotations(spec)},
-            spec=service_spec,
+            spec=shaped(gateway_service_spec(spec), k8s.core.v1.ServiceSpecArgsDict),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
-        k8s.autoscaling.v2.HorizontalPodAutoscaler(  # type: ignore[call-overload]
+        k8s.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-hpa",
             metadata=meta,
-            spec={
-                "scale_target_ref": {"api_version": "apps/v1", "kind": "Deployment", "name": contract.GATEWAY_NAME},
-                "min_replicas": gw.replicas,
-                "max_replicas": max(gw.replicas * 3, gw.replicas + 2),
-                "metrics": [
-                    {
-                        "type": "Resource",
-                        "resource": {"name": "cpu", "target": {"type": "Utilization", "average_utilization": 70}},
-                    }
-                ],
-            },
-            opts=pulumi.ResourceOptions(parent=self),
+            spec=shaped(_hpa_spec(spec), k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgsDict),
+            opts=child,
         )
-        k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]
+        k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb",
             metadata=meta,
-            spec={"max_unavailable": 1, "selector": {"match_labels": labels}},
-            opts=pulumi.ResourceOptions(parent=self),
+            spec=shaped(
+                {"max_unavailable": 1, "selector": {"match_labels": labels}},
+                k8s.policy.v1.PodDisruptionBudgetSpecArgsDict,
+            ),
+            opts=child,
         )
+        self._addresses(spec, service)
+        self.register_outputs({"url": self.url, "loadBalancer": self.load_balancer})
+
+    def _addresses(self, spec: FleetSpec, service: k8s.core.v1.Service) -> None:
+        """``load_balancer`` from the Service's status (when load balanced); ``url`` from the hostname, else the
+        load balancer, else the in-cluster Service."""
         web = "https" if tls_termination(spec) != "none" else "http"
-        if load_balanced:
+        if load_balanced(spec):
             self.load_balancer = service.status.apply(_lb_host)
         else:
             self.load_balancer = pulumi.Output.from_input("")
-        if gw.hostname is not None:
-            self.url = pulumi.Output.from_input(f"{web}://{gw.hostname}")
-        elif load_balanced:
+        if spec.gateway.hostname is not None:
+            self.url = pulumi.Output.from_input(f"{web}://{spec.gateway.hostname}")
+        elif load_balanced(spec):
             self.url = self.load_balancer.apply(lambda host: f"{web}://{host}" if host else "")
         else:
             self.url = pulumi.Output.from_input(
                 f"{web}://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
             )
-        self.register_outputs({"url": self.url, "loadBalancer": self.load_balancer})
 
 
 def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:

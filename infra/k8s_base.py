@@ -183,29 +183,31 @@ class FleetBase(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
-        k8s.core.v1.ConfigMap(  # type: ignore[call-overload]
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {"namespace": spec.cluster.namespace, "labels": labels}
+        k8s.core.v1.ConfigMap(
             f"{name}-spec",
             metadata={**meta, "name": contract.SPEC_CONFIGMAP},
             data={f"Pulumi.{spec.environment}.yaml": render_stack_file(spec)},
             opts=child,
         )
-        k8s.core.v1.Secret(  # type: ignore[call-overload]
+        k8s.core.v1.Secret(
             f"{name}-tenant-keys",
             metadata={**meta, "name": contract.TENANT_KEYS_SECRET},
             type="Opaque",
             string_data={"tenant-keys.json": args.tenant_key_hashes},
             opts=child,
         )
-        k8s.core.v1.Secret(  # type: ignore[call-overload]
+        k8s.core.v1.Secret(
             f"{name}-engine-api-key",
             metadata={**meta, "name": contract.ENGINE_API_KEY_SECRET},
             type="Opaque",
             string_data={contract.ENGINE_API_KEY_SECRET_KEY: pulumi.Output.secret(args.engine_api_key)},
             opts=child,
         )
-        annotations = {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}
-        k8s.core.v1.ServiceAccount(  # type: ignore[call-overload]
+        annotations: dict[str, pulumi.Input[str]] = (
+            {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}
+        )
+        k8s.core.v1.ServiceAccount(
             f"{name}-engine",
             metadata={**meta, "name": contract.ENGINE_SERVICE_ACCOUNT, "annotations": annotations},
             automount_service_account_token=False,

@@ -92,9 +92,7 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
     the pinned controller; what upstream has and this omits (ALB rules, WAF, Shield, Cognito, certificate
     discovery, Outposts and IPAM pools) is listed, with why, in tests/infra/test_lb_controller_policy.py.
     """
-    requested = {"StringEquals": {f"aws:RequestTag/{_OWNER_TAG}": cluster_name}}
-    owned = {"StringEquals": {f"aws:ResourceTag/{_OWNER_TAG}": cluster_name}}
-    owned_keep_tag = {**owned, "Null": {f"aws:RequestTag/{_OWNER_TAG}": "true"}}
+    tags = _OwnerConditions(cluster_name)
     statements: list[dict[str, Any]] = [
         {
             "Sid": "ElbServiceLinkedRole",
@@ -104,6 +102,29 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
             "Condition": {"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
         },
         {"Sid": "ReadNetworkAndLoadBalancers", "Effect": "Allow", "Action": _READ_ACTIONS, "Resource": "*"},
+        *_security_group_statements(tags, vpc_id, node_security_group_id),
+        *_load_balancer_statements(tags),
+        *_listener_and_target_statements(),
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+class _OwnerConditions:
+    """IAM conditions on the ownership tag: a request tagging for this cluster, a resource tagged for it, and a
+    resource tagged for it whose request leaves the tag alone."""
+
+    def __init__(self, cluster_name: str) -> None:
+        self.requested = {"StringEquals": {f"aws:RequestTag/{_OWNER_TAG}": cluster_name}}
+        self.owned = {"StringEquals": {f"aws:ResourceTag/{_OWNER_TAG}": cluster_name}}
+        self.owned_keep_tag = {**self.owned, "Null": {f"aws:RequestTag/{_OWNER_TAG}": "true"}}
+
+
+def _security_group_statements(
+    tags: _OwnerConditions, vpc_id: str, node_security_group_id: str
+) -> list[dict[str, Any]]:
+    """Create security groups in this VPC tagged for this cluster, manage only those; open the nodes' group."""
+    requested, owned, owned_keep_tag = tags.requested, tags.owned, tags.owned_keep_tag
+    return [
         {
             "Sid": "SecurityGroupsInThisVpc",
             "Effect": "Allow",
@@ -148,6 +169,13 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
             "Action": ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"],
             "Resource": f"arn:aws:ec2:*:*:security-group/{node_security_group_id}",
         },
+    ]
+
+
+def _load_balancer_statements(tags: _OwnerConditions) -> list[dict[str, Any]]:
+    """Create NLBs and target groups tagged for this cluster, and manage only those."""
+    requested, owned, owned_keep_tag = tags.requested, tags.owned, tags.owned_keep_tag
+    return [
         {
             "Sid": "CreateOwnedLoadBalancers",
             "Effect": "Allow",
@@ -188,6 +216,12 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
             "Resource": [_TARGET_GROUPS, _NLBS, _NLB_LISTENERS],
             "Condition": owned_keep_tag,
         },
+    ]
+
+
+def _listener_and_target_statements() -> list[dict[str, Any]]:
+    """Change the NLBs' listeners; register pod targets."""
+    return [
         {
             "Sid": "ManageNlbListeners",
             "Effect": "Allow",
@@ -207,7 +241,6 @@ def lb_controller_policy(cluster_name: str, vpc_id: str, node_security_group_id:
             "Resource": _TARGET_GROUPS,
         },
     ]
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,6 @@ class Network(pulumi.ComponentResource):
         super().__init__("llmfleet:infra:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
-        shared = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block="10.0.0.0/16",
@@ -72,45 +71,7 @@ class Network(pulumi.ComponentResource):
         self.private_subnet_ids = {}
         private_route_tables: list[pulumi.Output[str]] = []
         for index, zone in enumerate(args.zones):
-            public_cidr, private_cidr = subnet_cidrs(index)
-            public = aws.ec2.Subnet(
-                f"{name}-public-{zone}",
-                vpc_id=vpc.id,
-                cidr_block=public_cidr,
-                availability_zone=zone,
-                map_public_ip_on_launch=False,
-                tags={**tags, **shared, "Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-{zone}", subnet_id=public.id, route_table_id=public_rt.id, opts=child
-            )
-            eip = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", tags=tags, opts=child)
-            nat = aws.ec2.NatGateway(
-                f"{name}-nat-{zone}",
-                allocation_id=eip.id,
-                subnet_id=public.id,
-                tags={**tags, "Name": f"{name}-nat-{zone}"},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
-            )
-            private = aws.ec2.Subnet(
-                f"{name}-private-{zone}",
-                vpc_id=vpc.id,
-                cidr_block=private_cidr,
-                availability_zone=zone,
-                tags={**tags, **shared, "Name": f"{name}-private-{zone}", "kubernetes.io/role/internal-elb": "1"},
-                opts=child,
-            )
-            private_rt = aws.ec2.RouteTable(
-                f"{name}-private-{zone}",
-                vpc_id=vpc.id,
-                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-                tags={**tags, "Name": f"{name}-private-{zone}"},
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-{zone}", subnet_id=private.id, route_table_id=private_rt.id, opts=child
-            )
+            public, private, private_rt = self._zone(name, args, index, zone, vpc, igw, public_rt)
             private_route_tables.append(private_rt.id)
             self.public_subnet_ids[zone] = public.id
             self.private_subnet_ids[zone] = private.id
@@ -133,3 +94,59 @@ class Network(pulumi.ComponentResource):
                 "privateSubnetIds": list(self.private_subnet_ids.values()),
             }
         )
+
+    def _zone(
+        self,
+        name: str,
+        args: NetworkArgs,
+        index: int,
+        zone: str,
+        vpc: aws.ec2.Vpc,
+        igw: aws.ec2.InternetGateway,
+        public_rt: aws.ec2.RouteTable,
+    ) -> tuple[aws.ec2.Subnet, aws.ec2.Subnet, aws.ec2.RouteTable]:
+        """One zone's public subnet (on the public route table), EIP and NAT gateway, private subnet and its route
+        table (through that NAT): (public subnet, private subnet, private route table)."""
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        shared = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
+        public_cidr, private_cidr = subnet_cidrs(index)
+        public = aws.ec2.Subnet(
+            f"{name}-public-{zone}",
+            vpc_id=vpc.id,
+            cidr_block=public_cidr,
+            availability_zone=zone,
+            map_public_ip_on_launch=False,
+            tags={**tags, **shared, "Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
+            opts=child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-public-{zone}", subnet_id=public.id, route_table_id=public_rt.id, opts=child
+        )
+        eip = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", tags=tags, opts=child)
+        nat = aws.ec2.NatGateway(
+            f"{name}-nat-{zone}",
+            allocation_id=eip.id,
+            subnet_id=public.id,
+            tags={**tags, "Name": f"{name}-nat-{zone}"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
+        )
+        private = aws.ec2.Subnet(
+            f"{name}-private-{zone}",
+            vpc_id=vpc.id,
+            cidr_block=private_cidr,
+            availability_zone=zone,
+            tags={**tags, **shared, "Name": f"{name}-private-{zone}", "kubernetes.io/role/internal-elb": "1"},
+            opts=child,
+        )
+        private_rt = aws.ec2.RouteTable(
+            f"{name}-private-{zone}",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+            tags={**tags, "Name": f"{name}-private-{zone}"},
+            opts=child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-private-{zone}", subnet_id=private.id, route_table_id=private_rt.id, opts=child
+        )
+        return public, private, private_rt

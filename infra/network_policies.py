@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 
 from fleet.protocol import contract
 from fleet.spec.stack import FleetSpec
+from infra.k8s_shapes import shaped
 from infra.quota_cache import REDIS_PORT
 
 __all__ = ["DEFAULT_DENY", "NAMESPACE_NAME_LABEL", "NetworkPolicies", "network_policy_specs"]
@@ -99,10 +100,10 @@ class NetworkPolicies(pulumi.ComponentResource):
         super().__init__("llmfleet:k8s:NetworkPolicies", name, None, opts)
         labels = {contract.LABEL_ENVIRONMENT: spec.environment, "app.kubernetes.io/part-of": "llmfleet"}
         for policy, body in network_policy_specs(spec, in_cluster_redis).items():
-            k8s.networking.v1.NetworkPolicy(  # type: ignore[call-overload]
+            k8s.networking.v1.NetworkPolicy(
                 f"{name}-{policy.removeprefix('llmfleet-')}",
                 metadata={"name": policy, "namespace": spec.cluster.namespace, "labels": labels},
-                spec=body,
+                spec=shaped(body, k8s.networking.v1.NetworkPolicySpecArgsDict),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.register_outputs({})

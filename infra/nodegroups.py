@@ -152,14 +152,15 @@ class NodeGroups(pulumi.ComponentResource):
         reservation: str | None = None,
         model_cache: bool = False,
     ) -> aws.ec2.LaunchTemplate:
-        extra: dict[str, object] = {}
-        if reservation is not None:
-            extra["instance_market_options"] = {"market_type": "capacity-block"}
-            extra["capacity_reservation_specification"] = {
-                "capacity_reservation_target": {"capacity_reservation_id": reservation}
-            }
-            extra["instance_type"] = instance_type  # a Capacity Block template names its instance type
-        return aws.ec2.LaunchTemplate(  # type: ignore[call-overload,no-any-return]
+        # A Capacity Block template names its instance type and its reservation.
+        block = reservation is not None
+        market: aws.ec2.LaunchTemplateInstanceMarketOptionsArgsDict | None = (
+            {"market_type": "capacity-block"} if block else None
+        )
+        capacity: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgsDict | None = (
+            {"capacity_reservation_target": {"capacity_reservation_id": reservation}} if block else None
+        )
+        return aws.ec2.LaunchTemplate(
             name,
             block_device_mappings=[
                 {
@@ -179,8 +180,10 @@ class NodeGroups(pulumi.ComponentResource):
             user_data=node_user_data(model_cache),
             tag_specifications=[{"resource_type": "volume", "tags": tags}],
             tags=tags,
+            instance_market_options=market,
+            capacity_reservation_specification=capacity,
+            instance_type=instance_type if block else None,
             opts=pulumi.ResourceOptions(parent=self),
-            **extra,
         )
 
     def _gpu_group(

@@ -153,6 +153,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         self._lock = threading.Lock()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        # pulumi's MockMonitor.RegisterResource has no annotations (pulumi/runtime/mocks.py).
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         registration = self.resources.get(response.urn)
         if registration is not None:
@@ -205,6 +206,7 @@ def run_offline(
         try:
             pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
             pulumi.runtime.set_all_config(dict(config), secret_keys=list(secret_keys or []))
+            # pulumi.runtime.test's wrapper is unannotated (pulumi/runtime/mocks.py): the call is typed as untyped.
             pulumi.runtime.test(body)()  # type: ignore[no-untyped-call]
         finally:
             pulumi.runtime.set_all_config({})

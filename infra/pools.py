@@ -67,6 +67,7 @@ from infra.k8s_base import (
     sha256_text,
     spec_volumes,
 )
+from infra.k8s_shapes import shaped
 
 __all__ = [
     "ENGINE_IMAGE_PULL_S",
@@ -79,6 +80,7 @@ __all__ = [
     "await_timeouts",
     "engine_deployment_spec",
     "engine_labels",
+    "engine_pod_spec",
     "first_ready_seconds",
     "pool_checksum",
     "progress_deadline_seconds",
@@ -161,30 +163,25 @@ def _resources(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
     }
 
 
-def engine_deployment_spec(
-    spec: FleetSpec,
-    pool: PoolSpec,
-    image: pulumi.Input[str],
-    model_bucket: pulumi.Input[str] | None,
-    engine_api_key: pulumi.Input[str] | None = None,
-) -> dict[str, Any]:
-    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs), running ``image``;
-    ``engine_api_key`` (secret) is checksummed on the pod template."""
-    labels = engine_labels(spec, pool)
-    drain = pool.drain
+def _engine_volumes(spec: FleetSpec, pool: PoolSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): the stack file and key hashes, ``/dev/shm``, the model cache, ``/tmp``, the token."""
     gpu_pool = pool.engine.kind != "sim" and pool.node_group is not None
-    volumes, mounts = spec_volumes(spec)
+    base_volumes, mounts = spec_volumes(spec)
     shm_gib = min(32, 8 * pool.engine.tensor_parallel_size) if gpu_pool else 1
     volumes = [
-        *volumes,
+        *base_volumes,
         {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gib}Gi"}},
         {"name": "model-cache", **_model_cache(spec)},
         {"name": "tmp", "empty_dir": {"size_limit": "8Gi"}},
+        token_volume(),
     ]
     cache_mount = {"name": "model-cache", "mount_path": MODEL_CACHE_MOUNT}
-    mounts = [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount, token_mount()]
-    mounts.append({"name": "tmp", "mount_path": "/tmp"})
-    volumes.append(token_volume())
+    tmp_mount = {"name": "tmp", "mount_path": "/tmp"}
+    return volumes, [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount, token_mount(), tmp_mount]
+
+
+def _engine_env(model_bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
+    """The agent's environment: the pod's identity and addresses, its token, the caches, the engines' API key."""
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
@@ -197,60 +194,77 @@ def engine_deployment_spec(
         *({"name": k, "value": v} for k, v in COMPILE_CACHE_ENV.items()),
         engine_api_key_env(),  # the agent hands it to vLLM as $VLLM_API_KEY
     ]
-    if model_bucket is not None:
-        env.append({"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket})
-    # Startup: the agent itself answers /healthz within seconds; readiness (/readyz) covers the engine's load.
-    startup = {**http_probe("/healthz", contract.AGENT_PORT, 5, 24)}
-    readiness = http_probe("/readyz", contract.AGENT_PORT, 5, 2)
-    liveness = http_probe("/healthz", contract.AGENT_PORT, 10, 3)
+    bucket = [] if model_bucket is None else [{"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket}]
+    return env + bucket
+
+
+def _agent_args(spec: FleetSpec, pool: PoolSpec) -> list[str]:
+    return [
+        "agent",
+        "--stack",
+        contract.stack_file_path(spec.environment),
+        "--pool",
+        pool.name,
+        "--port",
+        str(contract.AGENT_PORT),
+        "--replica",
+        "$(POD_NAME)",
+        # Probes and the gateway reach the pod on its IP; the agent advertises the engine there.
+        "--host",
+        "0.0.0.0",
+        "--engine-host",
+        "0.0.0.0",
+        "--engine-port",
+        str(contract.ENGINE_PORT),
+        "--advertise-host",
+        "$(POD_IP)",
+        *auth_args(),
+        # The kubelet calls the preStop hook from the node's address, without a credential.
+        "--prestop-from",
+        "$(HOST_IP)",
+    ]
+
+
+def _agent_container(
+    spec: FleetSpec, pool: PoolSpec, image: pulumi.Input[str], model_bucket: pulumi.Input[str] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the agent's container, the pod's volumes): the agent runs the engine in the same container."""
+    volumes, mounts = _engine_volumes(spec, pool)
     container = {
         "name": "agent",
         "image": image,
         "image_pull_policy": spec.images.pull_policy,
         "command": ["llmfleet"],
-        "args": [
-            "agent",
-            "--stack",
-            contract.stack_file_path(spec.environment),
-            "--pool",
-            pool.name,
-            "--port",
-            str(contract.AGENT_PORT),
-            "--replica",
-            "$(POD_NAME)",
-            # Probes and the gateway reach the pod on its IP; the agent advertises the engine there.
-            "--host",
-            "0.0.0.0",
-            "--engine-host",
-            "0.0.0.0",
-            "--engine-port",
-            str(contract.ENGINE_PORT),
-            "--advertise-host",
-            "$(POD_IP)",
-            *auth_args(),
-            # The kubelet calls the preStop hook from the node's address, without a credential.
-            "--prestop-from",
-            "$(HOST_IP)",
-        ],
+        "args": _agent_args(spec, pool),
         "ports": [
             {"name": "agent", "container_port": contract.AGENT_PORT},
             {"name": "engine", "container_port": contract.ENGINE_PORT},
         ],
-        "env": env,
+        "env": _engine_env(model_bucket),
         "resources": _resources(spec, pool),
-        "startup_probe": startup,
-        "readiness_probe": readiness,
-        "liveness_probe": liveness,
+        # Startup: the agent itself answers /healthz within seconds; readiness (/readyz) covers the engine's load.
+        "startup_probe": {**http_probe("/healthz", contract.AGENT_PORT, 5, 24)},
+        "readiness_probe": http_probe("/readyz", contract.AGENT_PORT, 5, 2),
+        "liveness_probe": http_probe("/healthz", contract.AGENT_PORT, 10, 3),
         "lifecycle": {"pre_stop": {"http_get": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}},
         "volume_mounts": mounts,
         "security_context": container_security_context(read_only_root=False),
     }
+    return container, volumes
+
+
+def engine_pod_spec(
+    spec: FleetSpec, pool: PoolSpec, image: pulumi.Input[str], model_bucket: pulumi.Input[str] | None
+) -> dict[str, Any]:
+    """One pool's pod spec (snake_case keys, as pulumi_kubernetes inputs): the agent's container, spread over
+    zones, on its GPU nodes (selected and tolerated) when it has any."""
+    container, volumes = _agent_container(spec, pool, image, model_bucket)
     pod: dict[str, Any] = {
         "service_account_name": contract.ENGINE_SERVICE_ACCOUNT,
         "security_context": pod_security_context(),
         # The agent checks drain callers with TokenReview, as its own account (the account mounts none by default).
         "automount_service_account_token": True,
-        "termination_grace_period_seconds": drain.grace_seconds,
+        "termination_grace_period_seconds": pool.drain.grace_seconds,
         "containers": [container],
         "volumes": volumes,
         "topology_spread_constraints": [
@@ -259,13 +273,26 @@ def engine_deployment_spec(
                 "topology_key": contract.ZONE_TOPOLOGY_KEY,
                 # On AWS every zone has its own GPU node group, so a hard spread is always satisfiable.
                 "when_unsatisfiable": "DoNotSchedule" if spec.target == "aws" else "ScheduleAnyway",
-                "label_selector": {"match_labels": labels},
+                "label_selector": {"match_labels": engine_labels(spec, pool)},
             }
         ],
     }
-    if gpu_pool:
+    if pool.engine.kind != "sim" and pool.node_group is not None:
         pod["node_selector"] = {f"pool.llmfleet.io/{pool.name}": "true"}
         pod["tolerations"] = [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return pod
+
+
+def engine_deployment_spec(
+    spec: FleetSpec,
+    pool: PoolSpec,
+    image: pulumi.Input[str],
+    model_bucket: pulumi.Input[str] | None,
+    engine_api_key: pulumi.Input[str] | None = None,
+) -> dict[str, Any]:
+    """The Deployment ``spec`` of one pool (snake_case keys, as pulumi_kubernetes inputs), running ``image``;
+    ``engine_api_key`` (secret) is checksummed on the pod template."""
+    labels = engine_labels(spec, pool)
     template_annotations: dict[str, pulumi.Input[str]] = {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "8000",
@@ -278,7 +305,10 @@ def engine_deployment_spec(
         "selector": {"match_labels": labels},
         "strategy": {"type": "RollingUpdate", "rolling_update": {"max_surge": 1, "max_unavailable": 0}},
         "progress_deadline_seconds": progress_deadline_seconds(pool),
-        "template": {"metadata": {"labels": labels, "annotations": template_annotations}, "spec": pod},
+        "template": {
+            "metadata": {"labels": labels, "annotations": template_annotations},
+            "spec": engine_pod_spec(spec, pool, image, model_bucket),
+        },
     }
 
 
@@ -326,36 +356,45 @@ class EnginePool(pulumi.ComponentResource):
         spec, pool = args.spec, args.pool
         labels = engine_labels(spec, pool)
         self.deployment_name = contract.pool_deployment_name(pool.name)
-        meta: dict[str, Any] = {"namespace": spec.cluster.namespace, "labels": labels}
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {"namespace": spec.cluster.namespace, "labels": labels}
         create_s, update_s = await_timeouts(pool)
-        k8s.apps.v1.Deployment(  # type: ignore[call-overload]
+        k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={**meta, "name": self.deployment_name, "annotations": engine_annotations(pool)},
-            spec=engine_deployment_spec(spec, pool, args.images.for_pool(pool), args.model_bucket, args.engine_api_key),
+            spec=shaped(
+                engine_deployment_spec(spec, pool, args.images.for_pool(pool), args.model_bucket, args.engine_api_key),
+                k8s.apps.v1.DeploymentSpecArgsDict,
+            ),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 ignore_changes=["spec.replicas"],
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{create_s}s", update=f"{update_s}s"),
             ),
         )
-        k8s.core.v1.Service(  # type: ignore[call-overload]
+        k8s.core.v1.Service(
             f"{name}-service",
             metadata={**meta, "name": self.deployment_name},
-            spec={
-                "cluster_ip": "None",
-                "selector": labels,
-                "ports": [
-                    {"name": "agent", "port": contract.AGENT_PORT, "target_port": "agent"},
-                    {"name": "engine", "port": contract.ENGINE_PORT, "target_port": "engine"},
-                ],
-            },
+            spec=shaped(
+                {
+                    "cluster_ip": "None",
+                    "selector": labels,
+                    "ports": [
+                        {"name": "agent", "port": contract.AGENT_PORT, "target_port": "agent"},
+                        {"name": "engine", "port": contract.ENGINE_PORT, "target_port": "engine"},
+                    ],
+                },
+                k8s.core.v1.ServiceSpecArgsDict,
+            ),
             # The LB controller's webhook sees every Service created: none is created before the controller runs.
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.service_after)),
         )
-        k8s.policy.v1.PodDisruptionBudget(  # type: ignore[call-overload]
+        k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb",
             metadata={**meta, "name": self.deployment_name},
-            spec={"max_unavailable": pool.restart_window.max_unavailable, "selector": {"match_labels": labels}},
+            spec=shaped(
+                {"max_unavailable": pool.restart_window.max_unavailable, "selector": {"match_labels": labels}},
+                k8s.policy.v1.PodDisruptionBudgetSpecArgsDict,
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"deployment": self.deployment_name})

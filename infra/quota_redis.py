@@ -22,9 +22,18 @@ import pulumi_kubernetes as k8s
 
 from fleet.protocol import contract
 from fleet.spec.stack import FleetSpec
+from infra.k8s_shapes import shaped
 from infra.quota_cache import REDIS_PORT, check_auth_token
 
-__all__ = ["REDIS_IMAGE", "QuotaRedis", "QuotaRedisArgs", "in_cluster_url", "provisions_redis", "redis_config"]
+__all__ = [
+    "REDIS_IMAGE",
+    "QuotaRedis",
+    "QuotaRedisArgs",
+    "in_cluster_url",
+    "provisions_redis",
+    "redis_config",
+    "redis_pod_spec",
+]
 
 REDIS_IMAGE = "redis:7.2-alpine"
 _REDIS_UID = 999  # the image's redis user
@@ -84,7 +93,11 @@ class QuotaRedis(pulumi.ComponentResource):
             contract.LABEL_COMPONENT: contract.COMPONENT_QUOTA_REDIS,
             contract.LABEL_ENVIRONMENT: spec.environment,
         }
-        meta: dict[str, Any] = {"name": contract.QUOTA_REDIS_NAME, "namespace": namespace, "labels": labels}
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {
+            "name": contract.QUOTA_REDIS_NAME,
+            "namespace": namespace,
+            "labels": labels,
+        }
         after = list(args.after)
         secret_key = spec.gateway.redis.auth_token_secret
         data: dict[str, pulumi.Input[str]]
@@ -96,7 +109,7 @@ class QuotaRedis(pulumi.ComponentResource):
                 contract.REDIS_URL_KEY: password.apply(lambda p: in_cluster_url(namespace, p)),
                 _CONFIG_KEY: password.apply(redis_config),
             }
-        self.secret = k8s.core.v1.Secret(  # type: ignore[call-overload]
+        self.secret = k8s.core.v1.Secret(
             f"{name}-secret",
             metadata=meta,
             type="Opaque",
@@ -109,67 +122,77 @@ class QuotaRedis(pulumi.ComponentResource):
         self.register_outputs({"secret": contract.QUOTA_REDIS_NAME})
 
     def _server(
-        self, name: str, meta: dict[str, Any], labels: dict[str, str], after: list[pulumi.Resource]
+        self, name: str, meta: k8s.meta.v1.ObjectMetaArgsDict, labels: dict[str, str], after: list[pulumi.Resource]
     ) -> list[pulumi.Resource]:
-        pod: dict[str, Any] = {
-            "security_context": {
-                "run_as_non_root": True,
-                "run_as_user": _REDIS_UID,
-                "run_as_group": _REDIS_UID,
-                "fs_group": _REDIS_UID,
-                "seccomp_profile": {"type": "RuntimeDefault"},
-            },
-            "automount_service_account_token": False,
-            "containers": [
-                {
-                    "name": "redis",
-                    "image": REDIS_IMAGE,
-                    "command": ["redis-server", f"/etc/redis/{_CONFIG_KEY}"],
-                    "ports": [{"name": "redis", "container_port": REDIS_PORT}],
-                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-                    "readiness_probe": {"tcp_socket": {"port": REDIS_PORT}, "period_seconds": 5},
-                    "liveness_probe": {"tcp_socket": {"port": REDIS_PORT}, "period_seconds": 10},
-                    "security_context": {
-                        "allow_privilege_escalation": False,
-                        "read_only_root_filesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volume_mounts": [
-                        {"name": "config", "mount_path": "/etc/redis", "read_only": True},
-                        {"name": "data", "mount_path": "/data"},
-                    ],
-                }
-            ],
-            "volumes": [
-                {
-                    "name": "config",
-                    "secret": {
-                        "secret_name": contract.QUOTA_REDIS_NAME,
-                        "items": [{"key": _CONFIG_KEY, "path": _CONFIG_KEY}],
-                    },
-                },
-                {"name": "data", "empty_dir": {"size_limit": "256Mi"}},
-            ],
-        }
-        deployment = k8s.apps.v1.Deployment(  # type: ignore[call-overload]
+        deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta,
-            spec={
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"match_labels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
-            },
+            spec=shaped(
+                {
+                    "replicas": 1,
+                    "strategy": {"type": "Recreate"},
+                    "selector": {"match_labels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": redis_pod_spec()},
+                },
+                k8s.apps.v1.DeploymentSpecArgsDict,
+            ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, self.secret]),
         )
-        service = k8s.core.v1.Service(  # type: ignore[call-overload]
+        service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=meta,
-            spec={
-                "type": "ClusterIP",
-                "selector": labels,
-                "ports": [{"name": "redis", "port": REDIS_PORT, "target_port": "redis"}],
-            },
+            spec=shaped(
+                {
+                    "type": "ClusterIP",
+                    "selector": labels,
+                    "ports": [{"name": "redis", "port": REDIS_PORT, "target_port": "redis"}],
+                },
+                k8s.core.v1.ServiceSpecArgsDict,
+            ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         return [deployment, service]
+
+
+def redis_pod_spec() -> dict[str, Any]:
+    """The in-cluster Redis' pod spec: non-root, read-only root, its config from the Secret, data in an emptyDir."""
+    return {
+        "security_context": {
+            "run_as_non_root": True,
+            "run_as_user": _REDIS_UID,
+            "run_as_group": _REDIS_UID,
+            "fs_group": _REDIS_UID,
+            "seccomp_profile": {"type": "RuntimeDefault"},
+        },
+        "automount_service_account_token": False,
+        "containers": [
+            {
+                "name": "redis",
+                "image": REDIS_IMAGE,
+                "command": ["redis-server", f"/etc/redis/{_CONFIG_KEY}"],
+                "ports": [{"name": "redis", "container_port": REDIS_PORT}],
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+                "readiness_probe": {"tcp_socket": {"port": REDIS_PORT}, "period_seconds": 5},
+                "liveness_probe": {"tcp_socket": {"port": REDIS_PORT}, "period_seconds": 10},
+                "security_context": {
+                    "allow_privilege_escalation": False,
+                    "read_only_root_filesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volume_mounts": [
+                    {"name": "config", "mount_path": "/etc/redis", "read_only": True},
+                    {"name": "data", "mount_path": "/data"},
+                ],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "config",
+                "secret": {
+                    "secret_name": contract.QUOTA_REDIS_NAME,
+                    "items": [{"key": _CONFIG_KEY, "path": _CONFIG_KEY}],
+                },
+            },
+            {"name": "data", "empty_dir": {"size_limit": "256Mi"}},
+        ],
+    }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders, timeseries
 
 from fleet.spec.stack import FleetSpec
 from infra.dashboards.panels import (
@@ -35,6 +35,84 @@ SCALING = Annotation(
 )
 
 
+def _engine_panels(spec: FleetSpec) -> list[timeseries.Panel]:
+    """KV cache usage (against the autoscaler's target) and the engines' batches and queues."""
+    return [
+        panel(
+            "KV cache usage",
+            "percentunit",
+            [
+                Query(f"max by (instance) (vllm:kv_cache_usage_perc{{{ENGINES}}})", "{{instance}}"),
+                Query(f"avg(vllm:kv_cache_usage_perc{{{ENGINES}}})", "mean"),
+            ],
+            description="Share of each engine's KV blocks in use; the dashed line is the autoscaler's target.",
+            thresholds=[(None, "green"), (spec.autoscaling.target_kv_usage, "orange"), (0.98, "red")],
+        ),
+        panel(
+            "Requests running and waiting",
+            "short",
+            [
+                Query(f"sum(vllm:num_requests_running{{{ENGINES}}})", "running"),
+                Query(f"sum(vllm:num_requests_waiting{{{ENGINES}}})", "waiting"),
+            ],
+            description="In the engines' batches and in their queues, all replicas together.",
+        ),
+    ]
+
+
+def _engine_health_panels() -> list[timeseries.Panel]:
+    """Preemptions, prefix-cache hit rate and the agents' engine restarts."""
+    return [
+        panel(
+            "Preemptions",
+            "short",
+            [Query(rate("vllm:num_preemptions_total", ENGINES), "preemptions/s")],
+            description="Sequences evicted for KV space and recomputed later: any is a sign of KV pressure.",
+            width=8,
+        ),
+        panel(
+            "Prefix-cache hit rate",
+            "percentunit",
+            [
+                Query(
+                    f"{rate('vllm:prefix_cache_hits_total', ENGINES)} "
+                    f"/ {rate('vllm:prefix_cache_queries_total', ENGINES)}",
+                    "hit rate",
+                )
+            ],
+            description="Prompt tokens found in the engines' prefix caches, over the tokens looked up.",
+            width=8,
+        ),
+        panel(
+            "Engine restarts (last hour)",
+            "short",
+            [
+                Query(
+                    f"sum by (reason) (increase(llmfleet_agent_engine_restarts_total{{{ENGINES}}}[1h]))",
+                    "{{reason}}",
+                )
+            ],
+            description="Restarts the agents made, by reason (crash, hang, planned, ...).",
+            width=8,
+        ),
+    ]
+
+
+def _replicas_panel() -> timeseries.Panel:
+    """Replicas by state against the autoscaler's target and what the gateways route to."""
+    return panel(
+        "Replicas by state",
+        "short",
+        [
+            Query('sum by (state) (llmfleet_pool_replicas{pool="$pool"})', "{{state}}"),
+            Query(f'max({TARGET_REPLICAS}{{pool="$pool"}})', "autoscaler target"),
+            Query('max(llmfleet_gateway_ready_replicas{pool="$pool"})', "routable (gateways)"),
+        ],
+        description="Replicas the control plane knows, by state; what the gateways route to.",
+        width=24,
+    )
+
+
 def pool_dashboard(spec: FleetSpec) -> dict[str, Any]:
     """The per-pool dashboard of ``spec``'s stack as Grafana dashboard JSON."""
     board = (
@@ -46,80 +124,8 @@ def pool_dashboard(spec: FleetSpec) -> dict[str, Any]:
         )
         .with_variable(custom_variable("pool", "Pool", [p.name for p in spec.pools]))
         .with_row(dashboard_builders.Row("Engines"))
-        .with_panel(
-            panel(
-                "KV cache usage",
-                "percentunit",
-                [
-                    Query(f"max by (instance) (vllm:kv_cache_usage_perc{{{ENGINES}}})", "{{instance}}"),
-                    Query(f"avg(vllm:kv_cache_usage_perc{{{ENGINES}}})", "mean"),
-                ],
-                description="Share of each engine's KV blocks in use; the dashed line is the autoscaler's target.",
-                thresholds=[(None, "green"), (spec.autoscaling.target_kv_usage, "orange"), (0.98, "red")],
-            )
-        )
-        .with_panel(
-            panel(
-                "Requests running and waiting",
-                "short",
-                [
-                    Query(f"sum(vllm:num_requests_running{{{ENGINES}}})", "running"),
-                    Query(f"sum(vllm:num_requests_waiting{{{ENGINES}}})", "waiting"),
-                ],
-                description="In the engines' batches and in their queues, all replicas together.",
-            )
-        )
-        .with_panel(
-            panel(
-                "Preemptions",
-                "short",
-                [Query(rate("vllm:num_preemptions_total", ENGINES), "preemptions/s")],
-                description="Sequences evicted for KV space and recomputed later: any is a sign of KV pressure.",
-                width=8,
-            )
-        )
-        .with_panel(
-            panel(
-                "Prefix-cache hit rate",
-                "percentunit",
-                [
-                    Query(
-                        f"{rate('vllm:prefix_cache_hits_total', ENGINES)} "
-                        f"/ {rate('vllm:prefix_cache_queries_total', ENGINES)}",
-                        "hit rate",
-                    )
-                ],
-                description="Prompt tokens found in the engines' prefix caches, over the tokens looked up.",
-                width=8,
-            )
-        )
-        .with_panel(
-            panel(
-                "Engine restarts (last hour)",
-                "short",
-                [
-                    Query(
-                        f"sum by (reason) (increase(llmfleet_agent_engine_restarts_total{{{ENGINES}}}[1h]))",
-                        "{{reason}}",
-                    )
-                ],
-                description="Restarts the agents made, by reason (crash, hang, planned, ...).",
-                width=8,
-            )
-        )
-        .with_row(dashboard_builders.Row("Replicas"))
-        .with_panel(
-            panel(
-                "Replicas by state",
-                "short",
-                [
-                    Query('sum by (state) (llmfleet_pool_replicas{pool="$pool"})', "{{state}}"),
-                    Query(f'max({TARGET_REPLICAS}{{pool="$pool"}})', "autoscaler target"),
-                    Query('max(llmfleet_gateway_ready_replicas{pool="$pool"})', "routable (gateways)"),
-                ],
-                description="Replicas the control plane knows, by state; what the gateways route to.",
-                width=24,
-            )
-        )
     )
+    for engines in [*_engine_panels(spec), *_engine_health_panels()]:
+        board = board.with_panel(engines)
+    board = board.with_row(dashboard_builders.Row("Replicas")).with_panel(_replicas_panel())
     return encode(board, [SCALING])
