@@ -26,8 +26,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# pytest in two passes that together run every test once (the second ignores what the first ran). First the
+# folders whose tests run inside pytest's process (at most a short-lived tool or CLI run), on PYTEST_WORKERS workers
+# (pytest-xdist; one file per worker, so a module's fixtures start once); then all the others one at a time: they
+# start fleets, agents, engines and gateways as real processes on loopback ports under deadlines, and two at once
+# would take the CPU those deadlines measure. Folders, not files: a folder that is renamed or not there falls into
+# the second pass. Both passes run; the recipe fails if either did.
+PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/policies tests/rollout tests/simulate)
+PYTEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	status=0; \
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PARALLEL_TESTS) || status=$$?; \
+	$(BIN)/pytest -q $(addprefix --ignore=,$(PARALLEL_TESTS)) || status=$$?; \
+	exit $$status
 
 test: lint typecheck pytest
 
