@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.plotting import add_plot_arguments, pyplot, save  # noqa: E402
 from control_plane.scaling.context import ReplicaLoad, ScalingContext  # noqa: E402
-from control_plane.scaling.guardrails import apply_guardrails  # noqa: E402
 from control_plane.scaling.policies import make_policy  # noqa: E402
+from control_plane.scaling.step import ScalingState, run_policy  # noqa: E402
 from fleet.spec.stack import AutoscalingSpec  # noqa: E402
 
 MU = 6.0  # requests/s one replica completes at full batch
@@ -72,7 +72,7 @@ def simulate(
     policy = make_policy(policy_name, cfg.policy.params)
     result = Result(name)
     ready, launching = MIN, []  # launching: ready-at times
-    in_system, state, history = 0.0, {}, []
+    in_system, state, history = 0.0, ScalingState(), []
     next_tick, t = 0.0, 0.0
     while t < end_s:
         launching, newly = [x for x in launching if x > t], [x for x in launching if x <= t]
@@ -121,11 +121,9 @@ def simulate(
                 ttft_slo_s=SLO_S,
                 cold_start_s=COLD_START_S,
                 demand_history=tuple(history),
-                state=state,
+                state=state.policy,
             )
-            proposal = policy.propose(ctx)
-            verdict = apply_guardrails(ctx, proposal, cfg)
-            state = {**verdict.state, **dict(proposal.state)}  # as control_plane.loop carries it
+            verdict, state = run_policy(policy, ctx, cfg, state.guardrails)  # as scaling.step.decide does
             delta = verdict.target - ctx.current
             if delta > 0:
                 launching += [t + COLD_START_S] * delta

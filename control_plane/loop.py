@@ -22,15 +22,14 @@ import logging
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import asdict
-from typing import Any
 
 from control_plane.actuators import Actuator, FleetView
-from control_plane.reports import GatewayRegistry, ReplicaRegistry, ReplicaSeen
+from control_plane.reports import GatewayRegistry, ReplicaRegistry, ReplicaSeen, gateway_demand
 from control_plane.rollouts import Rollouts
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision, Hold
 from control_plane.scaling.policies import make_policy
-from control_plane.scaling.step import DemandHistory, decide, gateway_demand, pick_victims
+from control_plane.scaling.step import DemandHistory, ScalingState, decide, pick_victims
 from control_plane.startup import StartupHold
 from fleet.capacity.plan import plan_pool
 from fleet.protocol.wire import ReplicaState
@@ -100,7 +99,7 @@ class ControlLoop:
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
         self.decisions: deque[Decision] = deque(maxlen=history)
         self.last: dict[str, Decision] = {}
-        self._state: dict[str, dict[str, Any]] = {}
+        self._state: dict[str, ScalingState] = {}
         self._demand: dict[str, DemandHistory] = {}
         self._stop = asyncio.Event()
         self.startup = StartupHold(clock(), startup_hold_s)
@@ -154,7 +153,7 @@ class ControlLoop:
             gateway=gateway_demand(self.gateways.seen(pool.name, now)),
             per_replica_qps=self.per_replica_qps.get(pool.name),
             demand_history=self._demand.get(pool.name, ()),
-            state=self._state.get(pool.name, {}),
+            state=self._state.get(pool.name),
             node_lead_s=self.node_lead_s[pool.name],
         )
         self._state[pool.name] = step.state

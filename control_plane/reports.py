@@ -19,7 +19,15 @@ from typing import Generic, Protocol, TypeVar
 
 from fleet.protocol.wire import GatewayReport, LoadReport, ReplicaInfo, ReplicaList, ReplicaState
 
-__all__ = ["GatewayRegistry", "GatewaySeen", "ReplicaRegistry", "ReplicaSeen", "ReportRegistry", "Seen"]
+__all__ = [
+    "GatewayRegistry",
+    "GatewaySeen",
+    "ReplicaRegistry",
+    "ReplicaSeen",
+    "ReportRegistry",
+    "Seen",
+    "gateway_demand",
+]
 
 
 class Report(Protocol):
@@ -115,3 +123,13 @@ class GatewayRegistry(ReportRegistry[GatewayReport]):
 
     def __init__(self, stale_after_s: float, forget_after_s: float | None = None) -> None:
         super().__init__(lambda r: r.gateway, stale_after_s, forget_after_s)
+
+
+def gateway_demand(seen: list[GatewaySeen]) -> tuple[float | None, float | None, int]:
+    """(waiting, request rate, stale gateways) over one pool's gateway reports: the sums over fresh reports, or
+    None for both when no gateway reported recently (unknown, not zero). The scaler's context takes these."""
+    fresh = [g.report for g in seen if not g.stale]
+    stale = len(seen) - len(fresh)
+    if not fresh:
+        return None, None, stale
+    return float(sum(r.waiting for r in fresh)), sum(r.arrived_per_s for r in fresh), stale

@@ -9,14 +9,13 @@ ticks exactly as `control_plane.loop.ControlLoop` does, so a report sequence get
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from control_plane.loop import node_lead, planned_qps
-from control_plane.reports import GatewaySeen
+from control_plane.reports import GatewaySeen, gateway_demand
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision
 from control_plane.scaling.policies import ScalingPolicy, make_policy
-from control_plane.scaling.step import DemandHistory, decide, gateway_demand
+from control_plane.scaling.step import DemandHistory, ScalingState, decide
 from fleet.protocol.wire import GatewayReport
 from fleet.spec.stack import AutoscalingSpec, FleetSpec, PoolSpec
 
@@ -34,7 +33,7 @@ class Controller:
     stale_after_s: float
     gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
     node_lead_s: float = 0.0  # the live loop's `node_lead`, so decisions (nodes_for included) stay the same
-    state: dict[str, Any] = field(default_factory=dict)
+    state: ScalingState = field(default_factory=ScalingState)
     demand: DemandHistory = ()
 
     @classmethod

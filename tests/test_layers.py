@@ -170,3 +170,16 @@ def test_the_architecture_table_names_every_module_of_the_ground_floor() -> None
     present = {p.stem for p in (ROOT / "fleet").glob("*.py") if p.stem != "__init__"}
     present |= {p.name for p in (ROOT / "fleet").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert sorted(present - named) == []
+
+
+def test_the_scaling_room_is_pure() -> None:
+    """control_plane.scaling (context, policies, guard-rails, the decision step) imports only the ground floor and
+    itself: the live loop and the simulator run it on any input, with no I/O below it."""
+    outside = {
+        (module, target)
+        for module, targets in graph().items()
+        if module.startswith("control_plane.scaling")
+        for target in targets
+        if not (target.startswith("control_plane.scaling") or target.split(".")[0] == "fleet")
+    }
+    assert outside == set()

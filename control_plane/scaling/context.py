@@ -97,7 +97,8 @@ class ScalingContext:
     per_replica_qps: float | None = None
     # demand (running + waiting over fresh replicas) per past tick: ((t, value), ...) oldest first
     demand_history: tuple[tuple[float, float], ...] = ()
-    # the state the policy returned last tick (its parameters are its own, fixed when it is built)
+    # the state the policy returned last tick, its own only: the guard-rails keep theirs apart (its parameters
+    # are its own too, fixed when it is built)
     state: Mapping[str, Any] = field(default_factory=dict)
 
     # -- replica groups -------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def build_context(
 ) -> ScalingContext:
     """The context of one pool at ``now``: the spec's targets and bounds plus the observed load.
 
-    ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `control_plane.loop.gateway_demand` sums it. The
+    ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `control_plane.reports.gateway_demand` sums it. The
     live loop and the fleet simulation both build contexts here, so they decide from the same fields.
     """
     return ScalingContext(

@@ -1,13 +1,16 @@
 """One decision step: a frozen snapshot of one pool in, a decision out. The live loop and the fleet simulation
 both call `decide`, so they decide from the same history the same way.
 
-    replicas + gateway sums + demand window + policy state
+    replicas + gateway sums + demand window + state (the policy's, the guard-rails')
         -> build_context -> demand window advanced (current sample included) -> policy -> guard-rails
         -> Decision (+ the state and window to carry to the next step)
 
 The demand window holds ``(t, demand)`` samples of the ticks that had fresh metrics, over
 ``max(coldStartSeconds, 3 x intervalS)``. The current tick's sample is part of the history the predictive term
 reads (its trend would otherwise lag one tick). Nothing here performs I/O or reads a clock: ``now`` comes in.
+
+The carried `ScalingState` keeps the policy's state (``Proposal.state``: keys a policy leaves out keep their last
+value) apart from the guard-rails' typed `GuardrailState`, so neither can overwrite the other's.
 """
 
 from __future__ import annotations
@@ -16,21 +19,21 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from control_plane.reports import GatewaySeen
 from control_plane.scaling.context import ReplicaLoad, ScalingContext, build_context
 from control_plane.scaling.decisions import Decision, Hold, ScaleDown, ScaleUp
-from control_plane.scaling.guardrails import apply_guardrails
+from control_plane.scaling.guardrails import GuardrailState, Verdict, apply_guardrails
 from control_plane.scaling.policies import ScalingPolicy
 from fleet.protocol.wire import ReplicaState
 from fleet.spec.stack import AutoscalingSpec, PoolSpec
 
 __all__ = [
     "DemandHistory",
+    "ScalingState",
     "Step",
     "advance_window",
     "decide",
-    "gateway_demand",
     "pick_victims",
+    "run_policy",
     "window_horizon",
 ]
 
@@ -53,16 +56,6 @@ def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
     return tuple(r.replica for r in sorted(candidates, key=order)[:count])
 
 
-def gateway_demand(seen: list[GatewaySeen]) -> tuple[float | None, float | None, int]:
-    """(waiting, request rate, stale gateways) over one pool's gateway reports: the sums over fresh reports, or
-    None for both when no gateway reported recently (unknown, not zero)."""
-    fresh = [g.report for g in seen if not g.stale]
-    stale = len(seen) - len(fresh)
-    if not fresh:
-        return None, None, stale
-    return float(sum(r.waiting for r in fresh)), sum(r.arrived_per_s for r in fresh), stale
-
-
 def advance_window(history: DemandHistory, now: float, demand: float, horizon_s: float) -> DemandHistory:
     """``history`` with ``(now, demand)`` appended and samples older than ``horizon_s`` dropped."""
     return tuple((t, v) for t, v in (*history, (now, demand)) if now - t <= horizon_s)
@@ -74,12 +67,30 @@ def window_horizon(pool: PoolSpec, autoscaling: AutoscalingSpec) -> float:
 
 
 @dataclass(frozen=True)
+class ScalingState:
+    """What one pool's step carries to its next: the policy's own state and the guard-rails', apart."""
+
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    guardrails: GuardrailState = field(default_factory=GuardrailState)
+
+
+def run_policy(
+    policy: ScalingPolicy, ctx: ScalingContext, autoscaling: AutoscalingSpec, guardrails: GuardrailState
+) -> tuple[Verdict, ScalingState]:
+    """``policy``'s proposal for ``ctx`` (whose ``state`` is the policy's own) through the guard-rails, and the
+    state to carry to the next tick."""
+    proposal = policy.propose(ctx)
+    verdict = apply_guardrails(ctx, proposal, autoscaling, guardrails)
+    return verdict, ScalingState({**ctx.state, **dict(proposal.state)}, verdict.state)
+
+
+@dataclass(frozen=True)
 class Step:
     """What one step decided, and what the caller carries to the next step of the same pool."""
 
     decision: Decision
     context: ScalingContext
-    state: dict[str, Any] = field(default_factory=dict)
+    state: ScalingState = field(default_factory=ScalingState)
     demand_history: DemandHistory = ()
 
 
@@ -93,10 +104,11 @@ def decide(
     gateway: tuple[float | None, float | None, int] = (None, None, 0),
     per_replica_qps: float | None = None,
     demand_history: DemandHistory = (),
-    state: Mapping[str, Any] | None = None,
+    state: ScalingState | None = None,
     node_lead_s: float = 0.0,
 ) -> Step:
     """One pool, one tick: the decision (not yet applied), with the next state and demand window."""
+    state = state or ScalingState()
     ctx = build_context(
         pool,
         autoscaling,
@@ -105,14 +117,13 @@ def decide(
         gateway=gateway,
         per_replica_qps=per_replica_qps,
         demand_history=demand_history,
-        state=state,
+        state=state.policy,
         node_lead_s=node_lead_s,
     )
     if ctx.has_metrics:
         history = advance_window(demand_history, now, ctx.demand, window_horizon(pool, autoscaling))
         ctx = replace(ctx, demand_history=history)
-    proposal = policy.propose(ctx)
-    verdict = apply_guardrails(ctx, proposal, autoscaling)
+    verdict, carried = run_policy(policy, ctx, autoscaling, state.guardrails)
     common: dict[str, Any] = {
         "pool": pool.name,
         "current": ctx.current,
@@ -130,4 +141,4 @@ def decide(
         decision = ScaleDown(**common, victims=pick_victims(ctx, ctx.current - verdict.target), drain=True)
     else:
         decision = Hold(**common)
-    return Step(decision, ctx, {**verdict.state, **dict(proposal.state)}, ctx.demand_history)
+    return Step(decision, ctx, carried, ctx.demand_history)

@@ -9,7 +9,7 @@ import pytest
 
 from control_plane.loop import gateway_demand
 from control_plane.reports import GatewayRegistry
-from control_plane.scaling.guardrails import apply_guardrails
+from control_plane.scaling.guardrails import GuardrailState, apply_guardrails
 from control_plane.scaling.policies import Proposal
 from tests.control_plane.builders import autoscaling, context, gateway_report, ready, report
 from tests.control_plane.conftest import Served
@@ -42,8 +42,9 @@ def test_gateway_staleness_table(
 
 @pytest.mark.parametrize(("stale", "target"), [(0, 2), (1, 3)])
 def test_a_stale_gateway_blocks_scale_down(stale: int, target: int) -> None:
-    ctx = context(*[ready(n) for n in "abc"], gateways_stale=stale, state={"below_since": 0.0})
-    verdict = apply_guardrails(ctx, Proposal(1.0, "idle"), autoscaling(scale_down_stabilization_s=0.0))
+    ctx = context(*[ready(n) for n in "abc"], gateways_stale=stale)
+    cfg = autoscaling(scale_down_stabilization_s=0.0)
+    verdict = apply_guardrails(ctx, Proposal(1.0, "idle"), cfg, GuardrailState(below_since=0.0))
     assert verdict.target == target
     assert ("gateway report(s) stale" in verdict.reason) == bool(stale)
 

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from control_plane.scaling.context import ScalingContext
-from control_plane.scaling.guardrails import apply_guardrails, demand_trend
+from control_plane.scaling.guardrails import GuardrailState, apply_guardrails, demand_trend
 from control_plane.scaling.policies import Proposal
 from tests.control_plane.builders import autoscaling, context, ready, stale, starting
 
 
-def guard(ctx: ScalingContext, desired: float, **cfg: Any) -> Any:
-    return apply_guardrails(ctx, Proposal(desired, "policy"), autoscaling(**cfg))
+def guard(ctx: ScalingContext, desired: float, state: GuardrailState | None = None, **cfg: Any) -> Any:
+    return apply_guardrails(ctx, Proposal(desired, "policy"), autoscaling(**cfg), state)
 
 
 @pytest.mark.parametrize(
@@ -41,10 +41,10 @@ def test_guardrail_table(case: str, replicas: list, desired: float, cfg: dict, t
 
 
 def test_stabilisation_delays_scale_down_until_the_window_has_passed() -> None:
-    state: dict[str, Any] = {}
+    state = GuardrailState()
     targets = []
     for now in (0.0, 30.0, 59.0, 60.0):
-        verdict = guard(context(ready("a"), ready("b"), now=now, state=state), 1)
+        verdict = guard(context(ready("a"), ready("b"), now=now), 1, state)
         state = verdict.state
         targets.append(verdict.target)
     assert targets == [2, 2, 2, 1]
@@ -52,18 +52,18 @@ def test_stabilisation_delays_scale_down_until_the_window_has_passed() -> None:
 
 
 def test_scale_down_goes_only_as_low_as_the_highest_recent_recommendation() -> None:
-    state: dict[str, Any] = {}
+    state = GuardrailState()
     replicas = [ready(n) for n in "abcd"]
     for now, desired in ((0.0, 3), (30.0, 1), (60.0, 1)):
-        verdict = guard(context(*replicas, now=now, state=state), desired, max_scale_down_step=4)
+        verdict = guard(context(*replicas, now=now), desired, state, max_scale_down_step=4)
         state = verdict.state
     assert verdict.target == 3
 
 
 def test_a_burst_resets_the_scale_down_clock() -> None:
-    state: dict[str, Any] = {}
+    state = GuardrailState()
     for now, desired in ((0.0, 1), (40.0, 3), (50.0, 1), (100.0, 1)):
-        verdict = guard(context(ready("a"), ready("b"), now=now, state=state), desired)
+        verdict = guard(context(ready("a"), ready("b"), now=now), desired, state)
         state = verdict.state
     assert verdict.target == 2 and "waits 10s more" in verdict.reason
 
@@ -199,10 +199,10 @@ def test_predictive_term_adds_at_most_its_step() -> None:
 def test_ttft_rule_needs_a_queue_that_lasts_not_one_bursts_backlog() -> None:
     # 10 s ticks, 30 s window: 20 waiting over 3 replicas in one tick is a burst's backlog; in two of three, not.
     def run(waiting: list[float]) -> int:
-        state: dict[str, Any] = {}
+        state = GuardrailState()
         for i, w in enumerate(waiting):
-            ctx = context(ready("a", waiting=w, running=40, ttft=2.0), *FLOOR[1:], now=1000.0 + 10 * i, state=state)
-            verdict = guard(ctx, 3, scale_down_stabilization_s=0)
+            ctx = context(ready("a", waiting=w, running=40, ttft=2.0), *FLOOR[1:], now=1000.0 + 10 * i)
+            verdict = guard(ctx, 3, state, scale_down_stabilization_s=0)
             state = verdict.state
         return verdict.target
 
