@@ -4,9 +4,10 @@ A pool on a GPU node group pays whole nodes, by the rule `llmfleet plan` prices 
 (`fleet.capacity.paid.nodes_per_zone`: per zone, the larger of ``minNodesPerAz`` and the nodes its replicas of
 ``tensorParallelSize`` GPUs pack onto, spread over the group's zones as a zone topology spread places them).
 A pool without a node group runs on an existing cluster's GPUs and pays the GPUs its replicas hold.
-The count follows the replicas billed at each control tick (launching and draining ones included): a node is
-paid from the tick its first replica is launched to the tick its last one stopped, with no reclaim delay and no
-node start, so the figures are a lower bound on what the same replicas would cost.
+The count follows the replicas billed at each control tick (launching and draining ones included), or the
+``nodes_for`` of the scaler's decision when larger (nodes ordered ahead of their replicas are paid from the
+order): a node is paid from the tick it is ordered or its first replica is launched to the tick its last one
+stopped, with no reclaim delay, so the figures are a lower bound on what the same decisions would cost.
 """
 
 from __future__ import annotations

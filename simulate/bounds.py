@@ -12,6 +12,13 @@ is the fewest replica-seconds any scaler could have billed for the trace at the 
 simulated scalers' replica-hours are divided by. It ignores queueing inside an interval, so a scaler can only
 approach it from above with a TTFT SLO to keep.
 
+**Clairvoyant paid GPU-seconds.** The same need at node granularity: during interval i the fewest nodes that
+hold ``m_i`` replicas, where ``m_i`` is the largest need of the intervals a start ahead (the cold start plus the
+node start, `control_plane.loop.node_lead`: a node is ordered that long before its replicas must serve), the
+per-zone minimum included (`simulate.billing.NodeBilling`). Summed over the intervals, it is the fewest paid
+GPU-seconds any scaler could bill at the plan's rate; on a stack whose per-zone minimum already holds the
+need, it is that minimum for the trace's span.
+
 **Infinite shared cache.** One prefix cache of unlimited size shared by every replica: a request hits every
 leading prefix block (Mooncake ``hash_ids``) some earlier request had, capped like vLLM's cache at
 ``prompt - 1`` tokens in whole 16-token blocks. Its hit rate (hit tokens / prompt tokens) is the most any router
@@ -21,11 +28,17 @@ could reach; a router's own rate is reported as a share of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from simulate.trace import PREFIX_BLOCK_TOKENS, TraceRequest
 
-__all__ = ["clairvoyant_replica_seconds", "infinite_cache_hit_rate", "needed_replicas"]
+__all__ = [
+    "clairvoyant_paid_gpu_seconds",
+    "clairvoyant_replica_seconds",
+    "infinite_cache_hit_rate",
+    "lookahead",
+    "needed_replicas",
+]
 
 _KV_BLOCK = 16  # the engine's cache granularity (engine_sim.kv.BLOCK_SIZE)
 
@@ -43,6 +56,15 @@ def needed_replicas(
         counts[int(r.t // interval_s)] += 1
     per_interval = per_replica_qps * interval_s
     return [max(min_replicas, math.ceil(c / per_interval - 1e-9)) for c in counts]
+
+
+def lookahead(needed: Sequence[int], interval_s: float, lead_s: float) -> list[int]:
+    """Per interval i: the largest need of intervals i .. i + ceil(lead_s / interval_s): what must be running
+    during interval i so that every interval gets its need when capacity takes ``lead_s`` to start."""
+    if interval_s <= 0 or lead_s < 0:
+        raise ValueError("interval_s must be positive and lead_s non-negative")
+    ahead = math.ceil(lead_s / interval_s - 1e-9)
+    return [max(needed[i : i + ahead + 1]) for i in range(len(needed))]
 
 
 def clairvoyant_replica_seconds(
@@ -68,6 +90,14 @@ def clairvoyant_replica_seconds(
             total += (end - start) * interval_s
             previous_end = end * interval_s
     return total
+
+
+def clairvoyant_paid_gpu_seconds(
+    needed: Sequence[int], interval_s: float, lead_s: float, paid_gpus: Callable[[int], int]
+) -> float:
+    """The fewest paid GPU-seconds that give every interval its ``needed`` replicas, capacity ordered ``lead_s``
+    ahead; ``paid_gpus(replicas)`` is what the pool pays while that many run (see the module docstring)."""
+    return sum(paid_gpus(n) * interval_s for n in lookahead(needed, interval_s, lead_s))
 
 
 def infinite_cache_hit_rate(trace: Sequence[TraceRequest]) -> float:

@@ -3,12 +3,17 @@
     llmfleet simulate --stack prod --trace azure-llm-2023-conv.csv --rate-scale 8 --time-scale 0.25
     llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --compare routing
     llmfleet simulate --stack prod --trace trace.jsonl --compare all --plot replay.png
+    llmfleet simulate --stack prod --trace azure-llm-2023-code.csv --rate-scale 4 --compare oracle --frontier
 
 The trace formats are in `simulate.trace`. ``--rate-scale X`` replays X times the requests per second with the
 trace's time shape, ``--time-scale Y`` multiplies the timestamps (0.25: an hour in 15 minutes, 4x the rate);
 both are printed. ``--compare routing|scaling|all`` runs the routers, the scalers, or every pair of them
-(`simulate.configs`) on the same trace and seed; without it the stack's own configuration runs. A simulation
-prints, it never asserts; it exits 2 on a bad trace or option.
+(`simulate.configs`) on the same trace and seed; ``seed`` the seed's baseline (``random / threshold``) beside the
+stack's own pair, ``oracle`` the oracle scaler beside it; without it the stack's own configuration runs.
+``--frontier`` also runs every fixed size (``--sizes`` to choose them) and prints the frontier
+(`simulate.frontier`) and where each row sits against it and against the oracle. ``--plot P`` writes the replay
+over time to P and, with ``--frontier``, the frontier with each scaler's point to P with ``-frontier`` added to
+its name. A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
 
 from __future__ import annotations
@@ -16,15 +21,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
 from llmfleet.registries import all_registries
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
-from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_config
-from simulate.report import row, table, write_plot
+from simulate.frontier import compare, frontier_configs, frontier_table, parse_sizes, point
+from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_all
+from simulate.report import Row, row, table, write_frontier_plot, write_plot
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
 
 __all__ = ["add_arguments", "configs_for", "run"]
@@ -42,11 +47,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help="override the pool's engine maxModelLen")
     parser.add_argument(
         "--compare",
-        choices=("routing", "scaling", "all"),
+        choices=("routing", "scaling", "all", "seed", "oracle"),
         default=None,
-        help="routers x the stack's scaler, the stack's router x scalers, or every pair",
+        help="routers x the stack's scaler, the stack's router x scalers, every pair, random / threshold beside "
+        "the stack's pair (seed), or the oracle beside it (oracle)",
     )
-    parser.add_argument("--plot", type=Path, default=None, help="write a PNG of the replay over time")
+    parser.add_argument(
+        "--frontier", action="store_true", help="also run every fixed size and print the paid-GPU frontier"
+    )
+    parser.add_argument("--sizes", default=None, help="the frontier's sizes: A..B or a,b,c (default min..max)")
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="write a PNG of the replay over time (and of the frontier)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
 
@@ -58,6 +70,10 @@ def configs_for(compare: str | None, own: Config) -> list[Config]:
         return [Config(own.routing, s) for s in SCALINGS]
     if compare == "all":
         return [Config(r, s) for r in ROUTINGS for s in SCALINGS]
+    if compare == "seed":  # the seed's before: random routing, a threshold scaler
+        return [Config("random", "threshold"), own]
+    if compare == "oracle":
+        return [own, Config(own.routing, "oracle")]
     return [own]
 
 
@@ -92,43 +108,65 @@ def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
     )
     lines.append(
         f"yardsticks: clairvoyant bound {p.bound_replica_s / 3600:.2f} replica-hours (peak need "
-        f"{max(p.needed, default=0)} over a minute); infinite shared cache hit rate {p.cache_ceiling:.1%}"
+        f"{max(p.needed, default=0)} over a minute), {p.bound_paid_gpu_s / 3600:.2f} paid GPU-hours at node "
+        f"granularity; infinite shared cache hit rate {p.cache_ceiling:.1%}"
     )
     return "\n".join(lines)
+
+
+def _load(args: argparse.Namespace) -> tuple[Prepared, int, list[int]]:
+    """The prepared replay, the requests before the cut, and the frontier's sizes; raises on a bad input."""
+    raw_trace = synthetic_trace(40.0, args.seed) if args.trace == "synthetic" else read_trace(args.trace)
+    trace = scale_trace(raw_trace, rate_scale=args.rate_scale, time_scale=args.time_scale, seed=args.seed)
+    if args.duration is not None:
+        trace = [r for r in trace if r.t < args.duration]
+    prepared = prepare(args.stack, trace, pool_name=args.pool, max_model_len=args.max_model_len)
+    sizes = parse_sizes(prepared.pool, args.sizes) if args.frontier else []
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more processes")
+    return prepared, len(trace), sizes
+
+
+def _print_frontier(prepared: Prepared, fixed: list[Row], scalers: list[Row]) -> None:
+    print(f"frontier: {len(fixed)} fixed sizes, the stack's router ('*': no cheaper size reaches its share)")
+    print(frontier_table(fixed))
+    points = [point(r) for r in fixed]
+    oracle = next((r for r in scalers if str(r["configuration"]).endswith("/ oracle")), None)
+    for r in scalers:
+        print("  " + compare(r, points, oracle))
+    print(f"  node bound: {prepared.bound_paid_gpu_s / 3600:.2f} paid GPU-hours")
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
-        if args.trace == "synthetic":
-            raw_trace = synthetic_trace(40.0, args.seed)
-        else:
-            raw_trace = read_trace(args.trace)
-        trace = scale_trace(raw_trace, rate_scale=args.rate_scale, time_scale=args.time_scale, seed=args.seed)
-        if args.duration is not None:
-            trace = [r for r in trace if r.t < args.duration]
-        prepared = prepare(args.stack, trace, pool_name=args.pool, max_model_len=args.max_model_len)
+        prepared, replayed, sizes = _load(args)
     except (TraceError, ValueError, SpecError) as exc:
         print(f"llmfleet simulate: {exc}", file=sys.stderr)
         return 2
     spec = load_spec(args.stack, registries=all_registries()).spec
-    print(_header(args, prepared, len(trace)), flush=True)
-    configs = configs_for(args.compare, stack_config(spec))
-    jobs = max(1, min(args.jobs, len(configs)))
-    if jobs == 1:
-        results = [run_config(prepared, c, args.seed) for c in configs]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(run_config, [prepared] * len(configs), configs, [args.seed] * len(configs)))
-    print(table([row(r, prepared) for r in results]))
+    print(_header(args, prepared, replayed), flush=True)
+    own = stack_config(spec)
+    configs = configs_for(args.compare, own)
+    results = run_all(prepared, [*configs, *frontier_configs(own.routing, sizes)], args.seed, args.jobs)
+    rows = [row(r, prepared) for r in results]
+    print(table(rows[: len(configs)]))
     print(
-        "xbound: replica-hours / the clairvoyant bound; in-SLO: requests whose TTFT (gateway queue + engine) met "
+        "xbound: replica-hours / the clairvoyant bound; busy: engine busy time / replica time; paid: engine busy "
+        "GPU time / paid GPU time; in-SLO: requests whose TTFT (gateway queue + engine) met "
         "the SLO, rejections count as misses; feasible: the same among requests outside the TTFT floor (their "
         "prefill alone fits the SLO); hit: prompt tokens served from the prefix cache; /ceil: its share "
         "of the infinite shared cache's rate"
     )
+    if sizes:
+        _print_frontier(prepared, rows[len(configs) :], rows[: len(configs)])
     if args.plot is not None:
-        write_plot(args.plot, prepared, results, spec.autoscaling.interval_s, BOUND_INTERVAL_S)
+        write_plot(args.plot, prepared, results[: len(configs)], spec.autoscaling.interval_s, BOUND_INTERVAL_S)
         print(f"plot: {args.plot}")
+        if sizes:
+            path = args.plot.with_name(f"{args.plot.stem}-frontier{args.plot.suffix or '.png'}")
+            title = f"{args.stack} / {prepared.pool.name}: {args.trace} x{args.rate_scale:g}"
+            write_frontier_plot(path, title, rows[len(configs) :], rows[: len(configs)])
+            print(f"plot: {path}")
     print(f"wall: {time.perf_counter() - started:.0f}s")
     return 0

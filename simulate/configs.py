@@ -10,7 +10,12 @@ Scaling (`control_plane.scaling.policies` through `simulate.control.Controller`,
 
 * ``fixed``: no scaler: the pool runs the capacity plan's replica count for the trace's peak, from the start;
 * ``threshold``, ``target-tracking``: those policies, ``autoscaling.predictive`` off;
-* ``target-tracking+predictive``: ``target-tracking`` with the predictive term on.
+* ``target-tracking+predictive``: ``target-tracking`` with the predictive term on;
+* ``oracle``: `simulate.oracle.OracleScaler`, which reads the trace (built by `simulate.replay.run_config`, the
+  only place that has it).
+
+``fixed`` with ``replicas`` set runs that many replicas instead of the plan's count: the points of the
+frontier (`simulate.frontier`).
 
 A policy takes the stack's ``autoscaling.policy.params`` when the stack names that policy. ``stack`` stands for
 what the stack itself configures (``p2c+prefix`` for a stack routing with prefix affinity and p2c).
@@ -27,7 +32,7 @@ from simulate.control import Controller
 __all__ = ["ROUTINGS", "SCALINGS", "Config", "make_controller", "make_router", "stack_config"]
 
 ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix")
-SCALINGS = ("fixed", "threshold", "target-tracking", "target-tracking+predictive")
+SCALINGS = ("fixed", "threshold", "target-tracking", "target-tracking+predictive", "oracle")
 AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous-affinity"})
 
 
@@ -35,10 +40,12 @@ AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous
 class Config:
     routing: str
     scaling: str
+    replicas: int | None = None  # ``fixed`` only: this many replicas instead of the plan's
 
     @property
     def name(self) -> str:
-        return f"{self.routing} / {self.scaling}"
+        size = "" if self.replicas is None else f" {self.replicas}"
+        return f"{self.routing} / {self.scaling}{size}"
 
 
 def stack_config(spec: FleetSpec) -> Config:
@@ -68,9 +75,11 @@ def make_router(spec: FleetSpec, routing: str, seed: int) -> Router:
 
 
 def make_controller(spec: FleetSpec, pool: PoolSpec, scaling: str) -> Controller | None:
-    """The scaler for ``scaling``; None for ``fixed``."""
+    """The scaler for ``scaling``; None for ``fixed``. ``oracle`` reads the trace: `simulate.replay` builds it."""
     if scaling not in SCALINGS:
         raise ValueError(f"unknown scaling {scaling!r}; choose from {', '.join(SCALINGS)}")
+    if scaling == "oracle":
+        raise ValueError("the oracle scaler is built from the trace: simulate.replay.run_config")
     if scaling == "fixed":
         return None
     name = scaling.removesuffix("+predictive")

@@ -29,10 +29,10 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from control_plane.scaling.context import ReplicaLoad
-from control_plane.scaling.decisions import ScaleDown, ScaleUp
+from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
 from engine_sim.request import SimRequest
 from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
@@ -41,16 +41,22 @@ from fleet.spec.stack import FleetSpec, PoolSpec
 from gateway.reporting import PoolTraffic
 from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.billing import NodeBilling
-from simulate.control import Controller
 from simulate.kvpool import build_replica_scheduler
 from simulate.prompts import prompt_text, prompt_tokens
 from simulate.replica import SCRAPE_S, Replica, add_itls
 from simulate.result import Result, quantile
 from simulate.trace import TraceRequest
 
-__all__ = ["FleetSim"]
+__all__ = ["FleetSim", "Scaler"]
 
 RUN_STEPS = 256  # at most this many decode steps planned at once (a run is cut short when a request arrives)
+
+
+class Scaler(Protocol):
+    """What the simulation asks at each control tick: `simulate.control.Controller` (the live loop's decision step)
+    or `simulate.oracle.OracleScaler`. A decision's ``nodes_for`` keeps that many replicas' nodes paid."""
+
+    def step(self, now: float, replicas: tuple[ReplicaLoad, ...], gateway: GatewayReport | None = None) -> Decision: ...
 
 
 class FleetSim:
@@ -61,7 +67,7 @@ class FleetSim:
         spec: FleetSpec,
         pool: PoolSpec,
         router: Router,
-        controller: Controller | None,
+        controller: Scaler | None,
         trace: Sequence[TraceRequest],
         *,
         name: str = "",
@@ -104,7 +110,9 @@ class FleetSim:
         self.tick_ttfts: list[float] = []
         self.billing = NodeBilling.for_pool(spec, pool)
         self.result.gpus_per_replica = pool.engine.tensor_parallel_size
-        self.billed_since = (0.0, self.initial)  # (since when, replicas billed) for the node integral
+        self.node_room = 0  # replicas the scaler's last decision keeps nodes for (``nodes_for``)
+        # (since when, replicas billed, node room) for the node integral
+        self.billed_since = (0.0, self.initial, 0)
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -309,15 +317,17 @@ class FleetSim:
 
     def bill(self, now: float, replicas: int) -> None:
         """Pay the nodes and GPUs of the replicas billed since the last call up to ``now``; ``replicas`` from now."""
-        since, billed = self.billed_since
+        since, billed, room = self.billed_since
         span = max(0.0, now - since)
+        billed = max(billed, room)  # nodes ordered ahead (a decision's ``nodes_for``) are paid from the order
         self.result.node_s += self.billing.nodes(billed) * span
         self.result.paid_gpu_s += self.billing.paid_gpus(billed) * span
-        self.billed_since = (now, replicas)
+        self.billed_since = (now, replicas, self.node_room)
 
     def on_tick(self, now: float, _: Any) -> None:
         if self.controller is not None:
             decision = self.controller.step(now, self.loads(now), self.gw_report)
+            self.node_room = decision.nodes_for or 0
             if isinstance(decision, ScaleUp):
                 self.result.actions += 1
                 for _ in range(decision.target - decision.current):

@@ -3,7 +3,8 @@
 `prepare` fixes everything the configurations share: the pool as the simulation runs it (its ``workload`` set to
 the trace's measured token mix and peak rate, as an operator would describe this traffic in the stack, so the
 capacity plan and the scaler's request-rate term are the plan for *this* trace), the plan, the yardsticks
-(`simulate.bounds`) and the replica count ``fixed`` runs. `run_config` then simulates one configuration; it
+(`simulate.bounds`: replica-hours and paid GPU-hours; the oracle scaler, `simulate.oracle`) and the replica
+count ``fixed`` runs. `run_config` then simulates one configuration; it
 takes only picklable arguments, so configurations run in parallel processes.
 """
 
@@ -11,19 +12,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
+from control_plane.loop import node_lead
 from fleet.capacity.plan import PoolPlan, plan_pool, step_model
 from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec, PoolSpec
 from llmfleet.registries import all_registries
-from simulate.bounds import clairvoyant_replica_seconds, infinite_cache_hit_rate, needed_replicas
+from simulate.billing import NodeBilling
+from simulate.bounds import (
+    clairvoyant_paid_gpu_seconds,
+    clairvoyant_replica_seconds,
+    infinite_cache_hit_rate,
+    needed_replicas,
+)
 from simulate.configs import Config, make_controller, make_router
-from simulate.fleet_sim import FleetSim
+from simulate.fleet_sim import FleetSim, Scaler
+from simulate.oracle import ORACLE_INTERVAL_S, OracleScaler
 from simulate.result import Result
 from simulate.trace import TraceRequest
 
-__all__ = ["BOUND_INTERVAL_S", "PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_config"]
+__all__ = ["BOUND_INTERVAL_S", "PEAK_WINDOW_S", "Prepared", "peak_rate", "prepare", "run_all", "run_config"]
 
 PEAK_WINDOW_S = 60.0  # the trace's peak rate: the busiest minute
 # The bound's intervals: a minute, as the plan's peak rate. Within it a replica's batch absorbs a burst above its
@@ -57,10 +67,35 @@ class Prepared:
     cache_ceiling: float
     needed: tuple[int, ...] = field(default=())
     floor_rids: frozenset[str] = field(default=frozenset())  # the ``slo_infeasible`` requests, by id
+    bound_paid_gpu_s: float = 0.0  # the clairvoyant bound at node granularity
+    oracle: OracleScaler | None = None
 
 
 def _spec(stack: str) -> FleetSpec:
     return load_spec(stack, registries=all_registries()).spec
+
+
+def _ttft_floor(spec: FleetSpec, pool: PoolSpec, kept: Sequence[TraceRequest]) -> frozenset[str]:
+    """The requests whose prefill alone, on an idle replica, takes longer than the TTFT SLO."""
+    steps = step_model(spec, pool)
+    slo = pool.slo.ttft_p99_ms / 1000.0
+    chunk = pool.engine.max_num_batched_tokens
+    idle: dict[int, float] = {}
+    for r in kept:
+        if r.prompt_tokens not in idle:
+            idle[r.prompt_tokens] = steps.prefill_seconds(r.prompt_tokens, chunk)
+    return frozenset(r.rid for r in kept if idle[r.prompt_tokens] > slo)
+
+
+def _oracle(spec: FleetSpec, pool: PoolSpec, kept: Sequence[TraceRequest], per_replica_qps: float) -> OracleScaler:
+    return OracleScaler.for_need(
+        pool.name,
+        needed_replicas(kept, per_replica_qps, ORACLE_INTERVAL_S, pool.replicas.min),
+        cold_start_s=pool.cold_start_seconds,
+        tick_s=spec.autoscaling.interval_s,
+        node_lead_s=node_lead(spec, pool),
+        bounds=(pool.replicas.min, pool.replicas.max),
+    )
 
 
 def prepare(
@@ -95,20 +130,17 @@ def prepare(
     if plan.per_replica_qps <= 0:
         raise ValueError(f"the plan gives pool {pool.name} no capacity for this trace: {'; '.join(plan.notes)}")
     interval = BOUND_INTERVAL_S
-    steps = step_model(spec, pool)
-    slo = pool.slo.ttft_p99_ms / 1000.0
-    chunk = pool.engine.max_num_batched_tokens
-    idle: dict[int, float] = {}
-    for r in kept:
-        if r.prompt_tokens not in idle:
-            idle[r.prompt_tokens] = steps.prefill_seconds(r.prompt_tokens, chunk)
-    floor_rids = frozenset(r.rid for r in kept if idle[r.prompt_tokens] > slo)
+    floor_rids = _ttft_floor(spec, pool, kept)
     needed = needed_replicas(kept, plan.per_replica_qps, interval, pool.replicas.min)
     # The pool was serving before the trace began: it starts with what the first cold start's worth of the trace
     # needs (no scaler could have more ready by then), and so does the bound.
     lead = needed[: math.ceil(pool.cold_start_seconds / interval) + 1]
     initial = min(pool.replicas.max, max([pool.replicas.min, *lead]))
     bound = clairvoyant_replica_seconds(needed, interval, pool.cold_start_seconds, initial=initial)
+    node_s = node_lead(spec, pool)
+    paid_bound = clairvoyant_paid_gpu_seconds(
+        needed, interval, pool.cold_start_seconds + node_s, NodeBilling.for_pool(spec, pool).paid_gpus
+    )
     return Prepared(
         stack=stack,
         pool=pool,
@@ -122,6 +154,8 @@ def prepare(
         cache_ceiling=ceiling,
         needed=tuple(needed),
         floor_rids=floor_rids,
+        bound_paid_gpu_s=paid_bound,
+        oracle=_oracle(spec, pool, kept, plan.per_replica_qps),
     )
 
 
@@ -130,8 +164,16 @@ def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bo
     measuring what decode runs save; the results are the same)."""
     spec = _spec(prepared.stack)
     pool = prepared.pool
-    controller = make_controller(spec, pool, config.scaling)
-    initial = prepared.fixed_replicas if controller is None else prepared.initial_replicas
+    controller: Scaler | None
+    if config.scaling == "oracle":
+        assert prepared.oracle is not None
+        controller = prepared.oracle
+        initial = prepared.oracle.target(0.0)[0]  # ordered before the trace began
+    else:
+        controller = make_controller(spec, pool, config.scaling)
+        initial = prepared.fixed_replicas if controller is None else prepared.initial_replicas
+    if controller is None and config.replicas is not None:
+        initial = config.replicas
     sim = FleetSim(
         spec,
         pool,
@@ -144,3 +186,12 @@ def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bo
         decode_runs=decode_runs,
     )
     return sim.run()
+
+
+def run_all(prepared: Prepared, configs: Sequence[Config], seed: int, jobs: int = 1) -> list[Result]:
+    """`run_config` for each of ``configs``, in their order, ``jobs`` processes at a time (1: in this one)."""
+    jobs = max(1, min(jobs, len(configs)))
+    if jobs == 1:
+        return [run_config(prepared, c, seed) for c in configs]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(run_config, [prepared] * len(configs), configs, [seed] * len(configs)))

@@ -1,4 +1,5 @@
-"""What a replay prints: one row per configuration, the yardsticks, and (``--plot``) a PNG over time."""
+"""What a replay prints: one row per configuration, the yardsticks, and (``--plot``) PNGs: the replay over time
+and the frontier of fixed sizes with each scaler's point."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from simulate.replay import Prepared
 from simulate.result import Result, quantile
 
-__all__ = ["Row", "row", "table", "write_plot"]
+__all__ = ["Row", "row", "table", "write_frontier_plot", "write_plot"]
 
 Row = dict[str, float | int | str]
 
@@ -61,8 +62,8 @@ def table(rows: Sequence[Row]) -> str:
     """The comparison table, one line per configuration."""
     width = max(13, *(len(str(r["configuration"])) for r in rows))
     header = (
-        f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'node-h':>6} "
-        f"{'GPU-h':>6} {'paid':>5} {'srv/cap':>7} "
+        f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'paid':>5} "
+        f"{'node-h':>6} {'GPU-h':>6} {'srv/cap':>7} "
         f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'feasible':>8} {'reject':>6} "
         f"{'hit':>5} {'/ceil':>5} {'preempt':>7} {'wall':>5}"
     )
@@ -71,8 +72,8 @@ def table(rows: Sequence[Row]) -> str:
         share = float(r["hit_share"])
         lines.append(
             f"{r['configuration']!s:<{width}} {float(r['replica_h']):>6.2f} {float(r['x_bound']):>6.2f} "
-            f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['node_h']):>6.2f} {float(r['paid_gpu_h']):>6.2f} "
-            f"{float(r['paid_busy']):>5.0%} {float(r['served_per_capacity']):>7.0%} "
+            f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['paid_busy']):>5.0%} {float(r['node_h']):>6.2f} "
+            f"{float(r['paid_gpu_h']):>6.2f} {float(r['served_per_capacity']):>7.0%} "
             f"{_ms(float(r['ttft_p50'])):>8} {_ms(float(r['ttft_p99'])):>7} {_ms(float(r['itl_p50'])):>7} "
             f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} "
             f"{_share(float(r['within_slo_feasible'])):>8} {int(r['rejected']):>6} "
@@ -115,6 +116,42 @@ def write_plot(
     axes[2].set_yscale("log")
     axes[3].set_ylabel("gateway queue")
     axes[3].set_xlabel("virtual seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_frontier_plot(path: Path, title: str, fixed: Sequence[Row], scalers: Sequence[Row]) -> None:
+    """A PNG: each fixed size's (paid GPU-hours, share of feasible requests within the SLO), the frontier
+    through the efficient ones, and each scaler's point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def xy(rows: Sequence[Row]) -> tuple[list[float], list[float]]:
+        return [float(r["paid_gpu_h"]) for r in rows], [float(r["within_slo_feasible"]) * 100 for r in rows]
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    xs, ys = xy(fixed)
+    ax.scatter(xs, ys, color="grey", s=14, label="fixed size")
+    for r, x, y in zip(fixed, xs, ys, strict=True):
+        ax.annotate(
+            str(r["configuration"]).rsplit(" ", 1)[-1], (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points"
+        )
+    best: list[tuple[float, float]] = []
+    for x, y in sorted(zip(xs, ys, strict=True), key=lambda p: (p[0], -p[1])):
+        if not best or y > best[-1][1]:
+            best.append((x, y))
+    ax.step([x for x, _ in best], [y for _, y in best], where="post", color="black", lw=1, label="frontier")
+    for r in scalers:
+        (x,), (y,) = xy([r])
+        ax.scatter([x], [y], s=60, marker="D", label=str(r["configuration"]), zorder=3)
+    ax.set_xlabel("paid GPU-hours")
+    ax.set_ylabel("feasible requests within the TTFT SLO (%)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

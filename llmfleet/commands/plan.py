@@ -6,6 +6,12 @@ the options that would raise it. On aws, the fixed monthly charges (control plan
 `fleet.capacity.fixed_costs`), and the totals with them. Prices are the catalogue's list prices
 (`fleet.capacity.catalog`), unless
 the stack sets ``cost.gpuHourUsd``. Warnings come in plain words.
+
+``--trace T`` prints instead, for each pool, the frontier on that traffic: every fixed fleet size from the pool's
+``replicas.min`` to its ``replicas.max`` (``--sizes`` to choose), replayed through `llmfleet simulate`'s
+simulator with the stack's router, one row each (paid GPU-hours, busy shares, share of the feasible requests within
+the SLO; `simulate.frontier`), so an operator sees what each fleet size buys before publishing an SLO. It exits 2
+on a trace that cannot be read or a bad option, saying what is allowed.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import sys
 from dataclasses import asdict
 
 from fleet.capacity.fixed_costs import fixed_costs
@@ -21,6 +28,13 @@ from fleet.capacity.plan import PoolPlan, plan_pool
 from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
 from llmfleet.registries import all_registries
+from simulate.configs import stack_config
+from simulate.frontier import frontier_configs, frontier_table, parse_sizes
+from simulate.replay import Prepared, prepare, run_all
+from simulate.report import Row, row
+from simulate.trace import TraceError, TraceRequest, read_trace, scale_trace
+
+TRACE_FORMATS = "a .csv Azure LLM trace, or a .jsonl Mooncake or llmfleet trace"
 
 __all__ = ["add_arguments", "render_plan", "run"]
 
@@ -28,12 +42,23 @@ __all__ = ["add_arguments", "render_plan", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or a file")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    trace = parser.add_argument_group("the frontier on a trace")
+    trace.add_argument("--trace", default=None, help=f"print each pool's frontier on this trace: {TRACE_FORMATS}")
+    trace.add_argument("--rate-scale", type=float, default=1.0, help="x requests per second, same time shape")
+    trace.add_argument("--time-scale", type=float, default=1.0, help="x timestamps (< 1 compresses the trace)")
+    trace.add_argument("--duration", type=float, default=None, help="replay only the first S seconds (scaled)")
+    trace.add_argument("--max-model-len", type=int, default=None, help="override the pools' engine maxModelLen")
+    trace.add_argument("--sizes", default=None, help="fleet sizes: A..B or a,b,c (default each pool's min..max)")
+    trace.add_argument("--seed", type=int, default=7)
+    trace.add_argument("--jobs", type=int, default=2, help="fleet sizes simulated in parallel")
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_or_report(args.stack, registries=all_registries())
     if loaded is None:
         return 1
+    if args.trace is not None:
+        return _run_trace(args, loaded.name, loaded.spec)
     plans = [plan_pool(loaded.spec, pool) for pool in loaded.spec.pools]
     groups = plan_groups(loaded.spec, plans)
     today = datetime.date.today()  # which EKS support the control plane's version is in
@@ -44,6 +69,55 @@ def run(args: argparse.Namespace) -> int:
     print(render_plan(plans, groups, loaded.spec, today))
     for warning in loaded.warnings:
         print(f"warning: {warning.path}: {warning.message}")
+    return 0
+
+
+def _read(args: argparse.Namespace) -> list[TraceRequest]:
+    """The trace as the options scale and cut it; TraceError or ValueError naming what is wrong and allowed."""
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more processes")
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError(f"--duration {args.duration:g}: give a positive number of seconds")
+    try:
+        raw = read_trace(args.trace)
+    except TraceError as exc:
+        raise TraceError(f"{exc} (a trace is {TRACE_FORMATS})") from None
+    trace = scale_trace(raw, rate_scale=args.rate_scale, time_scale=args.time_scale, seed=args.seed)
+    return [r for r in trace if args.duration is None or r.t < args.duration]
+
+
+def _trace_header(args: argparse.Namespace, stack: str, prepared: Prepared, routing: str) -> str:
+    pool, w = prepared.pool, prepared.pool.workload
+    return (
+        f"stack {stack}, pool {pool.name}: {args.trace} x{args.rate_scale:g} rate, x{args.time_scale:g} time, "
+        f"{len(prepared.trace)} requests ({prepared.too_long} longer than maxModelLen dropped), mean "
+        f"{w.mean_prompt_tokens}+{w.mean_output_tokens} tokens, peak {w.peak_qps:.1f} req/s; TTFT SLO "
+        f"{pool.slo.ttft_p99_ms:g}ms, {prepared.slo_infeasible} requests under the TTFT floor; node bound "
+        f"{prepared.bound_paid_gpu_s / 3600:.2f} paid GPU-hours; router {routing}, seed {args.seed}"
+    )
+
+
+def _run_trace(args: argparse.Namespace, stack: str, spec: FleetSpec) -> int:
+    """Each pool's frontier on ``--trace``: one simulated row per fleet size."""
+    routing = stack_config(spec).routing
+    out: dict[str, list[Row]] = {}
+    try:
+        trace = _read(args)
+        work = []
+        for pool in spec.pools:
+            prepared = prepare(args.stack, trace, pool_name=pool.name, max_model_len=args.max_model_len)
+            work.append((prepared, parse_sizes(prepared.pool, args.sizes)))
+    except (TraceError, ValueError) as exc:
+        print(f"llmfleet plan: {exc}", file=sys.stderr)
+        return 2
+    for prepared, sizes in work:
+        results = run_all(prepared, frontier_configs(routing, sizes), args.seed, args.jobs)
+        rows = out[prepared.pool.name] = [row(r, prepared) for r in results]
+        if not args.json:
+            print(_trace_header(args, stack, prepared, routing))
+            print(frontier_table(rows))
+    if args.json:
+        print(json.dumps({"stack": stack, "trace": args.trace, "frontier": out}, indent=2))
     return 0
 
 

@@ -45,12 +45,18 @@ def test_every_configuration_of_the_factorial_builds_from_the_real_plugins() -> 
     assert configs_for("routing", own) == [Config(r, own.scaling) for r in ROUTINGS]
     assert configs_for("scaling", own) == [Config(own.routing, s) for s in SCALINGS]
     assert configs_for(None, own) == [own]
+    assert configs_for("seed", own) == [Config("random", "threshold"), own]
+    assert configs_for("oracle", own) == [own, Config(own.routing, "oracle")]
     every = configs_for("all", own)
-    assert len(set(every)) == 16
+    assert len(set(every)) == 20
     for config in every:
         router = make_router(spec, config.routing, seed=1)
         assert router.picker.name == ("p2c" if config.routing.startswith("p2c") else config.routing)
         assert any(s.name == "prefix-affinity" for s, _ in router.scorers) == (config.routing == "p2c+prefix")
+        if config.scaling == "oracle":  # built from the trace (tests/simulate/test_oracle.py)
+            with pytest.raises(ValueError, match="built from the trace"):
+                make_controller(spec, spec.pools[0], config.scaling)
+            continue
         controller = make_controller(spec, spec.pools[0], config.scaling)
         if config.scaling == "fixed":
             assert controller is None
