@@ -95,18 +95,19 @@ def bodies(replicas: int) -> list[bytes]:
 
 
 async def serve(name: str) -> None:
-    from control_plane.service import ControlPlane
+    from control_plane.plane import ControlPlane
+    from fleet.protocol.clock import SystemClock
     from fleet.protocol.control_api import ApiServer, bind
     from fleet.spec.loader import load_spec
 
-    cp = ControlPlane.build(load_spec("local").spec, time.time)
+    cp = ControlPlane.build(load_spec("local").spec, SystemClock())
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     if name == "fastapi":
-        from control_plane.service import create_app
+        from control_plane.api.app import create_app
 
         server = ApiServer(create_app(cp), sock)
         await server.start()

@@ -29,19 +29,18 @@ import contextlib
 import logging
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from control_plane.actuators import ActuatorEnv, build_actuator
+from control_plane.api.app import create_app
 from control_plane.budget.sources import make_source
 from control_plane.leases.stores import LeaseStoreError, build_lease_store
-from control_plane.loop import ControlLoop
+from control_plane.plane import ControlPlane
 from control_plane.plugins import REGISTRIES
-from control_plane.reports import ReplicaRegistry
-from control_plane.service import ControlPlane, create_app
 from control_plane.startup import hold_for
+from fleet.protocol.clock import SystemClock
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.protocol.control_auth import AUTH_MODES, ControlAuth, default_mode, make_verifier
 from fleet.spec.errors import SpecError
@@ -125,14 +124,13 @@ async def serve(args: argparse.Namespace) -> int:
     actuator_name = args.actuator or spec.autoscaling.actuator
     actuator = build_actuator(spec, env, name=actuator_name, dry_run=True if args.dry_run else None)
     store = build_lease_store(spec, env, actuator_name)
-    registry = ReplicaRegistry(spec.control_plane.stale_after_s)
-    loop = ControlLoop(spec, registry, actuator, clock=time.time, startup_hold_s=hold_for(spec))
     source = None
     if args.prometheus is not None:
         source = make_source("prometheus", {"url": args.prometheus}, httpx.AsyncClient())
-    cp = ControlPlane.build(spec, time.time, loop, store=store, budget_source=source)
+    clock = SystemClock()
+    cp = ControlPlane.build(spec, clock, actuator, store=store, budget_source=source, startup_hold_s=hold_for(spec))
     try:
-        restored = await cp.leases.restore(time.time())
+        restored = await cp.leases.restore(clock.time())
         log.info("restart leases in %s: %d held", store.where(), restored)
     except LeaseStoreError as exc:  # lease calls answer 503 and retry the load until it succeeds
         log.error("restart leases could not be loaded from %s: %s", store.where(), exc)
@@ -151,15 +149,16 @@ async def serve(args: argparse.Namespace) -> int:
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
-    task = asyncio.create_task(loop.run())
+    task = asyncio.create_task(cp.run())
     await stopping.wait()
     log.info("stopping: draining replicas")
-    loop.stop()
+    cp.stop()
     with contextlib.suppress(Exception):
         await task
     await actuator.close()
     await server.stop()
     await store.close()
+    await cp.close()
     return 0
 
 

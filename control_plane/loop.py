@@ -32,6 +32,7 @@ from control_plane.scaling.policies import make_policy
 from control_plane.scaling.step import DemandHistory, ScalingState, decide, pick_victims
 from control_plane.startup import StartupHold
 from fleet.capacity.plan import plan_pool
+from fleet.protocol.clock import Clock
 from fleet.protocol.wire import ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
 
@@ -79,15 +80,25 @@ def node_lead(spec: FleetSpec, pool: PoolSpec) -> float:
 
 
 class ControlLoop:
+    """One control loop over every pool of ``spec``, built complete: ``restarting(pool, now)`` names the replicas
+    holding a restart lease (their agents drain them for a planned restart, so they come back: counted as capacity
+    on its way, never replaced or removed); ``rollouts`` are the canary rollouts judged each tick (a baseline
+    promoted away from may be sized down to no replica); ``decisions`` is the decision log, shared with whoever
+    else logs to it (None: a fresh one of ``history`` entries)."""
+
     def __init__(
         self,
         spec: FleetSpec,
         registry: ReplicaRegistry,
         actuator: Actuator,
-        clock: Callable[[], float],
+        clock: Clock,
         history: int = 500,
         gateways: GatewayRegistry | None = None,
         startup_hold_s: float = 0.0,
+        *,
+        restarting: Callable[[str, float], Collection[str]] = lambda pool, now: (),
+        rollouts: Rollouts | None = None,
+        decisions: deque[Decision] | None = None,
     ) -> None:
         self.spec = spec
         self.registry = registry
@@ -97,18 +108,14 @@ class ControlLoop:
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
-        self.decisions: deque[Decision] = deque(maxlen=history)
+        self.decisions: deque[Decision] = deque(maxlen=history) if decisions is None else decisions
         self.last: dict[str, Decision] = {}
         self._state: dict[str, ScalingState] = {}
         self._demand: dict[str, DemandHistory] = {}
         self._stop = asyncio.Event()
-        self.startup = StartupHold(clock(), startup_hold_s)
-        # Replicas holding a restart lease (set by `control_plane.service.ControlPlane.build`): their agents drain them
-        # for a planned restart, so they come back; counted as capacity on its way, never replaced or removed.
-        self.restarting: Callable[[str, float], Collection[str]] = lambda pool, now: ()
-        # Canary rollouts (set by `control_plane.service.ControlPlane`): judged each tick; a baseline promoted away
-        # from may be sized down to no replica.
-        self.rollouts: Rollouts | None = None
+        self.startup = StartupHold(clock.time(), startup_hold_s)
+        self.restarting = restarting
+        self.rollouts = rollouts
 
     def replicas(self, pool: PoolSpec, view: FleetView, now: float) -> tuple[ReplicaLoad, ...]:
         """Merge the actuator's view with the registry: the actuator says which replicas exist (when it can),
@@ -175,7 +182,7 @@ class ControlLoop:
         return True
 
     async def tick(self, now: float | None = None) -> list[Decision]:
-        when = self.clock() if now is None else now
+        when = self.clock.time() if now is None else now
         out: list[Decision] = []
         if self.rollouts is not None:
             self.rollouts.tick(when)

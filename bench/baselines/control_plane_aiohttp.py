@@ -1,9 +1,11 @@
 """Control plane API on aiohttp: the previous implementation, kept as the intake benchmark's baseline.
 
-This is ``control_plane/service.py``'s ``create_app`` as it was when the control plane served its API with aiohttp
-(before it moved to FastAPI), unchanged but for its imports. ``bench/control_plane_intake.py`` serves it and the
-current app side by side so the cost of the move is measured, not guessed. Bench-only: nothing imports it
-outside ``bench/``.
+This is the control plane's ``create_app`` as it was when the control plane served its API with aiohttp (before it
+moved to FastAPI, now `control_plane.api.app`), unchanged but for its imports, its clock (a
+`fleet.protocol.clock.Clock`) and its series: it builds the control plane's own `ControlPlaneMetrics` (which adds
+the error-budget gauge the aiohttp version predates) rather than a copy of their declarations.
+``bench/control_plane_intake.py`` serves it and the current app side by side so the cost of the move is measured,
+not guessed. Bench-only: nothing imports it outside ``bench/``.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import json
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Counter, Gauge, generate_latest
+from prometheus_client import generate_latest
 from pydantic import ValidationError
 
+from control_plane.api.metrics import ControlPlaneMetrics
 from control_plane.leases.leases import LeaseRefused
+from control_plane.plane import ControlPlane
 from control_plane.scaling.decisions import decision_to_json
-from control_plane.service import ControlPlane
 from fleet.protocol.wire import GatewayReport, LeaseRequest, LoadReport
 
 __all__ = ["create_app"]
@@ -47,23 +50,10 @@ async def _read(request: web.Request, model: type[Any]) -> Any:
 def create_app(cp: ControlPlane) -> web.Application:
     """The aiohttp application serving `cp`."""
     pools = {p.name: p for p in cp.spec.pools}
-    reports = Counter("llmfleet_control_plane_reports_total", "Load reports received", ["pool"], registry=cp.metrics)
-    replicas_g = Gauge(
-        "llmfleet_pool_replicas", "Replicas known per pool and state", ["pool", "state"], registry=cp.metrics
-    )
-    stale_g = Gauge("llmfleet_pool_stale_replicas", "Replicas whose reports stopped", ["pool"], registry=cp.metrics)
-    target_g = Gauge("llmfleet_autoscaler_target_replicas", "Last decided target", ["pool"], registry=cp.metrics)
-    leases_g = Gauge("llmfleet_restart_leases", "Restart leases held", ["pool"], registry=cp.metrics)
-    gateway_reports = Counter(
-        "llmfleet_control_plane_gateway_reports_total", "Gateway reports received", ["pool"], registry=cp.metrics
-    )
-    gateway_waiting = Gauge(
-        "llmfleet_gateway_reported_waiting",
-        "Admission queue a gateway last reported",
-        ["pool", "gateway"],
-        registry=cp.metrics,
-    )
-    refused = Counter("llmfleet_restart_leases_refused_total", "Lease requests refused", ["pool"], registry=cp.metrics)
+    series = ControlPlaneMetrics(cp.metrics)
+    reports, replicas_g, stale_g = series.reports, series.replicas, series.stale
+    target_g, leases_g, refused = series.target, series.leases, series.refused
+    gateway_reports, gateway_waiting = series.gateway_reports, series.gateway_waiting
 
     def unknown_pool(name: str) -> web.Response:
         return error_response(404, f"no pool {name!r}; pools: {', '.join(pools)}", "not_found_error", "pool")
@@ -72,7 +62,7 @@ def create_app(cp: ControlPlane) -> web.Application:
         report: LoadReport = await _read(request, LoadReport)
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        cp.registry.record(report, cp.clock())
+        cp.registry.record(report, cp.clock.time())
         reports.labels(report.pool).inc()
         return web.json_response({"accepted": True, "stale_after_s": cp.registry.stale_after_s})
 
@@ -80,8 +70,7 @@ def create_app(cp: ControlPlane) -> web.Application:
         report: GatewayReport = await _read(request, GatewayReport)
         if report.pool not in pools:
             return unknown_pool(report.pool)
-        assert cp.gateways is not None
-        cp.gateways.record(report, cp.clock())
+        cp.gateways.record(report, cp.clock.time())
         gateway_reports.labels(report.pool).inc()
         gateway_waiting.labels(report.pool, report.gateway).set(report.waiting)
         return web.json_response({"accepted": True, "stale_after_s": cp.gateways.stale_after_s})
@@ -90,11 +79,11 @@ def create_app(cp: ControlPlane) -> web.Application:
         name = request.match_info["pool"]
         if name not in pools:
             return unknown_pool(name)
-        return _dump(cp.registry.replica_list(name, pools[name].served_name, cp.clock()))
+        return _dump(cp.registry.replica_list(name, pools[name].served_name, cp.clock.time()))
 
     async def get_pools(request: web.Request) -> web.Response:
         del request  # Unused.
-        now = cp.clock()
+        now = cp.clock.time()
         out = []
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
@@ -117,7 +106,7 @@ def create_app(cp: ControlPlane) -> web.Application:
         req: LeaseRequest = await _read(request, LeaseRequest)
         if req.pool not in pools:
             return unknown_pool(req.pool)
-        result = cp.leases.acquire(req.pool, req.replica, cp.clock(), req.ttl_s)
+        result = cp.leases.acquire(req.pool, req.replica, cp.clock.time(), req.ttl_s)
         if isinstance(result, LeaseRefused):
             refused.labels(req.pool).inc()
             return error_response(
@@ -133,11 +122,11 @@ def create_app(cp: ControlPlane) -> web.Application:
         pool, replica = request.match_info["pool"], request.match_info["replica"]
         if pool not in pools:
             return unknown_pool(pool)
-        return web.json_response({"released": cp.leases.release(pool, replica, cp.clock())})
+        return web.json_response({"released": cp.leases.release(pool, replica, cp.clock.time())})
 
     async def get_leases(request: web.Request) -> web.Response:
         del request  # Unused.
-        return web.json_response(cp.leases.snapshot(cp.clock()))
+        return web.json_response(cp.leases.snapshot(cp.clock.time()))
 
     async def get_decisions(request: web.Request) -> web.Response:
         if cp.loop is None:
@@ -152,7 +141,7 @@ def create_app(cp: ControlPlane) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         del request  # Unused.
-        now = cp.clock()
+        now = cp.clock.time()
         for pool in cp.spec.pools:
             seen = cp.registry.seen(pool.name, now)
             for state in ("starting", "warming", "ready", "draining", "restarting", "failed"):

@@ -30,8 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -43,6 +42,7 @@ from control_plane.actuators.kubernetes import MERGE_PATCH as _MERGE, Kubernetes
 from control_plane.scaling.decisions import Decision, ScaleUp
 from fleet.capacity.catalog import INSTANCES
 from fleet.protocol import contract
+from fleet.protocol.clock import Clock, SystemClock
 from fleet.spec.stack import FleetSpec, PoolSpec
 
 __all__ = ["AwsActuator", "spread"]
@@ -67,7 +67,7 @@ class AwsActuator(Actuator, name="aws"):
         nodegroups: Mapping[tuple[str, str], str],
         autoscaling: Any = None,
         kube: httpx.AsyncClient | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         reclaim_after_s: float = 300.0,
     ) -> None:
         self.spec = spec
@@ -76,7 +76,7 @@ class AwsActuator(Actuator, name="aws"):
         self.nodegroups = dict(nodegroups)
         self.autoscaling = autoscaling
         self.kube = kube
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.reclaim_after_s = reclaim_after_s
         self.cluster = contract.cluster_name(spec.environment)
         self.updates: list[dict[str, Any]] = []
@@ -173,7 +173,7 @@ class AwsActuator(Actuator, name="aws"):
         nodes = await self._nodes(self._group(pool))
         pools_on = await self._engine_pools_by_node()
         wanted = self.wanted(pool, keep)
-        now = self.clock()
+        now = self.clock.time()
         for zone, name in self.zones(pool):
             in_zone = [n for n in nodes if n.zone == zone]
             others = sum(1 for n in in_zone if pools_on.get(n.name, set()) - {pool.name})

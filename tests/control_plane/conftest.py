@@ -11,9 +11,9 @@ from aiohttp import web
 
 from control_plane.actuators import ActuatorEnv, DryRun, FleetView
 from control_plane.actuators.local import LocalActuator
+from control_plane.api.app import create_app
 from control_plane.loop import ControlLoop
-from control_plane.reports import ReplicaRegistry
-from control_plane.service import ControlPlane, create_app
+from control_plane.plane import ControlPlane
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.spec.stack import PoolSpec
 from gateway.metrics import GatewayMetrics
@@ -21,13 +21,19 @@ from tests.support import stacks
 
 
 class Clock:
-    """A clock tests move by hand."""
+    """A `fleet.protocol.clock.Clock` tests move by hand: ``now`` is its wall and its monotonic time."""
 
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
 
-    def __call__(self) -> float:
+    def time(self) -> float:
         return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
 
 
 class ReportedOnly(LocalActuator):
@@ -53,8 +59,9 @@ def build_control_plane(clock: Clock, **overrides: object) -> tuple[ControlPlane
     decides but never acts (a dry-run over reports only)."""
     spec = stacks.spec("local", **{"autoscaling.scaleDownStabilizationS": 20.0, **overrides})
     dry = DryRun(ReportedOnly(spec, ActuatorEnv(stack="local", control_plane_url="http://unused")))
-    loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), dry, clock)
-    return ControlPlane.build(spec, clock, loop), loop, dry
+    cp = ControlPlane.build(spec, clock, dry)
+    assert cp.loop is not None
+    return cp, cp.loop, dry
 
 
 @pytest.fixture
@@ -66,6 +73,7 @@ async def served() -> AsyncIterator[Served]:
     url = f"http://127.0.0.1:{server.port}"
     async with httpx.AsyncClient(base_url=url, timeout=5.0) as http:
         yield Served(cp, loop, clock, http, url, dry)
+    await cp.close()
     await dry.close()
     await server.stop()
 

@@ -7,6 +7,7 @@ from control_plane.loop import ControlLoop, node_lead
 from control_plane.reports import ReplicaRegistry
 from control_plane.scaling.decisions import Decision, Hold
 from fleet.spec.stack import FleetSpec, PoolSpec
+from tests.control_plane.conftest import Clock
 from tests.support import stacks
 
 
@@ -37,7 +38,7 @@ class Recording(Actuator):
 async def test_every_tick_reconciles_each_pool_with_its_target_even_on_hold() -> None:
     spec = stacks.spec("local")
     actuator = Recording(replicas=spec.pools[0].replicas.min)
-    loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), actuator, lambda: 1000.0)
+    loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), actuator, Clock(1000.0))
     decisions = await loop.tick(1000.0)
     assert [type(d) for d in decisions] == [Hold] * len(spec.pools)  # no reports: hold, unknown is not zero
     assert actuator.applied == []

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from control_plane.actuators import ActuatorEnv, DryRun
+from control_plane.api.app import create_app
 from control_plane.loop import ControlLoop
-from control_plane.reports import ReplicaRegistry
-from control_plane.service import ControlPlane, create_app
+from control_plane.plane import ControlPlane
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.protocol.control_auth import ControlAuth, SharedSecret
 from fleet.protocol.wire import LATENCY_EDGES_S, PoolOutcomes
@@ -78,14 +78,14 @@ async def serve(auth: ControlAuth | None = None, **overrides: Any) -> AsyncItera
     settings = {"aliases.chat.rollout": ROLLOUT, "autoscaling.scaleDownStabilizationS": 5.0, **overrides}
     spec = stacks.spec("local-canary", **settings)
     dry = DryRun(ReportedOnly(spec, ActuatorEnv(stack="local-canary", control_plane_url="http://unused")))
-    loop = ControlLoop(spec, ReplicaRegistry(spec.control_plane.stale_after_s), dry, clock)
-    cp = ControlPlane.build(spec, clock, loop)
+    cp = ControlPlane.build(spec, clock, dry)
+    loop = cp.loop
+    assert loop is not None
     server = ApiServer(create_app(cp, auth), bind("127.0.0.1", 0))
     await server.start()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as http:
         yield Canary(cp, loop, clock, http, dry)
-    assert cp.budgets is not None
-    await cp.budgets.close()
+    await cp.close()
     await dry.close()
     await server.stop()
 

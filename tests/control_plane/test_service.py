@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from control_plane.service import create_app
+from control_plane.api.app import create_app
 from fleet.protocol.control_api import MAX_BODY_BYTES
 from fleet.protocol.control_auth import ControlAuth, SharedSecret
 from fleet.protocol.wire import LeaseGrant, ReplicaList

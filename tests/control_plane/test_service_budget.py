@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from agent.control import ControlClient, LeaseRefused
+from control_plane.api.app import create_app
 from control_plane.budget.budget import ErrorBudgets
 from control_plane.budget.sources import PrometheusSource
-from control_plane.service import ControlPlane, create_app
+from control_plane.plane import ControlPlane
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.protocol.wire import PoolBudget
 from tests.control_plane.builders import gateway_report
@@ -56,8 +57,7 @@ async def serve(admin: GatewayAdmin, freeze: bool) -> AsyncIterator[Budgeted]:
     await server.start()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as http:
         yield Budgeted(cp, clock, http, admin)
-    assert cp.budgets is not None
-    await cp.budgets.close()
+    await cp.close()
     await dry.close()
     await server.stop()
 
@@ -175,6 +175,7 @@ async def test_a_source_that_cannot_be_read_leaves_changes_allowed_and_says_so()
         cp, _, dry = build_control_plane(clock)
         cp.budgets = ErrorBudgets(cp.spec, dead)
         allowed, reason = await cp.budget_allows(POOL, "restart")
+        await cp.close()
         await dry.close()
     assert allowed and "error budget is unknown" in reason and "127.0.0.1:9" in reason
     assert cp.budgets.latest[POOL].error is not None and cp.budgets.latest[POOL].at is None

@@ -9,14 +9,16 @@ import httpx
 
 from agent import cli as agent_cli
 from control_plane.actuators import Actuator, ActuatorEnv, FleetView
+from control_plane.api.app import create_app
 from control_plane.loop import ControlLoop
+from control_plane.plane import ControlPlane
 from control_plane.reports import ReplicaRegistry
 from control_plane.scaling.decisions import Decision, Hold, ScaleUp
-from control_plane.service import ControlPlane, create_app
 from control_plane.startup import AGENT_REPORT_BACKOFF_MAX_S, StartupHold, hold_for
 from fleet.protocol.control_api import ApiServer, bind
 from fleet.spec.stack import FleetSpec, PoolSpec
 from tests.control_plane.builders import report
+from tests.control_plane.conftest import Clock
 from tests.support import stacks
 
 T0 = 1000.0
@@ -47,7 +49,7 @@ class Fixed(Actuator):
 def build(actuator: Actuator, hold_s: float = 5.0) -> tuple[ControlLoop, FleetSpec]:
     spec = stacks.spec("local-sim", **{"pools.0.replicas": {"min": 1, "max": 4}})
     loop = ControlLoop(
-        spec, ReplicaRegistry(spec.control_plane.stale_after_s), actuator, lambda: T0, startup_hold_s=hold_s
+        spec, ReplicaRegistry(spec.control_plane.stale_after_s), actuator, Clock(T0), startup_hold_s=hold_s
     )
     return loop, spec
 
@@ -100,13 +102,10 @@ async def test_a_pool_whose_named_replicas_all_reported_is_settled_early() -> No
 
 
 async def test_discovery_is_503_until_the_pool_is_settled() -> None:
-    clock = [T0]
+    clock = Clock(T0)
     spec = stacks.spec("local-sim")
     pool = spec.pools[0].name
-    loop = ControlLoop(
-        spec, ReplicaRegistry(spec.control_plane.stale_after_s), Fixed(1), lambda: clock[0], startup_hold_s=5.0
-    )
-    cp = ControlPlane.build(spec, lambda: clock[0], loop)
+    cp = ControlPlane.build(spec, clock, Fixed(1), startup_hold_s=5.0)
     server = ApiServer(create_app(cp), bind("127.0.0.1", 0))
     await server.start()
     try:
@@ -116,7 +115,7 @@ async def test_discovery_is_503_until_the_pool_is_settled() -> None:
             early = await http.get(f"/v1/pools/{pool}/replicas")
             assert early.status_code == 503 and early.json()["error"]["type"] == "service_unavailable"
             assert (await http.get("/v1/pools")).status_code == 200  # the other reads are not held
-            clock[0] = T0 + 5
+            clock.now = T0 + 5
             listed = await http.get(f"/v1/pools/{pool}/replicas")
             assert listed.status_code == 200 and [r["replica"] for r in listed.json()["replicas"]] == ["r1"]
     finally:

@@ -16,9 +16,11 @@ import yaml
 from prometheus_client import generate_latest
 
 from agent.metrics import AgentMetrics
-from control_plane.service import ControlPlane, create_app
+from control_plane.api.app import create_app
+from control_plane.plane import ControlPlane
 from engine_sim.metrics import EngineMetricsRecorder
 from fleet.capacity.plan import plan_pool
+from fleet.protocol.clock import SystemClock
 from fleet.slo.promql_names import missing_series
 from fleet.spec.stack import FleetSpec
 from gateway.metrics import GatewayMetrics
@@ -80,7 +82,7 @@ def promtool_errors(exprs: dict[str, str], folder: Path) -> str | None:
 def expositions(prod_spec: FleetSpec) -> list[str]:
     """The ``/metrics`` text of each of the fleet's four exporters, from their own registries (a labelled family
     with no child yet still shows its ``# TYPE`` line, which is what `fleet.slo.promql_names` reads)."""
-    control = ControlPlane.build(prod_spec, lambda: 0.0)
+    control = ControlPlane.build(prod_spec, SystemClock())
     create_app(control)  # registers the control plane's series on control.metrics
     engine = EngineMetricsRecorder("qwen2.5-7b-instruct", 8192, {"block_size": "16"})
     registries = [engine.registry, GatewayMetrics().registry, AgentMetrics("r0", "qwen-7b").registry, control.metrics]

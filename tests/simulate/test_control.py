@@ -7,6 +7,7 @@ from control_plane.loop import ControlLoop
 from control_plane.reports import GatewayRegistry, ReplicaRegistry
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
+from fleet.protocol.clock import SystemClock
 from fleet.protocol.wire import GatewayReport, LoadReport
 from fleet.spec.stack import FleetSpec, PoolSpec
 from simulate.control import Controller
@@ -61,7 +62,7 @@ async def test_live_loop_and_simulation_decide_alike_on_one_report_sequence() ->
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     gateways = GatewayRegistry(spec.control_plane.stale_after_s)
     now = 0.0
-    loop = ControlLoop(spec, registry, fleet, lambda: now, gateways=gateways)
+    loop = ControlLoop(spec, registry, fleet, SystemClock(), gateways=gateways)  # each tick is given its time
     sim = Controller.for_pool(spec, pool)
     counter = len(names)
     kinds: set[str] = set()
