@@ -149,6 +149,32 @@ def render(names: tuple[str, str], rows: tuple[Figures, Figures], verdict: Verdi
     return "\n".join(lines)
 
 
+def _candidate_args(args: argparse.Namespace, scale: float) -> list[str]:
+    """The candidate simulator's arguments: the time scale, and the degradation and GPU profile asked for."""
+    extra = ["--time-scale", f"{scale:g}"]
+    if args.degradation is not None:
+        if args.degradation < 1.0:
+            raise GateInputError("--degradation X: each engine step X >= 1 times longer")
+        extra += ["--fault-slowdown", f"{args.degradation:g}"]
+    if args.gpu_profile is not None:
+        extra += ["--gpu-profile", args.gpu_profile]
+    return extra
+
+
+def _write_json(
+    path: Path, names: tuple[str, str], rows: tuple[Figures, Figures], verdict: Verdict, tolerance: float
+) -> None:
+    """The gate's figures and verdict as JSON (``--json``)."""
+    document = {
+        "baseline": {"pool": names[0], **rows[0].__dict__},
+        "candidate": {"pool": names[1], **rows[1].__dict__},
+        "tolerance": tolerance,
+        "passed": verdict.passed,
+        "deltas": [d.__dict__ for d in verdict.deltas],
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
 async def _gate(args: argparse.Namespace, spec: FleetSpec) -> int:
     base_pool = _pool(spec, args.baseline, "--baseline")
     cand_pool = _pool(spec, args.candidate, "--candidate")
@@ -164,13 +190,7 @@ async def _gate(args: argparse.Namespace, spec: FleetSpec) -> int:
     scale = args.time_scale if args.time_scale is not None else (base_pool.engine.sim.time_scale if local else 1.0)
     if scale <= 0:
         raise GateInputError("--time-scale must be > 0")
-    cand_extra = ["--time-scale", f"{scale:g}"]
-    if args.degradation is not None:
-        if args.degradation < 1.0:
-            raise GateInputError("--degradation X: each engine step X >= 1 times longer")
-        cand_extra += ["--fault-slowdown", f"{args.degradation:g}"]
-    if args.gpu_profile is not None:
-        cand_extra += ["--gpu-profile", args.gpu_profile]
+    cand_extra = _candidate_args(args, scale)
     workload = base_pool.workload
     plan = GatePlan(
         per_replica_rps=plan_pool(spec, base_pool).per_replica_qps,
@@ -208,19 +228,7 @@ async def _gate(args: argparse.Namespace, spec: FleetSpec) -> int:
     verdict = compare(rows[0], rows[1], tolerance)
     print(render((base_pool.name, cand_pool.name), rows, verdict, tolerance))
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "baseline": {"pool": base_pool.name, **rows[0].__dict__},
-                    "candidate": {"pool": cand_pool.name, **rows[1].__dict__},
-                    "tolerance": tolerance,
-                    "passed": verdict.passed,
-                    "deltas": [d.__dict__ for d in verdict.deltas],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        _write_json(args.json, (base_pool.name, cand_pool.name), rows, verdict, tolerance)
     return 0 if verdict.passed else 1
 
 

@@ -105,6 +105,27 @@ def capacity_replicas(ctx: ScalingContext, target_u: float, rate: float | None =
     return rate / (ctx.per_replica_qps * target_u)
 
 
+def _without_engine_metrics(
+    ctx: ScalingContext, rate: float | None, target_q: float, carry: dict[str, Samples]
+) -> Proposal:
+    """With no fresh engine metrics: the current capacity, raised by the gateways' queue and rate terms when they
+    are known (unknown load is never read as zero)."""
+    hold = float(ctx.capacity)
+    gateway = max(rate or 0.0, (ctx.gateway_waiting or 0.0) / target_q)
+    if gateway > hold:
+        reason = f"no fresh engine metrics; the gateways' queue and request rate need {gateway:.2f} replicas"
+        return Proposal(gateway, reason, {"gateway_replicas": round(gateway, 3)}, carry)
+    return Proposal(hold, "no fresh load metrics: holding capacity (unknown is not zero)", state=carry)
+
+
+def _decayed_envelope(ctx: ScalingContext, tau: float) -> float | None:
+    """The last tick's envelope decayed to now with time constant ``tau``; None when off or there is none."""
+    last = ctx.state.get("envelope")
+    if tau <= 0 or last is None:
+        return None
+    return float(last[1]) * math.exp(-max(0.0, ctx.now - float(last[0])) / tau)
+
+
 class TargetTracking(ScalingPolicy, name="target-tracking"):
     class Params(PluginParams):
         target_queue_per_replica: float | None = Field(default=None, gt=0.0)
@@ -138,12 +159,7 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         carry = {"rates": rates, "queues": queues}
         rate = capacity_replicas(ctx, target_u, sustained_rate)
         if not ctx.has_metrics:
-            hold = float(ctx.capacity)
-            gateway = max(rate or 0.0, (ctx.gateway_waiting or 0.0) / target_q)
-            if gateway > hold:
-                reason = f"no fresh engine metrics; the gateways' queue and request rate need {gateway:.2f} replicas"
-                return Proposal(gateway, reason, {"gateway_replicas": round(gateway, 3)}, carry)
-            return Proposal(hold, "no fresh load metrics: holding capacity (unknown is not zero)", state=carry)
+            return _without_engine_metrics(ctx, rate, target_q, carry)
         queue = (sustained_queue or 0.0) / target_q
         if ctx.arriving and ctx.queue_depth > 0:
             # A cold start is under way: the backlog will be taken by the arriving replicas' batches, so it
@@ -174,14 +190,11 @@ class TargetTracking(ScalingPolicy, name="target-tracking"):
         tau = p.release_time_constant_s
         if tau is None:
             tau = RELEASE_COLD_STARTS * ctx.cold_start_s
-        envelope = desired
-        last = ctx.state.get("envelope")
-        if tau > 0 and last is not None:
-            decayed = float(last[1]) * math.exp(-max(0.0, ctx.now - float(last[0])) / tau)
-            if decayed > desired:
-                envelope = decayed
-                inputs["envelope_replicas"] = round(decayed, 3)
-                reason = f"envelope: releasing capacity over {tau:g}s holds {decayed:.2f}; {reason}"
+        envelope, decayed = desired, _decayed_envelope(ctx, tau)
+        if decayed is not None and decayed > desired:
+            envelope = decayed
+            inputs["envelope_replicas"] = round(decayed, 3)
+            reason = f"envelope: releasing capacity over {tau:g}s holds {decayed:.2f}; {reason}"
         # Remember at most what the pool may run: a queue spike asking for 200 replicas of a 24-replica pool
         # must not hold the maximum for ln(200 / 24) time constants.
         remembered = min(envelope, float(ctx.max_replicas))
