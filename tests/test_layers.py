@@ -160,26 +160,41 @@ def _table() -> dict[str, str]:
     return dict(rows)
 
 
+def _rooms() -> dict[str, tuple[int, set[str]]]:
+    """docs/architecture.md's rooms table: folder -> (floor, the modules it names)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `([a-z_/]+)/` \| (\d) \| [^|]* \| (.*) \|$", text, re.M)
+    return {folder: (int(level), set(re.findall(r"`([a-z0-9_]+\.py)`", modules))) for folder, level, modules in rows}
+
+
+def _folders() -> dict[str, set[str]]:
+    """Every package folder of the tree (tests/ aside) -> the modules directly in it."""
+    out = {}
+    for init in ROOT.glob("*/**/__init__.py"):
+        folder = init.parent.relative_to(ROOT).as_posix()
+        if folder.split("/")[0] in FLOORS:
+            out[folder] = {p.name for p in init.parent.glob("*.py") if p.name != "__init__.py"}
+    return out
+
+
 def test_the_architecture_table_names_every_package() -> None:
     assert sorted(_table()) == sorted(PACKAGES)
 
 
-def test_the_architecture_table_names_every_module_of_the_ground_floor() -> None:
-    row = _table()["fleet"]
-    named = set(re.findall(r"`([a-z_/]+?)(?:\.py|/)`", row))
-    present = {p.stem for p in (ROOT / "fleet").glob("*.py") if p.stem != "__init__"}
-    present |= {p.name for p in (ROOT / "fleet").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert sorted(present - named) == []
+def test_the_rooms_table_has_a_row_for_every_package_folder_and_no_other() -> None:
+    assert sorted(_rooms()) == sorted(_folders())
 
 
-def test_the_scaling_room_is_pure() -> None:
-    """control_plane.scaling (context, policies, guard-rails, the decision step) imports only the ground floor and
-    itself: the live loop and the simulator run it on any input, with no I/O below it."""
-    outside = {
-        (module, target)
-        for module, targets in graph().items()
-        if module.startswith("control_plane.scaling")
-        for target in targets
-        if not (target.startswith("control_plane.scaling") or target.split(".")[0] == "fleet")
+def test_each_room_row_names_exactly_the_modules_in_its_folder() -> None:
+    rooms = _rooms()
+    wrong = {
+        folder: {"missing": sorted(present - rooms[folder][1]), "gone": sorted(rooms[folder][1] - present)}
+        for folder, present in _folders().items()
+        if folder in rooms and rooms[folder][1] != present
     }
-    assert outside == set()
+    assert wrong == {}
+
+
+def test_each_room_row_gives_its_packages_floor() -> None:
+    wrong = {folder: level for folder, (level, _) in _rooms().items() if level != FLOORS[folder.split("/")[0]]}
+    assert wrong == {}

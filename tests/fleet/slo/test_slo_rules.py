@@ -187,7 +187,7 @@ def test_shipped_stacks_rules_read_only_series_the_simulator_and_gateway_export(
     stack: str, engine_metrics: str
 ) -> None:
     spec = load_spec(stack).spec
-    gateway = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))  # as `gateway.service.Gateway` builds it
+    gateway = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))  # as `gateway.app.build_gateway` builds it
     for p in spec.pools:
         gateway.child(gateway.ttft, "t", p.served_name).observe(0.1)
     exprs, recorded = _series_and_recorded(spec)
