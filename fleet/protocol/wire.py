@@ -60,6 +60,8 @@ class ReplicaState(enum.StrEnum):
     STARTING = "starting"  # engine spawned; connection refused is expected until the cold-start deadline
     WARMING = "warming"  # /health answers; a warm-up completion must succeed before routing
     READY = "ready"  # serving; the only state in which the agent's /readyz is 200
+    SLEEPING = "sleeping"  # not routable; the engine leaves routing, then sleeps (level 1: weights in host memory)
+    WAKING = "waking"  # not routable; the engine wakes and must answer its greedy check as before sleep
     DRAINING = "draining"  # not routable; in-flight requests finish, then the engine stops
     STOPPED = "stopped"  # engine stopped for good; the agent exits
     RESTARTING = "restarting"  # engine down; waiting out the crash backoff before a respawn

@@ -77,6 +77,11 @@ class EngineSpec(Spec):
     """Adapters kept in host memory (`--max-cpu-loras`; default: `maxLoras`); others are read from disk again."""
     extra_args: list[str] = Field(default_factory=list)
     """Further engine arguments, appended verbatim."""
+    sleep_mode: bool = False
+    """Warm standby: the agent starts the engine with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`, and on the
+    control plane's word puts it to sleep at level 1 (weights to host memory, KV cache freed) instead of stopping it,
+    and wakes it in about a second instead of a cold start. Needs host memory for the weights of every sleeping
+    replica on a node. Off: replicas only start and stop."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 

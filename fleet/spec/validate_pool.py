@@ -20,6 +20,7 @@ from fleet.capacity.plan import (
     model_facts,
     plan_pool,
     pool_gpu,
+    weight_bytes,
 )
 from fleet.spec.errors import Problem, key_error as _err, key_warning as _warn
 from fleet.spec.stack import DRAIN_MARGIN_S, FleetSpec, PoolSpec
@@ -58,6 +59,7 @@ def check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem]
             f"({kv_tokens} tokens); about {fits} fit before preemption",
         )
     yield from _operations(spec, path, pool)
+    yield from _sleep_memory(spec, path, pool)
 
 
 def _placement(spec: FleetSpec, path: str, pool: PoolSpec) -> list[Problem] | None:
@@ -154,3 +156,21 @@ def _operations(spec: FleetSpec, path: str, pool: PoolSpec) -> Iterator[Problem]
             yield _warn(f"{path}.workload.peakQps", note)
     if math.isclose(pool.engine.gpu_memory_utilization, 0.98):
         yield _warn(f"{path}.engine.gpuMemoryUtilization", "0.98 leaves no room for other processes on the GPU")
+
+
+def _sleep_memory(spec: FleetSpec, path: str, pool: PoolSpec) -> Iterator[Problem]:
+    """Sleep mode keeps each sleeping replica's weights in its node's host memory: a node of the pool's group must
+    hold the weights of as many replicas as fit on its GPUs (the catalogue's host memory per instance type)."""
+    if not pool.engine.sleep_mode or pool.node_group is None:
+        return
+    instance = INSTANCES[spec.node_group(pool.node_group).instance_type]
+    per_node = instance.gpu_count // pool.engine.tensor_parallel_size
+    need_gib = per_node * weight_bytes(model_facts(pool)) / GIB
+    if need_gib > instance.memory_gib:
+        yield _err(
+            f"{path}.engine.sleepMode",
+            f"a {instance.name} node has {instance.memory_gib} GiB of host memory, but its {per_node} sleeping "
+            f"replicas would keep {need_gib:.0f} GiB of weights there; allowed: true only where the weights fit, "
+            "else false",
+            True,
+        )
