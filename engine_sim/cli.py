@@ -5,6 +5,8 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 ``--swap-space`` breaks here too. Simulator-only flags: ``--gpu-profile``, ``--time-scale``,
 ``--startup-seconds``, ``--jitter``, ``--degradation-per-72h``, ``--model-facts`` and the ``--fault-*`` family
 (see `engine_sim.faults`). ``--seed`` is vLLM's own flag and also seeds jitter and injected errors.
+``--enable-sleep-mode`` is vLLM's: with ``VLLM_SERVER_DEV_MODE=1`` in the environment (read as vLLM reads it,
+``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`).
 
 Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM loading
 weights; then it serves. SIGTERM/SIGINT: with ``--shutdown-timeout 0`` in-flight requests are aborted at
@@ -32,6 +34,7 @@ from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.lora import LoraSettings, parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
+from engine_sim.sleep import SleepController, WakeTiming
 from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
 
 __all__ = ["add_arguments", "build", "main", "run"]
@@ -82,6 +85,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--max-loras", type=int, default=1)
     v.add_argument("--max-lora-rank", type=int, default=16)
     v.add_argument("--max-cpu-loras", type=int, default=None)
+    v.add_argument("--enable-sleep-mode", action="store_true", help="sleep/wake endpoints (VLLM_SERVER_DEV_MODE=1)")
     s = p.add_argument_group("simulator flags")
     s.add_argument("--gpu-profile", default="a100-80gb", choices=sorted(GPUS))
     s.add_argument("--time-scale", type=float, default=1.0, help="run the model clock X times faster than wall")
@@ -97,6 +101,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--fault-error-rate", type=float, default=0.0)
     f.add_argument("--fault-error-status", type=int, default=500)
     f.add_argument("--fault-die-mid-stream-after-tokens", type=int, default=None)
+    f.add_argument("--fault-wake-changes-tokens", action="store_true", help="every wake returns other weights")
     f.add_argument("--fault-exit-delay", type=float, default=0.5, help="seconds from an engine crash to exit")
 
 
@@ -125,6 +130,7 @@ class ServeOptions:
     time_scale: float
     startup_seconds: float
     shutdown_timeout: float
+    sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1
 
 
 def build(args: argparse.Namespace) -> ServeOptions:
@@ -155,7 +161,16 @@ def build(args: argparse.Namespace) -> ServeOptions:
         args.time_scale,
         args.startup_seconds,
         args.shutdown_timeout,
+        sleep_routes=args.enable_sleep_mode and _dev_mode(os.environ.get("VLLM_SERVER_DEV_MODE", "0")),
     )
+
+
+def _dev_mode(value: str) -> bool:
+    """``VLLM_SERVER_DEV_MODE`` as vLLM 0.33 parses it (``bool(int(...))``): ``0`` or ``1``, anything else fails."""
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise ConfigError(f"VLLM_SERVER_DEV_MODE must be an integer (0 or 1), got {value!r}") from None
 
 
 def _lora(args: argparse.Namespace, names: tuple[str, ...]) -> LoraSettings | None:
@@ -205,6 +220,7 @@ def _faults(args: argparse.Namespace) -> FaultSpec:
         error_rate=args.fault_error_rate,
         error_status=args.fault_error_status,
         die_mid_stream_after_tokens=args.fault_die_mid_stream_after_tokens,
+        wake_changes_tokens=args.fault_wake_changes_tokens,
         exit_delay_s=args.fault_exit_delay,
     )
 
@@ -213,6 +229,13 @@ def _die_now() -> None:
     log.error("injected fault: process dies mid-stream")
     logging.shutdown()
     os._exit(1)
+
+
+def _sleep_controller(opts: ServeOptions, engine: Engine) -> SleepController | None:
+    if not opts.sleep_routes:
+        return None
+    log.warning("SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!")
+    return SleepController(engine, WakeTiming.for_config(opts.config), opts.faults.wake_changes_tokens)
 
 
 async def serve(opts: ServeOptions) -> int:
@@ -245,7 +268,8 @@ async def serve(opts: ServeOptions) -> int:
         loop.call_later(opts.faults.exit_delay_s, stop.set)
 
     policy = FaultPolicy(opts.faults, seed=opts.config.seed)
-    app = create_app(engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now)
+    sleep = _sleep_controller(opts, engine)
+    app = create_app(engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now, sleep=sleep)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port, reuse_address=True)

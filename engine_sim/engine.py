@@ -7,7 +7,9 @@ more than ``max_lag_s`` (wall) behind the model clock, the driver resynchronises
 time in ``llmfleet_sim_behind_seconds_total``: a bench reads it to find how many streams one process sustains.
 
 States: ``serving`` -> ``draining`` (SIGTERM with a timeout: in-flight requests continue, new ones are
-refused) -> ``stopped``; any state -> ``dead`` (crash fault: streams fail, ``/health`` turns 503).
+refused) -> ``stopped``; any state -> ``dead`` (crash fault: streams fail, ``/health`` turns 503). Apart from
+the state, `pause` stops the loop from stepping (sleep mode, `engine_sim.sleep`): requests still queue, and
+`resume` lets them run.
 """
 
 from __future__ import annotations
@@ -110,12 +112,18 @@ class Engine:
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
+        self.paused = False
         self._plan_end = 0.0
         self.behind_seconds = 0.0
         self.adapters = AdapterResidency(config.lora, config.facts) if config.lora is not None else None
         self.adapter_of: dict[str, str] = {}  # request id -> the LoRA adapter it uses
 
     # -- clock ---------------------------------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        """The clock that paces the loop (wall seconds; model seconds are these times ``time_scale``)."""
+        return self._clock
+
     def _wall_model(self) -> float:
         return (self._clock.monotonic() - self._t0) * self.time_scale
 
@@ -187,6 +195,17 @@ class Engine:
         if self.state is EngineState.SERVING:
             self.state = EngineState.DRAINING
 
+    def pause(self) -> None:
+        """Take no step from the next one on; submitted requests wait in the scheduler's queue."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self._wake.set()
+
+    def reset_prefix_cache(self) -> None:
+        self.scheduler.kv.pool.reset_prefix_cache()
+
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
@@ -214,7 +233,7 @@ class Engine:
         sched = self.scheduler
         model_now = 0.0
         while True:
-            if not sched.has_work() or self.state is EngineState.DEAD:
+            if not sched.has_work() or self.state is EngineState.DEAD or self.paused:
                 self._busy = False
                 self._wake.clear()
                 await self._wake.wait()

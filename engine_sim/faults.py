@@ -11,6 +11,8 @@
 | ``--fault-error-status CODE``          | status CODE (default 500) in OpenAI's error JSON                      |
 | ``--fault-die-mid-stream-after-tokens N`` | the process exits abruptly (connections reset, no ``[DONE]``) once |
 |                                        | any request has produced N tokens                                     |
+| ``--fault-wake-changes-tokens``        | (sleep mode) every wake brings back other weights: a greedy request   |
+|                                        | gives other tokens than it gave before the sleep (`engine_sim.sleep`)  |
 
 Crash: the engine dies the way vLLM's EngineCore does (503 health, then exit after ``exit_delay_s``).
 Die: the whole process vanishes at once, like an OOM kill.
@@ -35,6 +37,7 @@ class FaultSpec:
     error_rate: float = 0.0
     error_status: int = 500
     die_mid_stream_after_tokens: int | None = None
+    wake_changes_tokens: bool = False
     exit_delay_s: float = 0.5
 
     @property

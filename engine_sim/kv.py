@@ -82,6 +82,13 @@ class BlockPool:
             if block.ref_count == 0:
                 self._free[block.block_id] = block
 
+    def reset_prefix_cache(self) -> None:
+        """Forget the hash of every free block: no later request hits them (a level >= 1 sleep discards them)."""
+        for block in self._free.values():
+            if block.block_hash is not None and self._cached.get(block.block_hash) is block:
+                del self._cached[block.block_hash]
+            block.block_hash = None
+
     def register(self, block: Block, block_hash: int) -> None:
         """Publish a full block's hash (a duplicate of an already-cached prefix stays unregistered)."""
         if self.enable_caching and block_hash not in self._cached:

@@ -83,6 +83,11 @@ class EngineMetricsRecorder:
         self._seen = SchedulerStats()
         self._bind()
 
+    @property
+    def label_values(self) -> tuple[str, str]:
+        """The ``(model_name, engine)`` every series carries."""
+        return self._values
+
     def _gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(name, doc, _LABELS, registry=self.registry)
 

@@ -2,7 +2,9 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
 ``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
-``GET /load``, ``GET /metrics``. Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
+``GET /load``, ``GET /metrics``; with sleep mode (``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``) also
+``POST /sleep``, ``POST /wake_up``, ``GET /is_sleeping`` and ``POST /collective_rpc`` (`engine_sim.sleep`).
+Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
 (`fleet.protocol.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
 are plain JSON with a 4xx, errors after the first chunk arrive in-band followed by ``data: [DONE]``. A client
 that disconnects aborts its request (handler cancellation), which frees its KV blocks at once.
@@ -29,6 +31,7 @@ from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStr
 from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
+from engine_sim.sleep import SleepController, add_sleep_routes
 
 __all__ = ["ServerSettings", "create_app"]
 
@@ -68,8 +71,10 @@ class _Routes:
         faults: FaultPolicy,
         on_crash: Callable[[], None],
         on_die: Callable[[], None],
+        sleep: SleepController | None,
     ) -> None:
         self.engine = engine
+        self.sleep = sleep
         self.settings = settings
         self.faults = faults
         self.on_crash = on_crash
@@ -161,6 +166,8 @@ class _Routes:
             return error_response(exc)
         if s.enable_force_include_usage and gen.stream:
             gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
+        if self.sleep is not None and self.sleep.seed_shift:  # woken with other weights: other tokens
+            gen = GenerationRequest(**{**gen.__dict__, "seed": gen.seed + self.sleep.seed_shift})
         action = self.faults.on_request()
         if action.crash:
             self.crash()
@@ -262,10 +269,13 @@ def create_app(
     faults: FaultPolicy | None = None,
     on_crash: Callable[[], None] = lambda: None,
     on_die: Callable[[], None] = lambda: None,
+    sleep: SleepController | None = None,
 ) -> web.Application:
-    """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort."""
+    """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort.
+    ``sleep``: serve the sleep-mode routes over that controller (None: they do not exist, as without
+    ``VLLM_SERVER_DEV_MODE=1``)."""
     policy = faults or FaultPolicy(FaultSpec())
-    routes = _Routes(engine, settings, policy, on_crash, on_die)
+    routes = _Routes(engine, settings, policy, on_crash, on_die, sleep)
     app = web.Application(middlewares=_middlewares(settings, policy.spec), client_max_size=64 * 1024**2)
     app.router.add_get("/health", routes.health)
     app.router.add_route("*", "/ping", routes.health)
@@ -275,4 +285,6 @@ def create_app(
     app.router.add_get("/v1/models", routes.models)
     app.router.add_post("/v1/chat/completions", routes.chat)
     app.router.add_post("/v1/completions", routes.completions)
+    if sleep is not None:
+        add_sleep_routes(app, sleep, lambda status, message: error_response(RequestError(status, message)))
     return app
