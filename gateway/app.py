@@ -12,8 +12,10 @@ models, admission, the endpoint set and its routers behind the `Upstream`, the r
 Public routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz. The admin
 application, served on its own port (``gateway.adminPort``, which no public Service exposes), answers GET /healthz,
 GET /readyz and GET /metrics for the gateway ``main`` runs: replica counts per pool, tenant names and the
-engines' figures never reach the public port. Every response (errors included) carries ``x-request-id``, the
-client's when it sent a sane one.
+engines' figures never reach the public port. No other path is forwarded: the engines' development endpoints
+(`ENGINE_DEV_PATHS`: sleep, wake, RPC, cache and pause control, which vLLM's ``--api-key`` does not guard) answer
+404 for every method, on an explicit route, so that no later catch-all can start forwarding them.
+Every response (errors included) carries ``x-request-id``, the client's when it sent a sane one.
 aiohttp serves as well as proxies: measured on this machine it costs a fraction of the CPU per request of an
 ASGI stack (see docs/gateway.md).
 """
@@ -53,7 +55,21 @@ from gateway.shares import CapacityShares
 from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 
-__all__ = ["GATEWAY", "build_gateway", "create_admin_app", "create_app", "default_session"]
+__all__ = ["ENGINE_DEV_PATHS", "GATEWAY", "build_gateway", "create_admin_app", "create_app", "default_session"]
+
+# vLLM 0.33's development endpoints (VLLM_SERVER_DEV_MODE=1; docs/gateway.md): only a replica's own agent calls them.
+ENGINE_DEV_PATHS = (
+    "/sleep",
+    "/wake_up",
+    "/is_sleeping",
+    "/collective_rpc",
+    "/reset_prefix_cache",
+    "/release_kv_cache_memory",
+    "/pause",
+    "/resume",
+    "/is_paused",
+    "/server_info",
+)
 
 GATEWAY = web.AppKey("gateway", Gateway)
 _MAIN = web.AppKey("main", web.Application)
@@ -139,6 +155,9 @@ def create_app(
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", _healthz)
+    for path in ENGINE_DEV_PATHS:
+        app.router.add_route("*", path, _refused)
+        app.router.add_route("*", path + "/{rest:.*}", _refused)
     return app
 
 
@@ -276,6 +295,12 @@ async def _models(request: web.Request) -> web.StreamResponse:
 async def _healthz(request: web.Request) -> web.StreamResponse:
     del request  # Unused.
     return web.json_response({"status": "ok"})
+
+
+async def _refused(request: web.Request) -> web.StreamResponse:
+    """An engine development path: 404 as for any unknown path, and never forwarded."""
+    del request  # Unused.
+    raise web.HTTPNotFound()
 
 
 async def _readyz(request: web.Request) -> web.StreamResponse:

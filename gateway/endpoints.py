@@ -5,7 +5,9 @@ is configured, else from static engine URLs (``PoolSpec.staticReplicas`` or ``--
 is unreachable the last known membership stays (in-flight work and routing go on). Every
 ``routing.scrapeIntervalS`` each engine is probed: ``/health`` (static mode: readiness) and ``/metrics``
 (load, parsed with `fleet.protocol.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
-rotation on that refresh; an engine answering 503 leaves it until its next good probe.
+rotation on that refresh (``sleeping`` and ``waking`` are not ``ready``); an engine answering 503 leaves it until its
+next good probe. A sleeping vLLM answers ``/health`` 200 and queues what it is sent, so in static mode an engine whose
+``vllm:engine_sleep_state{sleep_state="awake"}`` is 0 is not ready either (`asleep`).
 
 Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica faults in a row (or one first-token
 timeout: a hung engine) eject a replica for ``base_s x 2^(n-1)`` seconds (n = ejections in a row, capped at
@@ -39,6 +41,7 @@ __all__ = [
     "EndpointSet",
     "OutlierPolicy",
     "Refresher",
+    "asleep",
     "load_lines",
     "served_adapters",
     "static_replica_id",
@@ -256,7 +259,7 @@ class Refresher:
                 ep.adapters = served_adapters(models, ep.model)
         health, metrics = await asyncio.gather(self._get(ep.url + "/health"), self._get(ep.url + "/metrics"))
         if self._cp is None:
-            self.endpoints.set_ready(ep, health is not None)
+            self.endpoints.set_ready(ep, health is not None and not (metrics is not None and asleep(metrics)))
         if metrics is not None:
             with contextlib.suppress(KeyError, ValueError):
                 ep.metrics = EngineMetrics.from_text(load_lines(metrics))
@@ -291,6 +294,19 @@ _LOAD_SERIES = (
 def load_lines(text: str) -> str:
     """The lines of a ``/metrics`` scrape that `EngineMetrics` needs for load (TTFT buckets are left out)."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LOAD_SERIES))
+
+
+_AWAKE = 'sleep_state="awake"'
+
+
+def asleep(metrics: str) -> bool:
+    """The scrape says the engine sleeps: its ``vllm:engine_sleep_state`` series for ``awake`` is 0 (an engine
+    without sleep mode has no such series and is awake)."""
+    for line in metrics.splitlines():
+        if line.startswith("vllm:engine_sleep_state{") and _AWAKE in line:
+            with contextlib.suppress(ValueError, IndexError):
+                return float(line.rsplit(" ", 1)[1]) == 0.0
+    return False
 
 
 def static_replica_id(pool: str, index: int) -> str:
