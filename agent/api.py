@@ -9,15 +9,18 @@
                     readiness falls the moment the pod starts terminating, and the kubelet's SIGTERM that follows
                     finds the drain under way, so the propagation delay is waited once, inside the grace
     POST /reset     200 CommandAccepted: operator reset of a crash-looping (failed) replica; 409 when not failed
+    POST /sleep     202 CommandAccepted: (``engine.sleepMode``) readiness off, leave routing, sleep the engine at
+                    level 1 (`agent.sleeping`); 409 unless ready with sleep mode on
+    POST /wake      202 CommandAccepted: wake a sleeping engine and check it, then ready; 409 unless sleeping
     GET  /metrics   Prometheus text (``llmfleet_agent_*``)
     GET  /openapi.json, /docs   the OpenAPI document and its browsable page
 
-Authentication (`fleet.protocol.control_auth`): ``POST /drain`` and ``POST /reset`` need the control plane's credential
-(401 without a valid one, 403 for another kind). ``GET /prestop`` takes the control plane's credential too, or no
-credential from loopback, from the pod's own address (the connection's local address) or from an address in
-``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls the pod IP from the
-node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is ``create_app``'s
-``auth`` argument, else the agent's own (`Agent.api_auth`, set by the CLI), else none.
+Authentication (`fleet.protocol.control_auth`): ``POST /drain``, ``/reset``, ``/sleep`` and ``/wake`` need the
+control plane's credential (401 without a valid one, 403 for another kind). ``GET /prestop`` takes the control
+plane's credential too, or no credential from loopback, from the pod's own address (the connection's local address)
+or from an address in ``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls
+the pod IP from the node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is
+``create_app``'s ``auth`` argument, else the agent's own (`Agent.api_auth`, set by the CLI), else none.
 
 Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape
 (`fleet.protocol.control_api`).
@@ -120,7 +123,7 @@ def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from
     auth = auth or agent.api_auth or ControlAuth(None)
     app = create_control_app(
         f"llmfleet agent {agent.replica}",
-        "One replica's agent: health, readiness, status, drain, reset and metrics.",
+        "One replica's agent: health, readiness, status, drain, reset, sleep, wake and metrics.",
     )
     auth.install(app)
     app.state.agent_api = _Served(agent, auth, prestop_from or agent.prestop_from, auth.require(Kind.CONTROL_PLANE))
@@ -227,8 +230,35 @@ async def reset(supervisor: _SupervisorArg) -> CommandAccepted | JSONResponse:
     return CommandAccepted(accepted=True, state=supervisor.state.value)
 
 
+async def sleep(supervisor: _SupervisorArg) -> CommandAccepted | JSONResponse:
+    """Sleep mode: readiness off now, then leave routing and sleep the engine at level 1. 409 unless the replica
+    is ready and its pool has ``engine.sleepMode``."""
+    if not supervisor.pool.engine.sleep_mode:
+        return error_response(409, f"pool {supervisor.pool.name} has engine.sleepMode off")
+    if not supervisor.request_sleep():
+        return error_response(409, f"sleep applies to a ready replica; state is {supervisor.state.value}")
+    return CommandAccepted(accepted=True, state=supervisor.state.value)
+
+
+async def wake(supervisor: _SupervisorArg) -> CommandAccepted | JSONResponse:
+    """Wake a sleeping engine; ready again once its check answers as before the sleep. 409 unless sleeping."""
+    if not supervisor.request_wake():
+        return error_response(409, f"wake applies to a sleeping replica; state is {supervisor.state.value}")
+    return CommandAccepted(accepted=True, state=supervisor.state.value)
+
+
 def _add_command_routes(app: FastAPI) -> None:
     control_plane_only = [Depends(_control_plane_caller)]
+    for path, handler in (("/sleep", sleep), ("/wake", wake)):
+        app.add_api_route(
+            path,
+            handler,
+            methods=["POST"],
+            status_code=202,
+            response_model=CommandAccepted,
+            responses=errors(401, 403, 409),
+            dependencies=control_plane_only,
+        )
     app.add_api_route(
         "/drain",
         drain,

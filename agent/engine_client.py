@@ -1,4 +1,5 @@
-"""Engine client: the agent's HTTP calls to its own engine (health, warm-up, metrics, version).
+"""Engine client: the agent's HTTP calls to its own engine (health, warm-up, metrics, version, and with sleep mode
+sleep, wake and the greedy check that follows every wake).
 
 Every call has a short timeout and maps transport failures to values the supervisor branches on, never to
 exceptions it must string-match: ``connection refused`` is `Health.REFUSED` (vLLM binds its port but does not
@@ -12,7 +13,7 @@ from typing import Protocol
 
 import httpx
 
-__all__ = ["EngineClient", "Health", "HttpEngineClient"]
+__all__ = ["CHECK_MAX_TOKENS", "CHECK_PROMPT", "EngineClient", "Health", "HttpEngineClient", "check_body"]
 
 
 class Health(enum.Enum):
@@ -31,6 +32,24 @@ class EngineClient(Protocol):
         """The ``/metrics`` text; raises httpx.HTTPError (or ValueError) when it cannot be had."""
 
     async def version(self) -> str | None: ...
+
+    async def sleep(self, level: int) -> bool:
+        """``POST /sleep?level=L`` (vLLM 0.33, ``VLLM_SERVER_DEV_MODE=1``); True once the engine answered asleep."""
+
+    async def wake_up(self) -> bool:
+        """``POST /wake_up`` with no tags (everything); True once the engine answered fully awake."""
+
+    async def check(self) -> str | None:
+        """The `CHECK` completion's text (greedy, fixed prompt and length); None when it failed."""
+
+
+CHECK_PROMPT = "The capital of France is"
+CHECK_MAX_TOKENS = 16
+
+
+def check_body(model: str) -> dict[str, object]:
+    """The greedy check request: temperature 0, a fixed prompt and a fixed length, nothing else that could vary."""
+    return {"model": model, "prompt": CHECK_PROMPT, "max_tokens": CHECK_MAX_TOKENS, "temperature": 0.0, "seed": 0}
 
 
 class HttpEngineClient:
@@ -77,3 +96,30 @@ class HttpEngineClient:
         except (httpx.HTTPError, ValueError, AttributeError):
             pass
         return None
+
+    async def sleep(self, level: int) -> bool:
+        # The level goes in the query: vLLM 0.33 ignores a JSON body (and a sleep_level parameter), giving level 1.
+        return await self._post_status(f"/sleep?level={level}", "sleeping")
+
+    async def wake_up(self) -> bool:
+        return await self._post_status("/wake_up", "awake")
+
+    async def _post_status(self, path: str, status: str) -> bool:
+        try:
+            # A first level-1 sleep pins host memory for the weights: tens of seconds on large models.
+            response = await self._client.post(f"{self.base_url}{path}", timeout=max(120.0, self._timeout))
+            return response.status_code == 200 and response.json().get("status") == status
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+
+    async def check(self) -> str | None:
+        try:
+            response = await self._client.post(
+                f"{self.base_url}/v1/completions", json=check_body(self._model), timeout=max(30.0, self._timeout)
+            )
+            if response.status_code != 200:
+                return None
+            text = response.json()["choices"][0]["text"]
+            return text if isinstance(text, str) else None
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return None

@@ -30,6 +30,9 @@ class RestartReason(enum.StrEnum):
     PLANNED = "planned"  # restart window, lease held
     RESET = "reset"  # operator reset of a failed replica
     COOLDOWN = "cooldown"  # the crash window let a failed replica through
+    SLEEP_FAILED = "sleep_failed"  # sleep mode: the check before the sleep, or POST /sleep, failed
+    WAKE_FAILED = "wake_failed"  # sleep mode: POST /wake_up, or the check after it, failed
+    WAKE_MISMATCH = "wake_mismatch"  # sleep mode: the check after the wake gave other tokens than before the sleep
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,11 @@
     restarting --RESPAWN--> starting            restarting --CRASH_LOOP--> failed
     failed --RESET (operator) / COOLDOWN_ELAPSED (crash window passed)--> restarting
 
+    ready --SLEEP--> sleeping --WAKE--> waking --WOKEN--> ready        (sleep mode, `agent.sleeping`)
+                       |                   |
+                       +-SLEEP_FAILED / ENGINE_EXITED----> restarting
+                                           +-WAKE_FAILED---> restarting   (a cold start; the check differed)
+
 Every state except ``stopped`` accepts DRAIN: a drain always wins, and ``stopped`` is terminal. Readiness is
 true in exactly one state, ``ready``. A (state, event) pair missing from the table is a bug in the caller:
 `StateMachine.fire` raises `InvalidTransition` instead of guessing. A failed fetch counts as a crash, so fetches
@@ -51,6 +56,11 @@ class Event(enum.Enum):
     CRASH_LOOP = "crash_loop"
     RESET = "reset"
     COOLDOWN_ELAPSED = "cooldown_elapsed"
+    SLEEP = "sleep"
+    SLEEP_FAILED = "sleep_failed"
+    WAKE = "wake"
+    WOKEN = "woken"
+    WAKE_FAILED = "wake_failed"
 
 
 S, E = State, Event
@@ -70,6 +80,14 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (S.READY, E.LIVENESS_FAILED): S.RESTARTING,
     (S.READY, E.PLANNED_RESTART): S.DRAINING,
     (S.READY, E.DRAIN): S.DRAINING,
+    (S.READY, E.SLEEP): S.SLEEPING,
+    (S.SLEEPING, E.WAKE): S.WAKING,
+    (S.SLEEPING, E.SLEEP_FAILED): S.RESTARTING,
+    (S.SLEEPING, E.ENGINE_EXITED): S.RESTARTING,
+    (S.SLEEPING, E.DRAIN): S.DRAINING,
+    (S.WAKING, E.WOKEN): S.READY,
+    (S.WAKING, E.WAKE_FAILED): S.RESTARTING,
+    (S.WAKING, E.DRAIN): S.DRAINING,
     (S.DRAINING, E.DRAINED): S.STOPPED,
     (S.DRAINING, E.RESTART_DRAINED): S.RESTARTING,
     (S.RESTARTING, E.RESPAWN): S.STARTING,

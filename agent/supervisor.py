@@ -16,10 +16,13 @@ One handler per state runs until it fires an event; the loop then runs the next 
   the engine within the grace deadline. A final drain ends in ``stopped``; a planned one restarts the engine.
 * restarting -- crash restarts wait an exponential backoff with jitter; too many in the crash window -> failed.
 * failed     -- no restarts until ``request_reset()`` (operator) or the crash window lets one through.
+* sleeping   -- (sleep mode, ``request_sleep()``) not ready; `agent.sleeping` leaves routing and sleeps the engine at
+  level 1, then the process is watched until ``request_wake()``. A failed sleep restarts the engine.
+* waking     -- wake, then the greedy check must answer as before the sleep, else the engine restarts cold.
 
-``request_drain()`` and ``request_reset()`` are called from the API and signal handlers; the drain fires its
-transition synchronously so ``/readyz`` drops at once. Handlers re-check the state after every await because
-a drain may have preempted them (`agent.waits`). All I/O edges (spawner, engine client, control client,
+The commands (``request_drain/reset/sleep/wake``) are called from the API and signal handlers; a drain or a sleep
+fires its transition synchronously so ``/readyz`` drops at once. Handlers re-check the state after every await
+because a drain may have preempted them (`agent.waits`). All I/O edges (spawner, engine client, control client,
 clock, randomness) are injected. Every restart has a `RestartReason`, counted by reason.
 """
 
@@ -40,6 +43,7 @@ from agent.metrics import AgentMetrics
 from agent.model_store import FetchError
 from agent.restarts import CrashHistory, RestartPolicy, RestartReason
 from agent.rollover import Rollover
+from agent.sleeping import SleepCycle, SleepOutcome, WakeOutcome
 from agent.states import Event, State, StateMachine, Transition
 from agent.waits import INTERRUPTED, Waits
 from fleet.protocol.clock import Clock
@@ -104,6 +108,9 @@ class Supervisor:
         self._reset_requested = False
         self._waits = Waits(clock)
         self._tasks: set[asyncio.Future[None]] = set()
+        propagation_s, idle_timeout_s = pool.drain.propagation_seconds, pool.drain.shutdown_timeout
+        self.sleep = SleepCycle(engine_client, clock, self._waits.pause, propagation_s, idle_timeout_s)
+        self._wake_requested = False
 
     # ---- commands (API, signals) -------------------------------------------------------------------------
 
@@ -130,6 +137,23 @@ class Supervisor:
         self._waits.wake()
         return True
 
+    def request_sleep(self) -> bool:
+        """Readiness false now, then leave routing and sleep the engine; False unless ready with sleep mode on."""
+        if not self.pool.engine.sleep_mode or self.state is not State.READY:
+            return False
+        self._wake_requested = False
+        self.machine.fire(Event.SLEEP)
+        self._waits.wake()
+        return True
+
+    def request_wake(self) -> bool:
+        """Wake a sleeping engine (or cancel a sleep not yet sent); False unless sleeping."""
+        if self.state is not State.SLEEPING or self._wake_requested:
+            return False
+        self._wake_requested = True
+        self._waits.wake()
+        return True
+
     def engine_uptime_s(self) -> float:
         if self.engine_started_at is None:
             return 0.0
@@ -147,6 +171,8 @@ class Supervisor:
             State.DRAINING: self._draining,
             State.RESTARTING: self._restarting,
             State.FAILED: self._failed,
+            State.SLEEPING: self._sleeping,
+            State.WAKING: self._waking,
         }
         try:
             while self.state is not State.STOPPED:
@@ -186,15 +212,9 @@ class Supervisor:
     # ---- state handlers ---------------------------------------------------------------------------------
 
     async def _fetching(self) -> None:
-        fetch = self._fetch
-        assert fetch is not None
-
-        async def fetched() -> bool:
-            await fetch()
-            return True
-
+        assert self._fetch is not None
         try:
-            done = await self._waits.unless_drained(fetched())
+            done = await self._waits.unless_drained(self._fetch())  # None, or INTERRUPTED by a drain
         except FetchError as exc:
             if self.state is State.FETCHING:
                 self.crashes.record(self._clock.monotonic())
@@ -216,6 +236,7 @@ class Supervisor:
                 self._failure(State.STARTING, Event.ENGINE_EXITED, RestartReason.SPAWN_FAILED)
                 return
             self.engine, self.engine_started_at, self.engine_version = engine, self._clock.monotonic(), None
+            self.sleep.forget()
             watcher = asyncio.ensure_future(self._watch(engine))
             self._tasks.add(watcher)
             watcher.add_done_callback(self._tasks.discard)
@@ -273,6 +294,29 @@ class Supervisor:
             if health is Health.OK and await self._planned_restart():
                 return
             await self._waits.pause(self.settings.probe_interval_s)
+
+    def _sleep_wanted(self) -> bool:
+        return self.state is State.SLEEPING and not self._wake_requested
+
+    async def _sleeping(self) -> None:
+        if not self.sleep.asleep and await self.sleep.fall_asleep(self._sleep_wanted) is SleepOutcome.FAILED:
+            return self._failure(State.SLEEPING, Event.SLEEP_FAILED, RestartReason.SLEEP_FAILED)
+        while self._sleep_wanted():  # asleep: only the process is watched (a sleeping vLLM's /health stays 200)
+            if self._exited():
+                return self._failure(State.SLEEPING, Event.ENGINE_EXITED, RestartReason.ENGINE_EXITED)
+            await self._waits.pause(self.settings.probe_interval_s)
+        if self._wake_requested:
+            self._wake_requested = False
+            self._fire(State.SLEEPING, Event.WAKE)
+
+    async def _waking(self) -> None:
+        if self.sleep.asleep:
+            outcome = await self._waits.unless_drained(self.sleep.wake())
+            if outcome is WakeOutcome.FAILED or self._exited():
+                return self._failure(State.WAKING, Event.WAKE_FAILED, RestartReason.WAKE_FAILED)
+            if outcome is WakeOutcome.MISMATCH:
+                return self._failure(State.WAKING, Event.WAKE_FAILED, RestartReason.WAKE_MISMATCH)
+        self._fire(State.WAKING, Event.WOKEN)
 
     async def _planned_restart(self) -> bool:
         """Inside the restart window: try for a lease (`agent.rollover`); True when the planned restart began."""

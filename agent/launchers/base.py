@@ -10,7 +10,9 @@ report, drain and restart it.
 
 The engine's environment is the agent's minus the control credentials (an engine never calls the control plane),
 with the engine key ``$LLMFLEET_ENGINE_API_KEY`` handed over as ``$VLLM_API_KEY``, which vLLM and the simulator
-read like ``--api-key``; the key never appears on a command line or in the log.
+read like ``--api-key``; the key never appears on a command line or in the log. With ``engine.sleepMode`` the engine
+gets ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (exactly ``1``: vLLM reads it as ``bool(int(...))``),
+without which vLLM 0.33 serves no ``/sleep`` or ``/wake_up`` (docs/agent.md cites the source lines).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = ["REGISTRY", "REMOVED_FLAGS", "EngineHandle", "EngineProcess", "Launch
 REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
 
 ENGINE_KEY_FOR_ENGINE = "VLLM_API_KEY"  # vLLM's own variable for --api-key
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's switch for its development endpoints, sleep and wake among them
 
 # Flags the pinned vLLM release rejects ("unrecognized arguments"): never pass them, reject them in extraArgs.
 REMOVED_FLAGS = frozenset({"--disable-log-requests", "--swap-space"})
@@ -140,6 +143,8 @@ class Launcher(abc.ABC):
             flags += ["--dtype", engine.dtype]
         # Drain mode (vLLM >= 0.18): in-flight requests get the rest of the grace after the propagation delay.
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
+        if engine.sleep_mode:
+            flags.append("--enable-sleep-mode")
         return flags + self.lora_flags()
 
     def lora_flags(self) -> list[str]:
@@ -167,6 +172,8 @@ class Launcher(abc.ABC):
         key = env.pop(ENGINE_API_KEY_ENV, None)
         if key:
             env[ENGINE_KEY_FOR_ENGINE] = key
+        if self.pool.engine.sleep_mode:
+            env[DEV_MODE_ENV] = "1"
         return {**env, **self.config.env}
 
     async def start(self) -> EngineProcess:

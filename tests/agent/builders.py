@@ -75,6 +75,12 @@ class FakeWorld:
     engines: list[FakeEngine] = field(default_factory=list)
     spawned_at: list[float] = field(default_factory=list)
     warmups: int = 0
+    asleep: bool = False
+    sleep_ok: bool = True
+    wake_changes_tokens: bool = False  # after a wake the check answers other text
+    sleeps: int = 0
+    wakes: int = 0
+    weights: int = 0  # which weights the engine holds: the check's answer depends on them
 
     @property
     def engine(self) -> FakeEngine | None:
@@ -114,6 +120,25 @@ class FakeWorld:
 
     async def version(self) -> str | None:
         return "sim-test"
+
+    async def sleep(self, level: int) -> bool:
+        assert level == 1
+        self.sleeps += 1
+        self.asleep = self._listening() and self.sleep_ok
+        return self.asleep
+
+    async def wake_up(self) -> bool:
+        self.wakes += 1
+        if not self._listening():
+            return False
+        self.asleep = False
+        self.weights += 1 if self.wake_changes_tokens else 0
+        return True
+
+    async def check(self) -> str | None:
+        if not self._listening() or self.asleep:
+            return None
+        return f"Paris, with weights {self.weights}"
 
 
 def api_agent(http: httpx.AsyncClient, clock: VirtualClock | None = None, replica: str = "r0") -> Agent:

@@ -10,7 +10,7 @@ from agent.restarts import RestartReason
 # The ``reason`` labels dashboards and alerts select on.
 REASON_LABELS = [
     "crash", "spawn_failed", "engine_exited", "startup_timeout", "liveness_failed", "fetch_failed", "planned",
-    "reset", "cooldown",
+    "reset", "cooldown", "sleep_failed", "wake_failed", "wake_mismatch",
 ]  # fmt: skip
 
 

@@ -64,3 +64,13 @@ def test_crash_loop_raises_the_alert_metric_until_reset() -> None:
     assert metrics.registry.get_sample_value("llmfleet_agent_crash_loop") == 1.0
     machine.fire(Event.RESET)
     assert metrics.registry.get_sample_value("llmfleet_agent_crash_loop") == 0.0
+
+
+def test_only_a_ready_replica_sleeps_and_a_wake_returns_to_ready_through_waking() -> None:
+    assert {s for (s, e) in TRANSITIONS if e is Event.SLEEP} == {State.READY}
+    machine, metrics = machine_in(State.READY)
+    for event, state in ((Event.SLEEP, State.SLEEPING), (Event.WAKE, State.WAKING), (Event.WOKEN, State.READY)):
+        machine.fire(event)
+        assert machine.state is state
+        assert machine.ready is (state is State.READY)
+    assert TRANSITIONS[(State.WAKING, Event.WAKE_FAILED)] is State.RESTARTING
