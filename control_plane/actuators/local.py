@@ -8,6 +8,10 @@ report says ``draining``), in-flight requests finish, and only then is the proce
     POST /drain -> wait until the agent exits or reports stopped (<= drain.graceSeconds) -> SIGTERM
                 -> wait 10 s -> SIGKILL
 
+**Sleep mode.** A scale-down's ``sleep`` replicas get ``POST /sleep`` on their agent instead (they leave rotation,
+their engine sleeps at level 1, the process stays), and a scale-up first sends ``POST /wake`` to its ``wake``
+replicas, then launches only the rest.
+
 The actuator owns the replicas it launched; `close()` drains and stops all of them.
 
 **Restarts.** With a state dir (``env.state_dir``) the actuator records every agent it launches (pid, ports) in
@@ -151,9 +155,13 @@ class LocalActuator(Actuator, name="local"):
 
     async def apply(self, decision: Decision) -> None:
         if isinstance(decision, ScaleUp):
-            for _ in range(decision.delta):
+            for replica in decision.wake:
+                await self._command(replica, "/wake")
+            for _ in range(decision.starts):
                 self.launch(decision.pool)
         elif isinstance(decision, ScaleDown):
+            for replica in decision.sleep:
+                await self._command(replica, "/sleep")
             for victim in decision.victims:
                 agent = self.agents.get(victim)
                 if agent is not None and not agent.stopping:
@@ -217,6 +225,20 @@ class LocalActuator(Actuator, name="local"):
                 await self._wait_exit(agent, 5.0)
         finally:
             self._forget(agent)
+
+    async def _command(self, replica: str, path: str) -> None:
+        """``POST path`` (``/sleep``, ``/wake``) on ``replica``'s agent; a refusal is logged (the next tick sees
+        the state the agent reports and decides again)."""
+        agent = self.agents.get(replica)
+        if agent is None or agent.stopping:
+            return
+        try:
+            response = await self._http.post(f"{agent.agent_url}{path}")
+        except httpx.HTTPError as exc:
+            log.warning("%s %s: %s", path, replica, exc)
+            return
+        if response.status_code >= 300:
+            log.warning("%s %s refused: %s %s", path, replica, response.status_code, response.text[:200])
 
     async def _post_drain(self, agent: _Agent) -> bool:
         """Ask the agent to drain; False when it cannot take the request (not listening yet, or refused)."""

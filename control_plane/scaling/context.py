@@ -36,6 +36,7 @@ ARRIVING_STATES = frozenset(
         ReplicaState.STARTING,
         ReplicaState.WARMING,
         ReplicaState.RESTARTING,
+        ReplicaState.WAKING,
     }
 )
 
@@ -133,8 +134,15 @@ class ScalingContext:
 
     @property
     def current(self) -> int:
-        """Replicas the pool runs and will keep (everything but draining ones)."""
-        return sum(1 for r in self.replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED))
+        """Replicas the pool runs and will keep (everything but draining ones, and sleeping ones, which serve
+        nothing until woken)."""
+        gone = (ReplicaState.DRAINING, ReplicaState.STOPPED, ReplicaState.SLEEPING)
+        return sum(1 for r in self.replicas if r.state not in gone)
+
+    @property
+    def asleep(self) -> tuple[ReplicaLoad, ...]:
+        """Sleeping replicas (sleep mode): a scale-up wakes these before it starts new ones."""
+        return tuple(r for r in self.replicas if r.state == ReplicaState.SLEEPING and not r.stale)
 
     @property
     def capacity(self) -> int:

@@ -46,18 +46,26 @@ class Hold(Decision):
 
 @dataclass(frozen=True)
 class ScaleUp(Decision):
-    """Start ``target - current`` replicas."""
+    """Bring ``target - current`` replicas: wake the sleeping ``wake`` (sleep mode) and start the rest."""
 
+    wake: tuple[str, ...] = ()
     kind: Kind = "scale-up"
+
+    @property
+    def starts(self) -> int:
+        """New replicas to start: the delta less the sleeping ones woken."""
+        return max(0, self.delta - len(self.wake))
 
 
 @dataclass(frozen=True)
 class ScaleDown(Decision):
     """Remove ``victims`` (least-loaded first). With ``drain`` each leaves rotation and finishes its in-flight
-    requests before it stops."""
+    requests before it stops. ``sleep`` (sleep mode) are taken out too, but put to sleep instead of stopped: a
+    later scale-up wakes them in about a second."""
 
     victims: tuple[str, ...] = ()
     drain: bool = True
+    sleep: tuple[str, ...] = ()
     kind: Kind = "scale-down"
 
 
@@ -87,6 +95,7 @@ class RolloutStep(Decision):
 def decision_to_json(decision: Decision) -> dict[str, Any]:
     """JSON-ready dict of a decision (tuples become lists)."""
     out = asdict(decision)
-    if "victims" in out:
-        out["victims"] = list(out["victims"])
+    for key in ("victims", "wake", "sleep"):
+        if key in out:
+            out[key] = list(out[key])
     return out

@@ -34,6 +34,8 @@ __all__ = [
     "decide",
     "pick_victims",
     "run_policy",
+    "to_sleep",
+    "to_wake",
     "window_horizon",
 ]
 
@@ -44,7 +46,8 @@ def pick_victims(ctx: ScalingContext, count: int) -> tuple[str, ...]:
     """The ``count`` replicas to remove: failed ones first, then ones still launching (no traffic, nothing to
     drain), then ready ones by least load (running + waiting, then KV usage). Replicas of unknown load (stale,
     no metrics) come last: they are never taken for idle ones."""
-    candidates = [r for r in ctx.replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED)]
+    gone = (ReplicaState.DRAINING, ReplicaState.STOPPED, ReplicaState.SLEEPING)
+    candidates = [r for r in ctx.replicas if r.state not in gone]
 
     def order(r: ReplicaLoad) -> tuple[int, float, float, str]:
         if r.state == ReplicaState.FAILED and not r.stale:
@@ -136,9 +139,30 @@ def decide(
     }
     decision: Decision
     if verdict.target > ctx.current:
-        decision = ScaleUp(**common)
+        decision = ScaleUp(**common, wake=to_wake(pool, ctx, verdict.target - ctx.current))
     elif verdict.target < ctx.current:
-        decision = ScaleDown(**common, victims=pick_victims(ctx, ctx.current - verdict.target), drain=True)
+        victims = pick_victims(ctx, ctx.current - verdict.target)
+        sleep = to_sleep(pool, ctx, victims, verdict.target)
+        decision = ScaleDown(**common, victims=tuple(v for v in victims if v not in sleep), drain=True, sleep=sleep)
     else:
         decision = Hold(**common)
     return Step(decision, ctx, carried, ctx.demand_history)
+
+
+def to_wake(pool: PoolSpec, ctx: ScalingContext, count: int) -> tuple[str, ...]:
+    """Sleep mode: the sleeping replicas a scale-up of ``count`` wakes (about a second each) before it starts new
+    ones (a cold start each)."""
+    if not pool.engine.sleep_mode:
+        return ()
+    return tuple(sorted(r.replica for r in ctx.asleep))[:count]
+
+
+def to_sleep(pool: PoolSpec, ctx: ScalingContext, victims: tuple[str, ...], target: int) -> tuple[str, ...]:
+    """Sleep mode: the ``victims`` a scale-down to ``target`` puts to sleep instead of stopping. Only ready
+    replicas sleep (a failed or starting one has nothing worth keeping), and at most ``replicas.max - target``
+    sleep in all, so the pool never holds more GPUs than ``replicas.max``."""
+    if not pool.engine.sleep_mode:
+        return ()
+    room = max(0, pool.replicas.max - target - len(ctx.asleep))
+    ready = {r.replica for r in ctx.fresh_ready}
+    return tuple(v for v in victims if v in ready)[:room]

@@ -78,10 +78,11 @@ class EngineSpec(Spec):
     extra_args: list[str] = Field(default_factory=list)
     """Further engine arguments, appended verbatim."""
     sleep_mode: bool = False
-    """Warm standby: the agent starts the engine with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`, and on the
-    control plane's word puts it to sleep at level 1 (weights to host memory, KV cache freed) instead of stopping it,
-    and wakes it in about a second instead of a cold start. Needs host memory for the weights of every sleeping
-    replica on a node. Off: replicas only start and stop."""
+    """Warm standby: the agent starts the engine with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`. A scale-down
+    then puts ready replicas to sleep at level 1 (weights to host memory, KV cache freed) instead of stopping them,
+    as long as the pool holds at most `replicas.max` awake and asleep, and a scale-up wakes sleeping replicas (about
+    a second) before it starts new ones (a cold start). Needs host memory for the weights of every sleeping replica
+    on a node. Off: replicas only start and stop."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 
