@@ -4,7 +4,7 @@ control plane, drain and reset need the control plane's credential, and the engi
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,6 +15,7 @@ from fleet.protocol.ports import free_port
 from llmfleet.local.procs import Child
 from tests.agent.conftest import AgentProc
 from tests.support.procs import Proc, Procs
+from tests.support.stacks import write_stack
 from tests.support.wait import wait_for
 
 SECRET = secrets.token_hex(32)
@@ -30,23 +31,40 @@ def bearer(kind: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {kind}:{SECRET}"}
 
 
-@pytest.fixture
-def fleet(procs: Procs, tmp_path: Path, write_stack: Callable[..., Path]) -> tuple[Proc, AgentProc]:
-    stack = write_stack()
+def start_fleet(procs: Procs, tmp: Path) -> tuple[Proc, AgentProc]:
+    """A control plane and the agent ``r-auth`` reporting to it, both with `ENV`; returns once the agent is ready."""
+    stack = write_stack(tmp / "Pulumi.agenttest.yaml", "local-sim")
     cp_port, port = free_port(), free_port()
     cp_argv = ["control-plane", "--stack", str(stack), "--port", str(cp_port), "--dry-run"]
-    cp = Proc(Child("control-plane", cp_argv, tmp_path / "cp.log", env=ENV), f"http://127.0.0.1:{cp_port}")
+    cp = Proc(Child("control-plane", cp_argv, tmp / "cp.log", env=ENV), f"http://127.0.0.1:{cp_port}")
     procs.add(cp, stop_timeout_s=10)
     cp.wait_http("/healthz", timeout_s=30)
     argv = [
         "agent", "--stack", str(stack), "--pool", "qwen-7b", "--port", str(port), "--replica", "r-auth",
-        "--control-plane", cp.url, "--log-dir", str(tmp_path / "r-auth"), "--probe-interval", "0.2",
+        "--control-plane", cp.url, "--log-dir", str(tmp / "r-auth"), "--probe-interval", "0.2",
     ]  # fmt: skip
-    agent = AgentProc(Child("r-auth", argv, tmp_path / "agent.log", env=ENV), f"http://127.0.0.1:{port}")
+    agent = AgentProc(Child("r-auth", argv, tmp / "agent.log", env=ENV), f"http://127.0.0.1:{port}")
     procs.add(agent, stop_timeout_s=20)
     agent.wait_http("/readyz", timeout_s=40)  # the warm-up completion went through with the engine key
     agent.status()
     return cp, agent
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, AgentProc]]:
+    """One fleet for the tests that only look or are refused: none drains, stops or resets its agent."""
+    tmp = tmp_path_factory.mktemp("auth-fleet")
+    procs = Procs(tmp)
+    try:
+        yield start_fleet(procs, tmp)
+    finally:
+        procs.close()
+
+
+@pytest.fixture
+def own_fleet(procs: Procs, tmp_path: Path) -> tuple[Proc, AgentProc]:
+    """A fleet of the test's own, for a test that drains or stops its agent."""
+    return start_fleet(procs, tmp_path)
 
 
 def test_authenticated_reports_reach_the_control_plane(fleet: tuple[Proc, AgentProc]) -> None:
@@ -92,14 +110,14 @@ def test_the_engine_refuses_completions_without_the_key(fleet: tuple[Proc, Agent
     assert ENGINE_KEY not in agent.text()  # never logged
 
 
-def test_the_control_planes_credential_drains_the_agent(fleet: tuple[Proc, AgentProc]) -> None:
-    _, agent = fleet
+def test_the_control_planes_credential_drains_the_agent(own_fleet: tuple[Proc, AgentProc]) -> None:
+    _, agent = own_fleet
     accepted = agent.post("/drain", headers=bearer("control-plane"))
     assert accepted.status_code == 202 and accepted.json()["accepted"] is True
     assert agent.wait(30) == 0
 
 
-def test_prestop_from_loopback_needs_no_credential(fleet: tuple[Proc, AgentProc]) -> None:
-    _, agent = fleet
+def test_prestop_from_loopback_needs_no_credential(own_fleet: tuple[Proc, AgentProc]) -> None:
+    _, agent = own_fleet
     assert agent.get("/prestop").status_code == 200
     assert agent.wait(30) == 0
