@@ -27,12 +27,27 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # pytest in two passes that together run every test once (the second ignores what the first ran). First the
-# folders whose tests run inside pytest's process (at most a short-lived tool or CLI run), on PYTEST_WORKERS workers
-# (pytest-xdist; one file per worker, so a module's fixtures start once); then all the others one at a time: they
-# start fleets, agents, engines and gateways as real processes on loopback ports under deadlines, and two at once
-# would take the CPU those deadlines measure. Folders, not files: a folder that is renamed or not there falls into
-# the second pass. Both passes run; the recipe fails if either did.
-PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/policies tests/rollout tests/simulate)
+# tests that run inside pytest's process (at most a short-lived tool or CLI run, loopback servers on ports the OS
+# picks, fake clocks), on PYTEST_WORKERS workers (pytest-xdist; one file per worker, so a module's fixtures start
+# once); then all the others one at a time: they start fleets, agents, engines, gateways and redis as real
+# processes on loopback ports under deadlines, or time a simulator on the wall clock, and two at once would take
+# the CPU those deadlines measure. A path that is renamed or not there falls into the second pass, and so does a
+# new file in a folder of the second: a file moves to the first only once it is known to need no process.
+PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/policies tests/rollout tests/simulate \
+	$(addprefix tests/agent/test_,api.py api_fuzz.py cli.py control.py fetching_state.py gpus.py launchers.py \
+	metrics.py model_store.py restarts.py states.py supervisor.py windows.py) \
+	$(addprefix tests/control_plane/actuators/test_,aws.py kubernetes.py) \
+	tests/control_plane/scaling \
+	$(addprefix tests/control_plane/test_,budget_sources.py gateway_reports.py lease_stores.py loop.py \
+	reports.py rollouts.py service.py service_budget.py service_fuzz.py shares.py startup.py) \
+	$(addprefix tests/engine_sim/test_,config.py kv.py scheduler.py scheduler_equivalence.py tokenizer.py) \
+	$(addprefix tests/gateway/quota/test_,memory.py) \
+	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py p2c.py pipeline.py rendezvous.py) \
+	$(addprefix tests/gateway/test_,auth_body.py body_properties.py endpoints.py key_rotation.py proxy_relay.py \
+	resume.py retries.py service.py shares.py) \
+	$(addprefix tests/llmfleet/commands/test_,model_command.py plan_trace.py preflight.py reference.py) \
+	$(addprefix tests/llmfleet/local/test_,plots.py timeseries.py) \
+	$(addprefix tests/llmfleet/test_,cli.py packaging.py))
 PYTEST_WORKERS ?= 2
 
 pytest: $(STAMP)
