@@ -46,7 +46,11 @@ def finished_requests(engine_url: str) -> float:
 
 
 def engine_asleep(engine_url: str) -> bool:
-    return bool(httpx.get(f"{engine_url}/is_sleeping", timeout=2.0, trust_env=False).json()["is_sleeping"])
+    """The engine says it sleeps, and its first sleep has finished (the weights are in host memory)."""
+    if not httpx.get(f"{engine_url}/is_sleeping", timeout=2.0, trust_env=False).json()["is_sleeping"]:
+        return False
+    metrics = httpx.get(f"{engine_url}/metrics", timeout=2.0, trust_env=False).text
+    return 'vllm:sleep_mode_operation_duration_seconds_count{operation="sleep"} 1.0' in metrics
 
 
 def state_is(agent: AgentProc, state: str) -> bool:
