@@ -166,7 +166,7 @@ async def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_while_
                 status = await status_of(cp)
                 return status if status["phase"] == "rolled-back" else None
 
-            status = await fleet.until(rolled_back, timeout_s=45, what="the bad candidate rolled back")
+            status = await fleet.until(rolled_back, timeout_s=90, what="the bad candidate rolled back")
             await load.stop()
         weights = (await cp.get("/v1/aliases")).json()["aliases"]["chat"]["pools"]
         decisions = (await cp.get("/v1/decisions", params={"pool": "qwen-bad"})).json()["decisions"]
@@ -206,7 +206,7 @@ async def test_a_good_candidate_is_promoted_and_the_old_pool_drained_without_a_f
             async def promoted() -> bool:
                 return (await status_of(cp))["phase"] == "promoted"
 
-            await fleet.until(promoted, timeout_s=45, what="the good candidate promoted")
+            await fleet.until(promoted, timeout_s=90, what="the good candidate promoted")
             await fleet.until(baseline_gone, timeout_s=30, what="the old pool drained to no replica")
             await load.stop()
         weights = (await cp.get("/v1/aliases")).json()["aliases"]["chat"]["pools"]
