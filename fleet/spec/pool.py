@@ -91,6 +91,10 @@ class ReplicasSpec(Spec):
     """Fewest replicas the autoscaler keeps."""
     max: int = Field(default=4, ge=1, le=1000)
     """Most replicas the autoscaler starts."""
+    fill_paid_nodes: bool = True
+    """On a target paid by the node (aws), never run fewer replicas than the node group's minimum nodes
+    (`minNodesPerAz` x zones) hold: their GPUs are paid whether they serve or not. The pools on one node group
+    share them, each at most `max`. Off: the autoscaler may go down to `min`. No effect on local targets."""
 
 
 class SloSpec(Spec):
