@@ -31,6 +31,7 @@ from control_plane.scaling.decisions import Decision, Hold
 from control_plane.scaling.policies import make_policy
 from control_plane.scaling.step import DemandHistory, ScalingState, decide, pick_victims
 from control_plane.startup import StartupHold
+from fleet.capacity.paid_floor import paid_floor
 from fleet.capacity.plan import plan_pool
 from fleet.protocol.clock import Clock
 from fleet.protocol.wire import ReplicaState
@@ -105,6 +106,7 @@ class ControlLoop:
         self.gateways = gateways or GatewayRegistry(registry.stale_after_s)
         self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
         self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.pools}
+        self.paid = {p.name: paid_floor(spec, p) for p in spec.pools}
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
@@ -162,6 +164,7 @@ class ControlLoop:
             demand_history=self._demand.get(pool.name, ()),
             state=self._state.get(pool.name),
             node_lead_s=self.node_lead_s[pool.name],
+            paid=self.paid.get(pool.name),
         )
         self._state[pool.name] = step.state
         self._demand[pool.name] = step.demand_history

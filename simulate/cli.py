@@ -104,7 +104,12 @@ def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
     lines.append(
         f"plan for this trace: {plan.per_replica_qps:.2f} req/s per replica at the SLO, {plan.replicas_needed} "
         f"needed at peak (buffer {w.capacity_buffer:g}); 'fixed' runs {p.fixed_replicas}, scalers start "
-        f"with {p.initial_replicas} ready (what the trace's first cold start needs)"
+        f"with {max(p.initial_replicas, p.paid_floor)} ready "
+        + (
+            f"(the paid floor: replicas.fillPaidNodes; the trace's first cold start needs {p.initial_replicas})"
+            if p.paid_floor > p.initial_replicas
+            else "(what the trace's first cold start needs)"
+        )
     )
     lines.append(
         f"yardsticks: clairvoyant bound {p.bound_replica_s / 3600:.2f} replica-hours (peak need "

@@ -16,6 +16,7 @@ from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision
 from control_plane.scaling.policies import ScalingPolicy, make_policy
 from control_plane.scaling.step import DemandHistory, ScalingState, decide
+from fleet.capacity.paid_floor import PaidFloor, paid_floor
 from fleet.protocol.wire import GatewayReport
 from fleet.spec.stack import AutoscalingSpec, FleetSpec, PoolSpec
 
@@ -33,6 +34,7 @@ class Controller:
     stale_after_s: float
     gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
     node_lead_s: float = 0.0  # the live loop's `node_lead`, so decisions (nodes_for included) stay the same
+    paid: PaidFloor | None = None  # the live loop's paid floor (`fleet.capacity.paid_floor.paid_floor`)
     state: ScalingState = field(default_factory=ScalingState)
     demand: DemandHistory = ()
 
@@ -55,6 +57,7 @@ class Controller:
             stale_after_s=spec.control_plane.stale_after_s,
             gateway_reports=gateway_reports,
             node_lead_s=node_lead(spec, pool),
+            paid=paid_floor(spec, pool),
         )
 
     def step(self, now: float, replicas: tuple[ReplicaLoad, ...], gateway: GatewayReport | None = None) -> Decision:
@@ -73,6 +76,7 @@ class Controller:
             demand_history=self.demand,
             state=self.state,
             node_lead_s=self.node_lead_s,
+            paid=self.paid,
         )
         self.state, self.demand = step.state, step.demand_history
         return step.decision

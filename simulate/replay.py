@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from control_plane.loop import node_lead
+from fleet.capacity.paid_floor import paid_floor
 from fleet.capacity.plan import PoolPlan, plan_pool, step_model
 from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec, PoolSpec
@@ -69,6 +70,9 @@ class Prepared:
     floor_rids: frozenset[str] = field(default=frozenset())  # the ``slo_infeasible`` requests, by id
     bound_paid_gpu_s: float = 0.0  # the clairvoyant bound at node granularity
     oracle: OracleScaler | None = None
+    # the stack's paid floor (`fleet.capacity.paid_floor`; 0: none): a scaler holding it was running that many
+    # before the trace began, so it starts with at least these ready
+    paid_floor: int = 0
 
 
 def _spec(stack: str) -> FleetSpec:
@@ -156,6 +160,7 @@ def prepare(
         floor_rids=floor_rids,
         bound_paid_gpu_s=paid_bound,
         oracle=_oracle(spec, pool, kept, plan.per_replica_qps),
+        paid_floor=0 if (floor := paid_floor(spec, pool)) is None else floor.replicas,
     )
 
 
@@ -171,7 +176,7 @@ def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bo
         initial = prepared.oracle.target(0.0)[0]  # ordered before the trace began
     else:
         controller = make_controller(spec, pool, config.scaling)
-        initial = prepared.fixed_replicas if controller is None else prepared.initial_replicas
+        initial = prepared.fixed_replicas if controller is None else max(prepared.initial_replicas, prepared.paid_floor)
     if controller is None and config.replicas is not None:
         initial = config.replicas
     sim = FleetSim(

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.capacity.paid_floor import PaidFloor
 from fleet.protocol.wire import ReplicaState
 from fleet.spec.stack import AutoscalingSpec, PoolSpec
 
@@ -80,6 +81,9 @@ class ScalingContext:
     # bounds
     min_replicas: int
     max_replicas: int
+    # the floor the GPUs its node group always pays for set (`fleet.capacity.paid_floor`; 0: none) and those GPUs
+    paid_floor: int = 0
+    paid_gpus: int = 0
     # targets (from the stack's autoscaling and pool specs)
     target_queue_per_replica: float = 4.0
     target_kv_usage: float = 0.75
@@ -198,11 +202,13 @@ def build_context(
     demand_history: tuple[tuple[float, float], ...] = (),
     state: Mapping[str, Any] | None = None,
     node_lead_s: float = 0.0,
+    paid: PaidFloor | None = None,
 ) -> ScalingContext:
     """The context of one pool at ``now``: the spec's targets and bounds plus the observed load.
 
-    ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `control_plane.reports.gateway_demand` sums it. The
-    live loop and the fleet simulation both build contexts here, so they decide from the same fields.
+    ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `control_plane.reports.gateway_demand` sums it;
+    ``paid`` is the pool's `fleet.capacity.paid_floor.paid_floor` (None: no floor). The live loop and the fleet
+    simulation both build contexts here, so they decide from the same fields.
     """
     return ScalingContext(
         pool=pool.name,
@@ -210,6 +216,8 @@ def build_context(
         replicas=replicas,
         min_replicas=pool.replicas.min,
         max_replicas=pool.replicas.max,
+        paid_floor=0 if paid is None else paid.replicas,
+        paid_gpus=0 if paid is None else paid.paid_gpus,
         target_queue_per_replica=autoscaling.target_queue_per_replica,
         target_kv_usage=autoscaling.target_kv_usage,
         target_utilisation=autoscaling.target_utilisation,

@@ -42,14 +42,14 @@ class Draft:
     """The guarded answer so far: each step reads the previous step's numbers and returns its own."""
 
     proposal: Proposal  # the policy's answer, as it came
-    desired: int  # replicas of capacity wanted (steps 1-4)
+    desired: int  # replicas of capacity wanted (steps 1-5)
     reason: str
     inputs: Mapping[str, Any]  # the figures the decision log shows, in the order the steps added them
     state: GuardrailState
-    capacity: int  # the capacity to run (steps 5-6: stabilised and step-limited); starts as the current capacity
+    capacity: int  # the capacity to run (steps 6-7: stabilised and step-limited); starts as the current capacity
     no_shrink: str | None = None  # why the pool may not shrink this tick (the first SLO rule that says so)
-    target: int = 0  # the replica target (step 7: the capacity translated back to replicas)
-    nodes_for: int | None = None  # replicas to provision nodes for (step 8)
+    target: int = 0  # the replica target (step 8: the capacity translated back to replicas)
+    nodes_for: int | None = None  # replicas to provision nodes for (step 9)
 
     def note(self, key: str, value: Any) -> Draft:
         """This draft with ``inputs[key] = value`` added."""

@@ -8,10 +8,12 @@ previous one's numbers, and the reason names what bound last. In order (`GUARDRA
 3. SLO priority, availability > TTFT > throughput (`control_plane.scaling.slo_priority`): ``min`` restored, a
    queueing P99 over the SLO adds one, unknown load or a P99 near the SLO blocks shrinking;
 4. bounds ``[min, max]`` (`control_plane.scaling.stabilise.bounds`);
-5. stabilisation windows (`control_plane.scaling.stabilise.stabilise`);
-6. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``;
-7. the capacity translated back to a replica target;
-8. nodes ahead (`control_plane.scaling.predictive.nodes_ahead`): ``nodes_for`` for pools that may need a new node.
+5. the paid floor (`control_plane.scaling.stabilise.fill_paid`): on a target paid by the node, at least the
+   replicas the node group's minimum nodes hold (``replicas.fillPaidNodes``, `fleet.capacity.paid_floor`);
+6. stabilisation windows (`control_plane.scaling.stabilise.stabilise`);
+7. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``;
+8. the capacity translated back to a replica target;
+9. nodes ahead (`control_plane.scaling.predictive.nodes_ahead`): ``nodes_for`` for pools that may need a new node.
 
 Capacity (fresh ready + arriving replicas) is what the proposal is compared against; replicas still starting
 count as capacity on its way, so a burst during a cold start does not launch a second wave.
@@ -32,7 +34,7 @@ from control_plane.scaling.draft import EPS, Draft, GuardrailState
 from control_plane.scaling.policies import Proposal
 from control_plane.scaling.predictive import demand_trend, nodes_ahead, predictive
 from control_plane.scaling.slo_priority import availability, block_shrink, ttft
-from control_plane.scaling.stabilise import bounds, stabilise, step_limits, to_target
+from control_plane.scaling.stabilise import bounds, fill_paid, stabilise, step_limits, to_target
 from fleet.spec.stack import AutoscalingSpec
 
 __all__ = ["GUARDRAILS", "Guardrail", "GuardrailState", "Verdict", "apply_guardrails", "demand_trend", "start"]
@@ -45,6 +47,7 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     ttft,
     block_shrink,
     bounds,
+    fill_paid,
     stabilise,
     step_limits,
     to_target,
@@ -61,7 +64,7 @@ class Verdict:
     reason: str
     inputs: dict[str, Any] = field(default_factory=dict)
     state: GuardrailState = field(default_factory=GuardrailState)
-    nodes_for: int | None = None  # replicas to provision nodes for (step 8)
+    nodes_for: int | None = None  # replicas to provision nodes for (step 9)
 
 
 def _observed(ctx: ScalingContext) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def predictive(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft
 
 
 def nodes_ahead(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
-    """Step 8: the replicas to provision nodes for (module docstring); unset when nodes are not provisioned
+    """Step 9: the replicas to provision nodes for (module docstring); unset when nodes are not provisioned
     ahead (``node_lead_s`` 0)."""
     if ctx.node_lead_s <= 0:
         return draft

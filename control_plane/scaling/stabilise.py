@@ -1,4 +1,5 @@
-"""Stabilisation, step limits and the replica target: how fast the guarded number may move capacity.
+"""Bounds, the paid floor, stabilisation, step limits and the replica target: where the guarded number may go
+and how fast it may move capacity.
 
 A scale-up waits ``scaleUpStabilizationS`` (default 0: fast) of continuous "want more"; a scale-down waits
 ``scaleDownStabilizationS`` of continuous "want less" and then goes to the highest count recommended inside that
@@ -17,7 +18,7 @@ from control_plane.scaling.context import ScalingContext
 from control_plane.scaling.draft import Draft
 from fleet.spec.stack import AutoscalingSpec
 
-__all__ = ["bounds", "stabilise", "step_limits", "to_target"]
+__all__ = ["bounds", "fill_paid", "stabilise", "step_limits", "to_target"]
 
 
 def bounds(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
@@ -30,8 +31,19 @@ def bounds(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
     return draft
 
 
+def fill_paid(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
+    """Step 5: the desired count at least the paid floor (``ctx.paid_floor``: the replicas the GPUs its node group
+    always pays for hold, at most ``max``), so those GPUs serve instead of idling; nothing where there is none."""
+    del cfg  # Unused.
+    floor = min(ctx.paid_floor, ctx.max_replicas)  # a rollout may size a pool below the stack's max
+    if draft.desired >= floor:
+        return draft
+    reason = f"filling paid nodes: {ctx.paid_gpus} GPUs paid hold {floor} replicas; {draft.reason}"
+    return replace(draft.note("paid_floor", floor), desired=floor, reason=reason)
+
+
 def stabilise(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
-    """Step 5: the capacity to run once "want more" or "want less" has lasted its window (module docstring)."""
+    """Step 6: the capacity to run once "want more" or "want less" has lasted its window (module docstring)."""
     now, desired, capacity, state = ctx.now, draft.desired, ctx.capacity, draft.state
     window = max(cfg.scale_down_stabilization_s, cfg.scale_up_stabilization_s)
     recs = (*((t, d) for t, d in state.recommendations if now - t <= window), (now, desired))
@@ -58,7 +70,7 @@ def stabilise(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
 
 
 def step_limits(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
-    """Step 6: one tick changes capacity by at most ``maxScaleUpStep`` / ``maxScaleDownStep``."""
+    """Step 7: one tick changes capacity by at most ``maxScaleUpStep`` / ``maxScaleDownStep``."""
     capacity = ctx.capacity
     if draft.capacity > capacity + cfg.max_scale_up_step:
         reason = f"{draft.reason}; step limited to +{cfg.max_scale_up_step}"
@@ -70,7 +82,7 @@ def step_limits(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draf
 
 
 def to_target(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
-    """Step 7: the capacity as a replica target (replicas that serve nothing stay in ``current``)."""
+    """Step 8: the capacity as a replica target (replicas that serve nothing stay in ``current``)."""
     del cfg  # Unused.
     target = max(0, ctx.current + (draft.capacity - ctx.capacity))
     target = min(target, max(ctx.max_replicas, ctx.current))

@@ -23,6 +23,7 @@ from control_plane.scaling.context import ReplicaLoad, ScalingContext, build_con
 from control_plane.scaling.decisions import Decision, Hold, ScaleDown, ScaleUp
 from control_plane.scaling.guardrails import GuardrailState, Verdict, apply_guardrails
 from control_plane.scaling.policies import ScalingPolicy
+from fleet.capacity.paid_floor import PaidFloor
 from fleet.protocol.wire import ReplicaState
 from fleet.spec.stack import AutoscalingSpec, PoolSpec
 
@@ -109,8 +110,10 @@ def decide(
     demand_history: DemandHistory = (),
     state: ScalingState | None = None,
     node_lead_s: float = 0.0,
+    paid: PaidFloor | None = None,
 ) -> Step:
-    """One pool, one tick: the decision (not yet applied), with the next state and demand window."""
+    """One pool, one tick: the decision (not yet applied), with the next state and demand window. ``paid`` is the
+    pool's paid floor (`fleet.capacity.paid_floor.paid_floor`, fixed when the caller is built; None: none)."""
     state = state or ScalingState()
     ctx = build_context(
         pool,
@@ -122,6 +125,7 @@ def decide(
         demand_history=demand_history,
         state=state.policy,
         node_lead_s=node_lead_s,
+        paid=paid,
     )
     if ctx.has_metrics:
         history = advance_window(demand_history, now, ctx.demand, window_horizon(pool, autoscaling))
