@@ -3,6 +3,8 @@ cluster's GPUs, integrated over the replicas billed at each tick."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fleet.spec.loader import load_spec
@@ -12,6 +14,7 @@ from simulate.configs import stack_config
 from simulate.replay import prepare, run_config
 from simulate.report import row
 from simulate.trace import synthetic_trace
+from tests.support.stacks import write_stack
 
 
 def _billing(stack: str) -> NodeBilling:
@@ -39,11 +42,19 @@ def test_a_pool_without_a_node_group_pays_its_replicas_gpus() -> None:
     assert (billing.nodes(5), billing.paid_gpus(5)) == (0, 10)
 
 
-def test_a_replay_bills_paid_gpu_hours_and_their_busy_share() -> None:
-    prepared = prepare("prod", synthetic_trace(20.0, seed=1, end_s=300.0))
-    result = run_config(prepared, stack_config(load_spec("prod", registries=all_registries()).spec), seed=0)
+@pytest.mark.parametrize("fill", [False, True])
+def test_a_replay_bills_paid_gpu_hours_and_their_busy_share(tmp_path: Path, fill: bool) -> None:
+    # fillPaidNodes off, the scaler runs the few replicas the traffic needs and idle paid GPUs lower paid busy;
+    # on (prod as shipped) the paid floor puts a replica on every paid GPU, so paid busy is replica busy.
+    stack = str(write_stack(tmp_path / "Pulumi.prod.yaml", "prod", **{"pools.0.replicas.fillPaidNodes": fill}))
+    prepared = prepare(stack, synthetic_trace(20.0, seed=1, end_s=300.0))
+    result = run_config(prepared, stack_config(load_spec(stack, registries=all_registries()).spec), seed=0)
     figures = row(result, prepared)
     assert result.peak_replicas <= 24  # never beyond the three nodes prod pays at its minimum
     assert figures["paid_gpu_h"] == pytest.approx(24 * result.end_s / 3600, rel=0.02)
     assert figures["node_h"] == pytest.approx(3 * result.end_s / 3600, rel=0.02)
-    assert 0 < float(figures["paid_busy"]) < float(figures["busy"])  # idle paid GPUs lower it
+    if fill:
+        assert result.peak_replicas == 24
+        assert 0 < float(figures["paid_busy"]) == pytest.approx(float(figures["busy"]), rel=0.02)
+    else:
+        assert 0 < float(figures["paid_busy"]) < float(figures["busy"])  # idle paid GPUs lower it

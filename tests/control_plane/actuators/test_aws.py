@@ -251,3 +251,40 @@ async def test_nodes_grow_a_node_start_ahead_of_the_replicas_that_need_them(aws:
     assert desired_sizes(aws.eks) == [1, 1, 1] and actuator.updates == []
     await actuator.reconcile(prod_spec().pool("qwen-7b"), target=3, nodes_for=30)
     assert desired_sizes(aws.eks) == [2, 1, 1]  # 30 replicas at 8 a node: 4 nodes over 3 zones
+
+
+async def test_a_node_above_the_minimum_goes_only_once_its_replicas_drained(
+    aws: Aws, kube: tuple[KubeApi, str]
+) -> None:
+    # Scaled down to 8 replicas (one node in us-east-1a): the second node still runs a draining engine (deleted,
+    # in its grace period, phase Running), the third is empty. Only the empty one goes; the draining one goes
+    # on the first reconcile after its engine has finished.
+    api, url = kube
+    ids = gpu_instances(aws, "eks-draining", 3)
+    api.nodes = [node(f"n{i}", "us-east-1a", ids[i]) for i in range(3)]
+    draining = engine_pod("b", "n1")
+    draining["metadata"]["deletionTimestamp"] = "2026-06-01T00:00:00Z"
+    api.pods = [engine_pod("a", "n0"), draining]
+    client = httpx.AsyncClient(base_url=url)
+    env = ActuatorEnv(
+        "prod",
+        "http://cp",
+        eks_client=aws.eks,
+        autoscaling_client=aws.autoscaling,
+        kubernetes_client=client,
+        scale_pods=False,
+        nodegroups=NODEGROUPS,
+    )
+    actuator = build_actuator(prod_spec(), env, name="aws", dry_run=False)
+    assert isinstance(actuator, AwsActuator)
+    pool = prod_spec().pool("qwen-7b")
+    await actuator.reconcile(pool, target=8)
+    assert actuator.terminated == [ids[2]]
+    api.nodes = api.nodes[:2]
+    await actuator.reconcile(pool, target=8)
+    assert actuator.terminated == [ids[2]]  # the drain is not over: its node stays paid
+    draining["status"]["phase"] = "Succeeded"
+    await actuator.reconcile(pool, target=8)
+    assert actuator.terminated == [ids[2], ids[1]]
+    assert auto_scaling_group(aws, "eks-draining")["DesiredCapacity"] == 1
+    await client.aclose()
