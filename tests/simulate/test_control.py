@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from control_plane.actuators import Actuator, ActuatorEnv, FleetView
 from control_plane.loop import ControlLoop
 from control_plane.reports import GatewayRegistry, ReplicaRegistry
@@ -49,10 +51,17 @@ def _comparable(d: Decision) -> tuple[object, ...]:
     return (d.kind, d.current, d.target, d.reason, victims, sorted(inputs.items(), key=lambda kv: kv[0]))
 
 
-async def test_live_loop_and_simulation_decide_alike_on_one_report_sequence() -> None:
+@pytest.mark.parametrize("fill", [False, True])
+async def test_live_loop_and_simulation_decide_alike_on_one_report_sequence(fill: bool) -> None:
+    # fillPaidNodes off, the scaler itself goes up and down with the load; on (prod as shipped) both hold the
+    # paid floor the same way.
     spec = stacks.spec(
         "prod",
-        **{"autoscaling.scaleDownStabilizationS": 60, "autoscaling.policy.params": {"releaseTimeConstantS": 120}},
+        **{
+            "autoscaling.scaleDownStabilizationS": 60,
+            "autoscaling.policy.params": {"releaseTimeConstantS": 120},
+            "pools.0.replicas.fillPaidNodes": fill,
+        },
     )
     pool = spec.pools[0]
     assert spec.autoscaling.predictive  # the predictive term reads the demand window: the two must share it
@@ -122,5 +131,8 @@ async def test_live_loop_and_simulation_decide_alike_on_one_report_sequence() ->
         elif isinstance(live, ScaleDown):
             for victim in live.victims:
                 names.remove(victim)
+    if fill:
+        assert "scale-down" not in kinds and any(r.startswith("filling paid nodes: 24 GPUs paid") for r in reasons)
+        return
     assert kinds == {"hold", "scale-up", "scale-down"}
     assert any(r.startswith("predictive") for r in reasons)
