@@ -7,7 +7,7 @@ is unreachable the last known membership stays (in-flight work and routing go on
 (load, parsed with `fleet.protocol.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
 rotation on that refresh (``sleeping`` and ``waking`` are not ``ready``); an engine answering 503 leaves it until its
 next good probe. A sleeping vLLM answers ``/health`` 200 and queues what it is sent, so in static mode an engine whose
-``vllm:engine_sleep_state{sleep_state="awake"}`` is 0 is not ready either (`asleep`).
+``vllm:engine_sleep_state{sleep_state="awake"}`` is 0 is not ready either (`fleet.protocol.promtext.engine_asleep`).
 
 Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica faults in a row (or one first-token
 timeout: a hung engine) eject a replica for ``base_s x 2^(n-1)`` seconds (n = ejections in a row, capped at
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from fleet.protocol.clock import Clock
-from fleet.protocol.promtext import EngineMetrics
+from fleet.protocol.promtext import EngineMetrics, engine_asleep, parse
 from fleet.protocol.wire import ReplicaList
 from fleet.spec.stack import PoolSpec
 from gateway.routing.base import EndpointView
@@ -41,7 +41,6 @@ __all__ = [
     "EndpointSet",
     "OutlierPolicy",
     "Refresher",
-    "asleep",
     "load_lines",
     "served_adapters",
     "static_replica_id",
@@ -258,11 +257,15 @@ class Refresher:
             if models is not None:
                 ep.adapters = served_adapters(models, ep.model)
         health, metrics = await asyncio.gather(self._get(ep.url + "/health"), self._get(ep.url + "/metrics"))
-        if self._cp is None:
-            self.endpoints.set_ready(ep, health is not None and not (metrics is not None and asleep(metrics)))
+        samples = None  # the scrape's load series, parsed once; None when absent or malformed
         if metrics is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                ep.metrics = EngineMetrics.from_text(load_lines(metrics))
+            with contextlib.suppress(ValueError):
+                samples = parse(load_lines(metrics))
+        if self._cp is None:
+            self.endpoints.set_ready(ep, health is not None and not (samples is not None and engine_asleep(samples)))
+        if samples is not None:
+            with contextlib.suppress(KeyError):
+                ep.metrics = EngineMetrics.from_samples(samples)
                 ep.metrics_at = self.endpoints._clock.monotonic()
 
     async def _get(self, url: str) -> str | None:
@@ -288,25 +291,14 @@ _LOAD_SERIES = (
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
     "vllm:lora_requests_info",
+    "vllm:engine_sleep_state{",  # asleep or awake (`engine_asleep`)
 )
 
 
 def load_lines(text: str) -> str:
-    """The lines of a ``/metrics`` scrape that `EngineMetrics` needs for load (TTFT buckets are left out)."""
+    """The lines of a ``/metrics`` scrape that `EngineMetrics` needs for load (TTFT buckets are left out), and the
+    engine's sleep state."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LOAD_SERIES))
-
-
-_AWAKE = 'sleep_state="awake"'
-
-
-def asleep(metrics: str) -> bool:
-    """The scrape says the engine sleeps: its ``vllm:engine_sleep_state`` series for ``awake`` is 0 (an engine
-    without sleep mode has no such series and is awake)."""
-    for line in metrics.splitlines():
-        if line.startswith("vllm:engine_sleep_state{") and _AWAKE in line:
-            with contextlib.suppress(ValueError, IndexError):
-                return float(line.rsplit(" ", 1)[1]) == 0.0
-    return False
 
 
 def static_replica_id(pool: str, index: int) -> str:

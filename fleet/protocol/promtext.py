@@ -19,6 +19,7 @@ __all__ = [
     "gauge_value",
     "histogram_buckets",
     "diff_buckets",
+    "engine_asleep",
     "histogram_quantile",
     "parse",
 ]
@@ -136,7 +137,11 @@ class EngineMetrics:
     @classmethod
     def from_text(cls, text: str) -> EngineMetrics:
         """Parse a scrape; KeyError when a required vLLM metric is missing (never defaulted to zero)."""
-        samples = parse(text)
+        return cls.from_samples(parse(text))
+
+    @classmethod
+    def from_samples(cls, samples: Mapping[str, list[Sample]]) -> EngineMetrics:
+        """`from_text` on an already parsed scrape."""
         return cls(
             running=gauge_value(samples, "vllm:num_requests_running"),
             waiting=gauge_value(samples, "vllm:num_requests_waiting"),
@@ -149,6 +154,13 @@ class EngineMetrics:
             ttft_buckets=histogram_buckets(samples, "vllm:time_to_first_token_seconds"),
             lora_active=lora_active(samples),
         )
+
+
+def engine_asleep(samples: Mapping[str, list[Sample]]) -> bool:
+    """Whether ``vllm:engine_sleep_state`` says the engine sleeps: its ``sleep_state="awake"`` series is 0. An
+    engine without sleep mode exports no such series and is awake."""
+    awake = [s.value for s in samples.get("vllm:engine_sleep_state", ()) if s.labels.get("sleep_state") == "awake"]
+    return bool(awake) and all(value == 0.0 for value in awake)
 
 
 def _optional_counter(samples: Mapping[str, list[Sample]], name: str) -> float:

@@ -7,6 +7,7 @@ import pytest
 from fleet.protocol.promtext import (
     EngineMetrics,
     diff_buckets,
+    engine_asleep,
     histogram_buckets,
     histogram_quantile,
     parse,
@@ -65,3 +66,16 @@ def test_bucket_difference_gives_recent_observations() -> None:
     before = [(0.1, 50.0), (0.25, 90.0), (float("inf"), 100.0)]
     now = [(0.1, 50.0), (0.25, 90.0), (float("inf"), 110.0)]
     assert histogram_quantile(diff_buckets(now, before), 0.5) == 0.25
+
+
+def _sleep_state(awake: float) -> str:
+    return "".join(
+        f'vllm:engine_sleep_state{{engine="0",model_name="qwen",sleep_state="{state}"}} {value}\n'
+        for state, value in (("awake", awake), ("weights_offloaded", 1.0 - awake), ("discard_all", 0.0))
+    )
+
+
+def test_an_engine_is_asleep_only_when_its_awake_sleep_state_is_zero() -> None:
+    assert engine_asleep(parse(_sleep_state(0.0)))
+    assert not engine_asleep(parse(_sleep_state(1.0)))
+    assert not engine_asleep(parse(SCRAPE))  # no sleep mode: no series, awake
