@@ -21,6 +21,7 @@ from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import HOST_TO_DEVICE_BYTES_S, SleepController, WakeTiming
 from tests.engine_sim.builders import make_config
+from tests.support.wait import async_wait_for
 
 CHECK = {"model": "qwen", "prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}
 
@@ -123,12 +124,14 @@ async def test_a_request_that_arrives_asleep_is_queued_until_the_wake() -> None:
 async def test_sleep_aborts_in_flight_requests_by_default() -> None:
     async with sleepy_sim(time_scale=1.0) as (client, _):
         long = asyncio.ensure_future(client.post("/v1/completions", json={**CHECK, "max_tokens": 2000}))
-        deadline = time.monotonic() + 10
-        while "vllm:num_requests_running{" not in (m := (await client.get("/metrics")).text) or (
-            'vllm:num_requests_running{engine="0",model_name="qwen"} 0.0' in m
-        ):
-            assert time.monotonic() < deadline, "the request never started"
-            await asyncio.sleep(0.02)
+
+        async def running() -> bool:
+            m = (await client.get("/metrics")).text
+            return (
+                "vllm:num_requests_running{" in m and 'num_requests_running{engine="0",model_name="qwen"} 0.0' not in m
+            )
+
+        await async_wait_for(running, timeout_s=10, interval_s=0.02, what="the request started")
         await client.post("/sleep")
         assert (await long).json()["choices"][0]["finish_reason"] == "abort"
 
