@@ -24,7 +24,18 @@ from prometheus_client.registry import Collector
 from control_plane.scaling.decisions import Decision, RolloutStep
 from fleet.protocol.wire import AliasEntry, AliasWeights, RolloutSide, RolloutStatus
 from fleet.spec.stack import FleetSpec, PoolSpec
-from rollout.canary import CanaryDecision, CanaryPlan, CanaryState, Observation, Phase, Side, abort, advance, start
+from rollout.canary import (
+    METRIC_NAMES,
+    CanaryDecision,
+    CanaryPlan,
+    CanaryState,
+    Observation,
+    Phase,
+    Side,
+    abort,
+    advance,
+    start,
+)
 from rollout.slis import SliLedger
 
 __all__ = ["KEEP_S", "RolloutCollector", "RolloutError", "Rollouts"]
@@ -91,6 +102,7 @@ class Rollouts:
             settings.min_samples,
             settings.tolerance,
             settings.baseline_after,
+            tuple(METRIC_NAMES[m] for m in settings.metrics),
         )
 
     def start(self, plan: CanaryPlan, now: float) -> CanaryState:
@@ -199,6 +211,7 @@ class Rollouts:
             bake_s=plan.bake_s,
             min_samples=plan.min_samples,
             tolerance=plan.tolerance,
+            metrics=list(plan.metrics),
             started_at=state.started_at,
             step_started_at=since,
             reason=state.reason,

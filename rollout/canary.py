@@ -7,10 +7,10 @@
 The observation is both sides' SLIs over the same window: the bake window of the current step (since the step's
 weight was set). Each call decides one of:
 
-* **rollback** as soon as both sides have ``min_samples`` requests in the window and any of TTFT p99, TPOT p99 or
-  the error rate of the candidate is worse than the baseline's beyond ``tolerance`` (`rollout.compare.compare`):
-  the candidate's weight goes back to 0; the reason names the metric and both values. It does not wait for the
-  bake to end: a bad candidate serves as few users as its samples need.
+* **rollback** as soon as both sides have ``min_samples`` requests in the window and any judged metric
+  (``plan.metrics``: TTFT p99, TPOT p99, the error rate) is worse on the candidate than on the baseline beyond
+  ``tolerance`` (`rollout.compare.compare`): the candidate's weight goes back to 0; the reason names the metric
+  and both values. It does not wait for the bake to end: a bad candidate serves as few users as its samples need.
 * **hold** while the bake is not over, or while either side has fewer than ``min_samples`` requests (a quiet
   alias never steps up on no evidence);
 * **step** to the next weight once the bake is over with enough samples and nothing worse;
@@ -31,6 +31,7 @@ from rollout.compare import Delta, Figures, compare
 
 __all__ = [
     "CANARY_METRICS",
+    "METRIC_NAMES",
     "Action",
     "CanaryDecision",
     "CanaryPlan",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 CANARY_METRICS = ("TTFT p99", "TPOT p99", "error rate")  # `rollout.compare` names; throughput needs a sweep
+# the stack's names for them (aliases.<name>.rollout.metrics)
+METRIC_NAMES = {"ttftP99": "TTFT p99", "tpotP99": "TPOT p99", "errorRate": "error rate"}
 
 Action = Literal["start", "hold", "step", "promote", "rollback", "abort"]
 
@@ -69,6 +72,7 @@ class CanaryPlan:
     min_samples: int = 100
     tolerance: float = 0.10
     baseline_after: Literal["zero", "min"] = "zero"  # the baseline's replicas once promoted
+    metrics: tuple[str, ...] = CANARY_METRICS  # what a step is judged on: `rollout.compare` names
 
     def __post_init__(self) -> None:
         steps = self.steps
@@ -80,6 +84,8 @@ class CanaryPlan:
             raise ValueError("bake_s > 0, min_samples >= 1 and 0 <= tolerance < 1 are required")
         if self.baseline == self.candidate:
             raise ValueError(f"the candidate {self.candidate!r} is the baseline")
+        if not self.metrics or not set(self.metrics) <= set(CANARY_METRICS):
+            raise ValueError(f"metrics must be some of {', '.join(CANARY_METRICS)}; got {self.metrics}")
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def start(plan: CanaryPlan, now: float) -> tuple[CanaryState, CanaryDecision]:
     reason = (
         f"rollout of {plan.alias} from {plan.baseline} to {plan.candidate} started: candidate at "
         f"{plan.steps[0]}% (steps {', '.join(map(str, plan.steps))}; bake {plan.bake_s:g} s, at least "
-        f"{plan.min_samples} requests a side, tolerance {plan.tolerance:.0%})"
+        f"{plan.min_samples} requests a side, tolerance {plan.tolerance:.0%} on {', '.join(plan.metrics)})"
     )
     return state, CanaryDecision("start", 0, state.weight, reason)
 
@@ -169,7 +175,7 @@ def advance(state: CanaryState, observation: Observation, now: float) -> tuple[C
     enough = base.requests >= plan.min_samples and cand.requests >= plan.min_samples
     deltas: tuple[Delta, ...] = ()
     if enough:
-        verdict = compare(base.figures(), cand.figures(), plan.tolerance, metrics=CANARY_METRICS)
+        verdict = compare(base.figures(), cand.figures(), plan.tolerance, metrics=plan.metrics)
         deltas = verdict.deltas
         worse = [d for d in deltas if d.worse]
         if worse:

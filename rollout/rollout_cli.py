@@ -47,7 +47,8 @@ def format_rollout(r: dict[str, Any]) -> str:
     step = f"step {r['step'] + 1} of {len(r['steps'])}" if r["phase"] == "baking" else r["phase"].upper()
     lines = [
         f"rollout {r['alias']}: {r['baseline']} -> {r['candidate']} at {r['weight']}% ({step}; steps {steps}%, "
-        f"bake {r['bake_s']:g} s, >= {r['min_samples']} requests a side, tolerance {r['tolerance']:.0%})",
+        f"bake {r['bake_s']:g} s, >= {r['min_samples']} requests a side, tolerance {r['tolerance']:.0%} on "
+        f"{', '.join(r['metrics'])})",
         f"  {r['reason']}",
         f"  window since {time.strftime('%H:%M:%S', time.localtime(r['step_started_at']))}:",
     ]

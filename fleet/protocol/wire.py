@@ -326,6 +326,7 @@ class RolloutStatus(Wire):
     bake_s: float
     min_samples: int
     tolerance: float
+    metrics: list[str] = Field(description="what each step is judged on: TTFT p99, TPOT p99, error rate")
     started_at: float
     step_started_at: float = Field(description="start of the window the step is judged on")
     reason: str = Field(description="the last decision's reason: why it holds, stepped, rolled back or promoted")

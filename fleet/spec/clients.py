@@ -52,6 +52,10 @@ AliasName = Annotated[str, Field(pattern=_ALIAS_NAME)]
 Weight = Annotated[int, Field(ge=0, strict=True)]
 
 
+RolloutMetric = Literal["ttftP99", "tpotP99", "errorRate"]
+ROLLOUT_METRICS: tuple[RolloutMetric, ...] = ("ttftP99", "tpotP99", "errorRate")
+
+
 class RolloutSpec(Spec):
     """How a canary rollout of the alias runs (``llmfleet rollout start``), e.g. ``{steps: [1, 5, 25, 50, 100],
     bakeS: 300, minSamples: 100}``."""
@@ -63,7 +67,10 @@ class RolloutSpec(Spec):
     min_samples: int = Field(default=100, ge=1, le=10_000_000)
     """Requests each side must have answered in a step's window before it is judged (no step up without them)."""
     tolerance: float = Field(default=0.10, ge=0.0, lt=1.0)
-    """How much worse than the baseline the candidate's TTFT p99, TPOT p99 and error rate may be (0.10: 10%)."""
+    """How much worse than the baseline the candidate's judged metrics may be (0.10: 10%)."""
+    metrics: list[RolloutMetric] = Field(default_factory=lambda: list(ROLLOUT_METRICS), min_length=1)
+    """What a step is judged on: any of TTFT p99, TPOT p99 and the error rate (a p99 over a small window is
+    mostly its slowest request: judge latency only where minSamples is in the hundreds)."""
     baseline: str | None = None
     """The pool rolled away from (default: the alias's pool of highest weight other than the candidate)."""
     baseline_after: Literal["zero", "min"] = "zero"

@@ -74,6 +74,15 @@ def test_a_metric_worse_beyond_the_tolerance_rolls_back_naming_it_and_both_value
     assert [d.metric for d in decision.deltas if d.worse] == [metric]
 
 
+def test_a_plan_judged_on_the_error_rate_alone_steps_past_a_slower_candidate_and_rolls_back_a_failing_one() -> None:
+    plan = dataclasses.replace(PLAN, metrics=("error rate",))
+    state = dataclasses.replace(start(plan, 100.0)[0], step=0)
+    _, slower = advance(state, Observation(GOOD, side(ttft_p99_s=0.300, tpot_p99_s=0.060)), 130.0)
+    assert slower.action == "step" and [d.metric for d in slower.deltas] == ["error rate"]
+    _, failing = advance(state, Observation(GOOD, side(errors=40)), 110.0)
+    assert failing.action == "rollback" and "error rate 20.00%" in failing.reason
+
+
 def test_a_worse_candidate_with_too_few_samples_is_not_judged_yet() -> None:
     _, decision = advance(baking(), Observation(GOOD, side(requests=10, errors=5)), 110.0)
     assert decision.action == "hold"
@@ -95,7 +104,15 @@ def test_abort_takes_the_candidate_back_to_zero() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"steps": (10, 50)}, {"steps": (50, 10, 100)}, {"steps": (100,)}, {"bake_s": 0.0}, {"candidate": "qwen-v1"}],
+    [
+        {"steps": (10, 50)},
+        {"steps": (50, 10, 100)},
+        {"steps": (100,)},
+        {"bake_s": 0.0},
+        {"candidate": "qwen-v1"},
+        {"metrics": ()},
+        {"metrics": ("TTFT p50",)},
+    ],  # fmt: skip
 )
 def test_a_plan_that_cannot_run_is_refused(changes: dict[str, object]) -> None:
     with pytest.raises(ValueError):

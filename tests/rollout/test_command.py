@@ -19,6 +19,7 @@ ROLLOUT = {
     "bake_s": 3.0,
     "min_samples": 20,
     "tolerance": 0.1,
+    "metrics": ["TTFT p99", "TPOT p99", "error rate"],
     "step_started_at": 0.0,
     "reason": "baking 50%: 1 s of 3 s",
     "window": [

@@ -138,6 +138,13 @@ BROKEN: list[tuple[str, Any, dict[str, Any], str, str]] = [
         "less than 1",
     ),
     (
+        "rollout judged on an unknown metric",
+        {"chat": {"pools": {"qwen-7b": 1}, "rollout": {"metrics": ["ttftP50"]}}},
+        {},
+        "aliases.chat.rollout.metrics[0]",
+        "'ttftP99', 'tpotP99' or 'errorRate'",
+    ),
+    (
         "tenant allowed an unknown alias",
         {"chat": {"pools": {"qwen-7b": 1}}},
         {"tenants.1.allowedModels": ["chit"]},

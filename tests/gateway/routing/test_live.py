@@ -46,8 +46,9 @@ async def _spread(url: str, requests: int, concurrency: int) -> collections.Coun
 
 
 async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims: SimFactory) -> None:
-    # One replica is 40x slower: under the same concurrent load its requests pile up.
-    slow, fast1, fast2 = sims(["--fault-slowdown", "40"], [], [], time_scale=20.0)
+    # One replica is 100x slower: under the same concurrent load its requests pile up. Slower than the HTTP hops a
+    # busy machine adds to every request (at 40x those made the fast replicas look slow too, and p2c's share rose).
+    slow, fast1, fast2 = sims(["--fault-slowdown", "100"], [], [], time_scale=20.0)
     busy_id = static_replica_id("qwen-7b", 0)  # the first static URL; the header names it, never its address
     shares: dict[str, float] = {}
     for picker in ("p2c", "random"):

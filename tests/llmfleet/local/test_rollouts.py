@@ -30,7 +30,16 @@ from tests.support.stacks import write_stack
 pytestmark = pytest.mark.slow
 
 SECRET = "rollout-e2e-fleet-secret"
-ROLLOUT = {"steps": [10, 50, 100], "bakeS": 3, "minSamples": 20, "tolerance": 0.5, "baselineAfter": "zero"}
+# Judged on the error rate alone: a p99 over 20 requests is their slowest one, which on a busy machine is noise (the
+# latency judgements are the canary's unit tests').
+ROLLOUT = {
+    "steps": [10, 50, 100],
+    "bakeS": 3,
+    "minSamples": 20,
+    "tolerance": 0.5,
+    "baselineAfter": "zero",
+    "metrics": ["errorRate"],
+}
 
 
 def _pool(name: str, *extra_args: str) -> dict[str, Any]:
