@@ -203,7 +203,7 @@ class ControlLoop:
             if not isinstance(decision, Hold):
                 await self.actuator.apply(decision)
             if self.startup.settled(pool.name, when):
-                await self.actuator.reconcile(pool, decision.target, decision.nodes_for)
+                await self.actuator.reconcile(pool, decision.holding, decision.nodes_for)
             out.append(decision)
         return out
 

@@ -90,9 +90,10 @@ class Actuator(abc.ABC):
     async def reconcile(  # noqa: B027 - optional hook
         self, pool: PoolSpec, target: int, nodes_for: int | None = None
     ) -> None:
-        """Called every tick with the pool's target and the replicas its nodes should have room for
-        (`Decision.nodes_for`), whatever the decision: converge slow resources (the aws actuator grows node
-        groups ahead and reclaims GPU nodes a drain emptied). Default: nothing."""
+        """Called every tick with the replicas the pool holds GPUs for (`Decision.holding`: its target and its
+        sleeping replicas) and those its nodes should have room for (`Decision.nodes_for`), whatever the decision:
+        converge slow resources (the aws actuator grows node groups ahead and reclaims GPU nodes a drain emptied).
+        Default: nothing."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; default: nothing."""

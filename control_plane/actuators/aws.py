@@ -151,7 +151,7 @@ class AwsActuator(Actuator, name="aws"):
     async def apply(self, decision: Decision) -> None:
         pool = self.spec.pool(decision.pool)
         if isinstance(decision, ScaleUp):
-            await self.grow_nodes(pool, decision.target)
+            await self.grow_nodes(pool, decision.holding)  # sleeping replicas keep their GPUs
         if self.pods is not None:
             await self.pods.apply(decision)
 

@@ -31,12 +31,20 @@ class Decision:
     nodes_for: int | None = None
     """Replicas the pool's nodes should have room for (at least ``target``): what the demand trend needs a node
     start plus a cold start ahead, so nodes are provisioned that much earlier than replicas. None: not modelled."""
+    asleep: int = 0
+    """Sleeping replicas (sleep mode) the pool keeps once the decision is carried out, on top of ``target``: they
+    serve nothing but still hold their GPUs, so an actuator that sets a replica count sets ``holding``."""
 
     kind: Kind = "hold"
 
     @property
     def delta(self) -> int:
         return self.target - self.current
+
+    @property
+    def holding(self) -> int:
+        """Replicas that hold a GPU once the decision is carried out: the awake ``target`` and the ``asleep``."""
+        return self.target + self.asleep
 
 
 @dataclass(frozen=True)

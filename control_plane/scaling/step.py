@@ -142,14 +142,17 @@ def decide(
         "nodes_for": verdict.nodes_for,
     }
     decision: Decision
+    asleep = len(ctx.asleep)
     if verdict.target > ctx.current:
-        decision = ScaleUp(**common, wake=to_wake(pool, ctx, verdict.target - ctx.current))
+        wake = to_wake(pool, ctx, verdict.target - ctx.current)
+        decision = ScaleUp(**common, asleep=asleep - len(wake), wake=wake)
     elif verdict.target < ctx.current:
         victims = pick_victims(ctx, ctx.current - verdict.target)
         sleep = to_sleep(pool, ctx, victims, verdict.target)
-        decision = ScaleDown(**common, victims=tuple(v for v in victims if v not in sleep), drain=True, sleep=sleep)
+        victims = tuple(v for v in victims if v not in sleep)
+        decision = ScaleDown(**common, asleep=asleep + len(sleep), victims=victims, drain=True, sleep=sleep)
     else:
-        decision = Hold(**common)
+        decision = Hold(**common, asleep=asleep)
     return Step(decision, ctx, carried, ctx.demand_history)
 
 

@@ -163,12 +163,6 @@ def _sleep_memory(spec: FleetSpec, path: str, pool: PoolSpec) -> Iterator[Proble
     hold the weights of as many replicas as fit on its GPUs (the catalogue's host memory per instance type)."""
     if not pool.engine.sleep_mode:
         return
-    if spec.target != "local":
-        yield _warn(
-            f"{path}.engine.sleepMode",
-            f"only the local actuator sleeps and wakes replicas yet; on target {spec.target!r} the pool scales by "
-            "stopping and starting, and a scale-down may not stop the replicas it picked",
-        )
     if pool.node_group is None:
         return
     instance = INSTANCES[spec.node_group(pool.node_group).instance_type]

@@ -15,6 +15,7 @@ from aiohttp import web
 from control_plane.actuators import ActuatorEnv, build_actuator
 from control_plane.actuators.kubernetes import DELETION_COST, KubernetesActuator, KubernetesError, in_cluster_client
 from control_plane.scaling.decisions import ScaleDown, ScaleUp
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV
 from fleet.spec.loader import load_spec
 
 NS = "llmfleet-dev"
@@ -55,6 +56,10 @@ class ApiServer:
             return web.json_response(scale_object(self.replicas))
         if request.path.startswith(f"/api/v1/namespaces/{NS}/pods/") and request.method == "PATCH":
             return web.json_response({"kind": "Pod", "apiVersion": "v1", "metadata": json.loads(body)["metadata"]})
+        if request.path.startswith(f"/api/v1/namespaces/{NS}/pods/") and request.method == "GET":
+            name = request.path.rsplit("/", 1)[1]
+            status = {"phase": "Running", "podIP": "127.0.0.1"} if name != "pod-unscheduled" else {"phase": "Pending"}
+            return web.json_response({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name}, "status": status})
         return web.json_response({"kind": "Status", "code": 404, "message": "not found"}, status=404)
 
 
@@ -68,6 +73,25 @@ async def api() -> AsyncIterator[tuple[ApiServer, str]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     yield server, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[tuple[list[tuple[str, str | None]], int]]:
+    """An agent's control endpoints on loopback: records each POST's path and Authorization header."""
+    calls: list[tuple[str, str | None]] = []
+
+    async def command(request: web.Request) -> web.Response:
+        calls.append((request.path, request.headers.get("Authorization")))
+        return web.json_response({"accepted": True}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/{command}", command)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield calls, runner.addresses[0][1]
     await runner.cleanup()
 
 
@@ -105,6 +129,42 @@ async def test_scale_down_marks_victims_with_deletion_cost_before_patching_scale
     assert annotate["content_type"] == "application/merge-patch+json"
     assert annotate["body"] == {"metadata": {"annotations": {DELETION_COST: "-1000"}}}
     check_scale_patch(patch, 1)
+    await actuator.close()
+
+
+async def test_sleep_mode_sleeps_and_wakes_agents_at_their_pod_ip_and_keeps_sleeping_pods_counted(
+    api: tuple[ApiServer, str], agent: tuple[list[tuple[str, str | None]], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, url = api
+    calls, port = agent
+    monkeypatch.setenv(CONTROL_TOKEN_ENV, "fleet-secret")
+    spec = load_spec("dev").spec
+    actuator = KubernetesActuator(spec, httpx.AsyncClient(base_url=url), agent_port=port)
+    # 3 awake -> 1: pod-a sleeps, pod-b drains away; the Deployment keeps 2 (1 awake, 1 asleep).
+    down = ScaleDown(
+        "qwen-7b", current=3, target=1, reason="idle", at=0.0, asleep=1, victims=("pod-b",), sleep=("pod-a",)
+    )
+    await actuator.apply(down)
+    assert calls == [("/sleep", "Bearer control-plane:fleet-secret")]
+    annotated = [r["path"] for r in server.requests if r["method"] == "PATCH" and "/pods/" in r["path"]]
+    assert annotated == [f"/api/v1/namespaces/{NS}/pods/pod-b"]  # never the sleeping pod
+    check_scale_patch(server.requests[-1], 2)
+    # 1 awake -> 3: pod-a wakes and one pod starts; 3 in all, none asleep.
+    await actuator.apply(ScaleUp("qwen-7b", current=1, target=3, reason="queue", at=1.0, wake=("pod-a",)))
+    assert calls[-1] == ("/wake", "Bearer control-plane:fleet-secret")
+    check_scale_patch(server.requests[-1], 3)
+    await actuator.close()
+
+
+async def test_an_agent_without_a_pod_ip_is_skipped_and_the_count_still_follows(
+    api: tuple[ApiServer, str], agent: tuple[list[tuple[str, str | None]], int]
+) -> None:
+    server, url = api
+    calls, port = agent
+    actuator = KubernetesActuator(load_spec("dev").spec, httpx.AsyncClient(base_url=url), agent_port=port)
+    await actuator.apply(ScaleUp("qwen-7b", current=1, target=2, reason="queue", at=0.0, wake=("pod-unscheduled",)))
+    assert calls == []
+    check_scale_patch(server.requests[-1], 2)
     await actuator.close()
 
 

@@ -50,7 +50,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             1,
             True,
             4,
-            {"kind": "scale-down", "sleep": ["a", "b"], "victims": []},
+            {"kind": "scale-down", "sleep": ["a", "b"], "victims": [], "holding": 3},
         ),
         (
             "down without sleep mode: they stop",
@@ -58,7 +58,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             1,
             False,
             4,
-            {"kind": "scale-down", "sleep": [], "victims": ["a", "b"]},
+            {"kind": "scale-down", "sleep": [], "victims": ["a", "b"], "holding": 1},
         ),
         (
             "down: at most max - target sleep in all",
@@ -66,7 +66,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             1,
             True,
             2,
-            {"kind": "scale-down", "sleep": [], "victims": ["a"]},
+            {"kind": "scale-down", "sleep": [], "victims": ["a"], "holding": 2},
         ),
         (
             "down: a failed replica stops, a ready one sleeps",
@@ -74,7 +74,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             0,
             True,
             4,
-            {"kind": "scale-down", "sleep": ["a"], "victims": ["f"]},
+            {"kind": "scale-down", "sleep": ["a"], "victims": ["f"], "holding": 2},
         ),
         (
             "up: sleeping replicas wake first",
@@ -82,7 +82,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             3,
             True,
             4,
-            {"kind": "scale-up", "wake": ["y", "z"], "starts": 0},
+            {"kind": "scale-up", "wake": ["y", "z"], "starts": 0, "holding": 3},
         ),
         (
             "up: then new ones start",
@@ -90,7 +90,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             3,
             True,
             4,
-            {"kind": "scale-up", "wake": ["z"], "starts": 1},
+            {"kind": "scale-up", "wake": ["z"], "starts": 1, "holding": 3},
         ),
         (
             "up without sleep mode: starts only",
@@ -98,7 +98,7 @@ def step(replicas: tuple[ReplicaLoad, ...], wants: int, sleep_mode: bool = True,
             3,
             False,
             4,
-            {"kind": "scale-up", "wake": [], "starts": 1},
+            {"kind": "scale-up", "wake": [], "starts": 1, "holding": 3},
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
@@ -116,12 +116,13 @@ def test_sleep_mode_decisions(
     out = decision_to_json(decision)
     if isinstance(decision, ScaleUp):
         out["starts"] = decision.starts
+    out["holding"] = decision.holding  # what holds a GPU after it: the replica count a Deployment is set to
     assert {k: out[k] for k in expected} == expected
 
 
 def test_sleeping_replicas_are_not_current_capacity() -> None:
     decision = step((ready("a"), asleep("z")), 1)
-    assert isinstance(decision, Hold) and decision.current == 1
+    assert isinstance(decision, Hold) and decision.current == 1 and decision.holding == 2
 
 
 def test_a_sleeping_replica_is_never_a_victim() -> None:

@@ -42,10 +42,3 @@ def test_sleep_mode_needs_host_memory_for_the_weights_of_every_sleeping_replica(
         assert_refused(document, "Pulumi.aws.yaml", "pools[0].engine.sleepMode", "16 GiB of host memory")
     else:
         parse_spec(document, name="aws", registries=all_registries())
-
-
-def test_sleep_mode_off_the_local_target_is_warned_about() -> None:
-    loaded = parse_spec(
-        stack_document("aws", **{"pools.0.engine.sleepMode": True}), name="aws", registries=all_registries()
-    )
-    assert "llmfleet:pools[0].engine.sleepMode" in [p.path for p in loaded.warnings]
