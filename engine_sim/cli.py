@@ -8,8 +8,9 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 ``--enable-sleep-mode`` is vLLM's: with ``VLLM_SERVER_DEV_MODE=1`` in the environment (read as vLLM reads it,
 ``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`).
 
-Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM loading
-weights; then it serves. SIGTERM/SIGINT: with ``--shutdown-timeout 0`` in-flight requests are aborted at
+Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM starting, which
+is split into vLLM's load, compile and graph-capture phases, each logged as vLLM logs it (`engine_sim.startup`);
+then it serves. SIGTERM/SIGINT: with ``--shutdown-timeout 0`` in-flight requests are aborted at
 once; with N > 0 they get up to N wall seconds to finish while new ones get 503 and ``/health`` stays 200.
 Exit code 0 after a clean shutdown, 1 after an engine crash or a startup failure.
 """
@@ -35,6 +36,7 @@ from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.lora import LoraSettings, parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import SleepController, WakeTiming
+from engine_sim.startup import StartupPhases, run_startup
 from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
 
 __all__ = ["add_arguments", "build", "main", "run"]
@@ -251,11 +253,8 @@ async def serve(opts: ServeOptions) -> int:
         opts.config.gpu.name,
         opts.startup_seconds,
     )
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=opts.startup_seconds)
-        return 0  # terminated while "loading"
-    except TimeoutError:
-        pass
+    if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), stop, log):
+        return 0  # terminated while starting
     engine = Engine(opts.config, time_scale=opts.time_scale)
     engine.start()
     blocks = engine.scheduler.kv.pool.num_blocks
