@@ -12,7 +12,8 @@ __all__ = ["AgentMetrics"]
 
 class AgentMetrics:
     """``llmfleet_agent_*``: state, every transition, restarts by reason, crash-loop alert, reports, leases, and
-    the model fetch (``llmfleet_agent_model_*``: bytes downloaded, files verified, checksum failures, seconds)."""
+    the model fetch (``llmfleet_agent_model_*``: bytes downloaded, files verified, checksum failures, seconds), and
+    the current engine start by phase (``llmfleet_agent_start_phase_seconds``, `agent.starts`)."""
 
     def __init__(self, replica: str, pool: str, initial: State = State.STARTING) -> None:
         self.registry = CollectorRegistry()
@@ -47,6 +48,11 @@ class AgentMetrics:
         self.model_fetches = Counter(
             "llmfleet_agent_model_fetches", "Model fetches by result (downloaded, cached, hub, failed)", ["result"],
             registry=r,
+        )  # fmt: skip
+        self.start_phase = Gauge(
+            "llmfleet_agent_start_phase_seconds",
+            "Seconds each phase of the current or last engine start took (fetch, load, compile, graphs, ready)",
+            ["phase"], registry=r,
         )  # fmt: skip
         self.info = Gauge("llmfleet_agent_info", "Replica identity", list(labels), registry=r)
         self.info.labels(**labels).set(1)

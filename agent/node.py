@@ -29,7 +29,8 @@ from agent.launchers import EngineProcess, LaunchConfig, make_launcher
 from agent.metrics import AgentMetrics
 from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
-from agent.states import State, Transition
+from agent.starts import StartRecorder
+from agent.states import Event, State, Transition
 from agent.status import AgentStatus, ControlPlaneLink, EngineInfo, LoadInfo, ModelStoreInfo, TransitionInfo
 from agent.supervisor import Supervisor, SupervisorSettings
 from fleet.protocol.clock import Clock, SystemClock
@@ -96,6 +97,7 @@ class Agent:
         )
         self.launcher = make_launcher(pool, self.launch_config)
         self.fetcher, self.adapter_fetchers = _fetchers(pool, store, s3, self.metrics)
+        self.starts = StartRecorder(self.metrics.start_phase)
         self.fetched: FetchResult | None = None
         local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
         self.engine_client = HttpEngineClient(
@@ -129,13 +131,15 @@ class Agent:
         self.gpus: list[dict[str, str]] = []
 
     async def _spawn(self) -> EngineProcess:
-        return await self.launcher.start()
+        on_line = self.starts.launched(self.clock.monotonic(), self.clock.time())
+        return await self.launcher.start(on_line=on_line)
 
     async def _fetch(self) -> None:
         """Fetch the model, then each LoRA adapter, in a worker thread (boto3 and hashing block); the launcher then
         loads the local copies (a Hub fallback leaves that one to the engine)."""
         fetcher = self.fetcher
         assert fetcher is not None
+        self.starts.fetch_began(self.clock.monotonic(), self.clock.time())
         self.fetched = await _fetch_in_thread(fetcher)
         adapter_dirs = {}
         for name, adapter_fetcher in self.adapter_fetchers.items():
@@ -146,10 +150,12 @@ class Agent:
         if model_dir is not None or adapter_dirs:
             config = dataclasses.replace(self.launch_config, model_dir=model_dir, adapter_dirs=adapter_dirs)
             self.launcher = make_launcher(self.pool, config)
+        self.starts.fetch_done(self.clock.monotonic())
 
     def _on_transition(self, transition: Transition) -> None:
-        del transition  # Unused: any state change is worth telling the control plane about now.
-        self.reporter.kick()
+        if transition.event is Event.HEALTHY:
+            self.starts.healthy(transition.at)
+        self.reporter.kick()  # any state change is worth telling the control plane about now
 
     def make_report(self, load: Load) -> LoadReport:
         sup = self.supervisor
@@ -217,6 +223,7 @@ class Agent:
             gpus=self.gpus,
             last_error=sup.last_error,
             model_store=self._store_status(),
+            start=self.starts.info(),
             transitions=[
                 TransitionInfo(
                     source=t.source.value, event=t.event.value, to=t.target.value, ago_s=round(now - t.at, 3)

@@ -17,6 +17,7 @@ __all__ = [
     "EngineInfo",
     "LoadInfo",
     "ModelStoreInfo",
+    "StartInfo",
     "TransitionInfo",
 ]
 
@@ -59,6 +60,17 @@ class ModelStoreInfo(Body):
     source: str | None = Field(description="downloaded, cached or hub; None until a fetch succeeded")
 
 
+class StartInfo(Body):
+    """The current or last engine start, phase by phase (`agent.starts`); None for a phase not seen in it."""
+
+    started_at: float = Field(description="Unix time the start began: its model fetch, else the engine's launch")
+    fetch_s: float | None = Field(description="the agent's model fetch; None without one in this start")
+    load_s: float | None = Field(description="the engine's model load into GPU memory, from its log")
+    compile_s: float | None = Field(description="torch.compile (Dynamo and Inductor), from the engine's log")
+    graphs_s: float | None = Field(description="CUDA graph capture, from the engine's log (whole seconds)")
+    ready_s: float | None = Field(description="launch to the engine's first healthy /health, the agent's clock")
+
+
 class TransitionInfo(Body):
     source: AgentState = Field(alias="from")
     event: str
@@ -89,4 +101,5 @@ class AgentStatus(Body):
     gpus: list[dict[str, str]]
     last_error: str | None = Field(default=None, description="why the engine or the model fetch last failed")
     model_store: ModelStoreInfo | None = Field(default=None, description="None without a model store")
+    start: StartInfo | None = Field(default=None, description="the current or last engine start; None before one")
     transitions: list[TransitionInfo] = Field(description="the last 20 state changes, oldest first")

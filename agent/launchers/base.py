@@ -2,7 +2,8 @@
 
 A launcher is a small class registered by name (the pool's ``engine.kind``) through ``__init_subclass__``.
 It has one verb, `argv` (pure: pool spec -> argument list), and a shared `start` that runs the command in its
-own process group with its output appended to a log file. The agent SIGTERMs only the engine's main process
+own process group with its output appended to a log file through the agent, which reads each line as it arrives
+(`agent.launchers.output`). The agent SIGTERMs only the engine's main process
 (vLLM's API server coordinates the drain of its engine-core children) and SIGKILLs the whole group when the
 grace runs out, so no orphaned GPU worker survives its supervisor. On Linux the engine is also SIGTERMed by the
 kernel when the agent dies, SIGKILL included (``PR_SET_PDEATHSIG``): an engine never outlives the agent that would
@@ -24,11 +25,12 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from agent.launchers.output import EngineOutput
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
 from fleet.spec.plugins import ENGINE_KIND, Registry
 from fleet.spec.stack import PoolSpec
@@ -39,6 +41,8 @@ REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
 
 ENGINE_KEY_FOR_ENGINE = "VLLM_API_KEY"  # vLLM's own variable for --api-key
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's switch for its development endpoints, sleep and wake among them
+
+_OUTPUT_TAIL_S = 2.0  # after the engine exits, how long `wait` gives its last output to reach the log
 
 # Flags the pinned vLLM release rejects ("unrecognized arguments"): never pass them, reject them in extraArgs.
 REMOVED_FLAGS = frozenset({"--disable-log-requests", "--swap-space"})
@@ -76,10 +80,11 @@ class LaunchConfig:
 
 
 class EngineProcess:
-    """An engine child process in its own session/process group."""
+    """An engine child process in its own session/process group, and the task copying its output (if piped)."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, output: asyncio.Task[None] | None = None) -> None:
         self._process = process
+        self._output = output
 
     @property
     def pid(self) -> int:
@@ -90,7 +95,12 @@ class EngineProcess:
         return self._process.returncode
 
     async def wait(self) -> int:
-        return await self._process.wait()
+        """The exit code, once the engine exited and its last output reached the log (or ``_OUTPUT_TAIL_S`` passed:
+        a child that outlives it may still hold the pipe; the copy then ends when that child does)."""
+        code = await self._process.wait()
+        if self._output is not None:
+            await asyncio.wait({self._output}, timeout=_OUTPUT_TAIL_S)
+        return code
 
     def terminate(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -176,8 +186,10 @@ class Launcher(abc.ABC):
             env[DEV_MODE_ENV] = "1"
         return {**env, **self.config.env}
 
-    async def start(self) -> EngineProcess:
-        """Start the engine in a new session (its own process group), logs appended to ``log_path``."""
+    async def start(self, on_line: Callable[[str], None] | None = None) -> EngineProcess:
+        """Start the engine in a new session (its own process group), its output appended to ``log_path`` and each
+        of its lines passed to ``on_line`` as it arrives. Without a ``log_path`` the engine writes to the agent's
+        own stdout and stderr, and ``on_line`` hears nothing."""
         argv = self.argv()
         log_path = self.config.log_path
         agent = os.getpid()
@@ -191,19 +203,29 @@ class Launcher(abc.ABC):
             )
             return EngineProcess(process)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
+        log = log_path.open("ab")
+        try:
             log.write(f"--- llmfleet agent: starting {' '.join(argv)}\n".encode())
             log.flush()
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 env=self.environment(),
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=lambda: _dies_with(agent),
             )
-        return EngineProcess(process)
+        except BaseException:
+            log.close()
+            raise
+        assert process.stdout is not None
+        output = EngineOutput(process.stdout, log, on_line or _ignore)
+        return EngineProcess(process, output.start())
+
+
+def _ignore(line: str) -> None:
+    del line  # Unused: nobody reads this engine's lines.
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
