@@ -7,7 +7,9 @@ prefix cache); the gateway is `gateway.routing.base.Router` built from the confi
 `fleet.capacity.plan.admission_capacity` in flight, the rest wait FIFO up to ``queue.timeoutS`` (then 503), at most
 ``queue.maxWaiting`` (then 429)); the control loop is `simulate.control.Controller`, the live loop's own decision
 step. A launched replica becomes ready ``coldStartSeconds`` later; a replica chosen to go stops taking traffic
-at once and stops when its last request finishes (drain).
+at once and stops when its last request finishes (drain). With ``engine.sleepMode`` a decision's ``sleep``
+replicas drain the same way and then sleep, holding their GPUs (billed) but serving nothing, and its ``wake``
+replicas serve again `wake_seconds` later.
 
 Events: arrivals, engine step ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and
 the agents' reports see; the gateway's in-flight count is always live; the gateway's report, rates from
@@ -31,10 +33,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from agent.engine_client import CHECK_MAX_TOKENS
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
 from engine_sim.request import SimRequest
+from engine_sim.sleep import WakeTiming
+from fleet.capacity.perf import StepTimeModel
 from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
@@ -47,9 +52,18 @@ from simulate.replica import SCRAPE_S, Replica, add_itls
 from simulate.result import Result, quantile
 from simulate.trace import TraceRequest
 
-__all__ = ["FleetSim", "Scaler"]
+__all__ = ["FleetSim", "Scaler", "wake_seconds"]
 
 RUN_STEPS = 256  # at most this many decode steps planned at once (a run is cut short when a request arrives)
+
+
+def wake_seconds(config: EngineConfig) -> float:
+    """A sleeping replica's wake until it serves: the simulated engine's wake (`engine_sim.sleep.WakeTiming`: the
+    weights over host-to-device bandwidth plus its fixed part) and the agent's greedy check after it
+    (``CHECK_MAX_TOKENS`` decode steps of one sequence)."""
+    steps = StepTimeModel.for_names(config.facts, config.gpu_profile, config.tensor_parallel_size)
+    check_s = CHECK_MAX_TOKENS / steps.decode_tokens_per_s(1, context=CHECK_MAX_TOKENS)
+    return WakeTiming.for_config(config).move_s(copies_weights=True) + check_s
 
 
 class Scaler(Protocol):
@@ -94,6 +108,7 @@ class FleetSim:
             enable_prefix_caching=eng.enable_prefix_caching,
         )
         self.model = self.engine_config.served_model_name
+        self.wake_s = wake_seconds(self.engine_config)
         self.replicas: list[Replica] = []
         self.by_name: dict[str, Replica] = {}
         self.events: list[tuple[float, int, str, Any]] = []
@@ -159,8 +174,8 @@ class FleetSim:
         for r in self.replicas:
             stop = r.stopped_at if r.stopped_at is not None else now
             self.result.replica_s += stop - r.launched_at
-            self.result.busy_s += r.scheduler.stats.busy_seconds
-            self.result.preemptions += r.scheduler.stats.preemptions
+            self.result.busy_s += r.busy_s
+            self.result.preemptions += r.preemptions
         self.result.wall_s = time.perf_counter() - start
         self.result.end_s = now
         return self.result
@@ -274,7 +289,7 @@ class FleetSim:
         if self.gw_queue:
             self.pump(now)
         if r.state == ReplicaState.DRAINING and r.in_flight == 0:
-            self.stop(r, now)
+            self.leave(r, now)
 
     def on_run(self, now: float, item: tuple[Replica, int]) -> None:
         """A decode run's last step ended (no request finished in it: runs stop before a finish)."""
@@ -289,10 +304,39 @@ class FleetSim:
     def stop(self, r: Replica, now: float) -> None:
         r.state, r.stopped_at = ReplicaState.STOPPED, now
 
+    def leave(self, r: Replica, now: float) -> None:
+        """A drained (or idle) replica leaves: it sleeps when chosen to, else it stops."""
+        if r.to_sleep:
+            r.fall_asleep(build_replica_scheduler(self.engine_config, started_at=now))
+        else:
+            self.stop(r, now)
+
     def on_ready(self, now: float, r: Replica) -> None:
-        if r.state == ReplicaState.LAUNCHING:
+        if r.state in (ReplicaState.LAUNCHING, ReplicaState.WAKING):
             r.state = ReplicaState.READY
             self.pump(now)
+
+    def carry_out(self, now: float, decision: Decision) -> None:
+        """What the actuator does with a scaler's decision: wake and launch, or drain to a stop or to sleep."""
+        if isinstance(decision, ScaleUp):
+            self.result.actions += 1
+            for name in decision.wake:
+                r = self.by_name[name]
+                if r.state == ReplicaState.SLEEPING:
+                    r.state = ReplicaState.WAKING
+                    self.result.wakes += 1
+                    self.push(now + self.wake_s, "ready", r)
+            for _ in range(decision.starts):
+                self.launch(now)
+        elif isinstance(decision, ScaleDown):
+            self.result.actions += 1
+            for name in (*decision.victims, *decision.sleep):
+                r = self.by_name[name]
+                r.to_sleep = name in decision.sleep and r.state == ReplicaState.READY
+                if r.state == ReplicaState.LAUNCHING or r.in_flight == 0:
+                    self.leave(r, now)
+                else:
+                    r.state = ReplicaState.DRAINING
 
     # -- what the agents and the gateway report ------------------------------------------------------------
     def on_scrape(self, now: float, _: Any) -> None:
@@ -328,18 +372,7 @@ class FleetSim:
         if self.controller is not None:
             decision = self.controller.step(now, self.loads(now), self.gw_report)
             self.node_room = decision.nodes_for or 0
-            if isinstance(decision, ScaleUp):
-                self.result.actions += 1
-                for _ in range(decision.target - decision.current):
-                    self.launch(now)
-            elif isinstance(decision, ScaleDown):
-                self.result.actions += 1
-                for name in decision.victims:
-                    r = self.by_name[name]
-                    if r.state == ReplicaState.LAUNCHING or r.in_flight == 0:
-                        self.stop(r, now)
-                    else:
-                        r.state = ReplicaState.DRAINING
+            self.carry_out(now, decision)
         billed = len(self.live())
         self.bill(now, billed)
         self.result.peak_replicas = max(self.result.peak_replicas, billed)

@@ -1,7 +1,10 @@
 """Replica: one simulated engine replica: its scheduler, its state and what its agent last scraped from it.
 
 ``launching -> ready -> draining -> stopped``: a launched replica becomes ready ``coldStartSeconds`` later; one chosen
-to go stops taking traffic at once (draining) and stops when its last request finishes. `Replica.scrape` is what
+to go stops taking traffic at once (draining) and stops when its last request finishes. Sleep mode adds
+``ready -> draining -> sleeping -> waking -> ready``: one chosen to sleep drains the same way, then sleeps (its
+scheduler is replaced by a fresh one: a level-1 sleep discards the KV cache and the prefix cache with it), and
+wakes when a scale-up asks. `Replica.scrape` is what
 the agent's metrics scrape sees every ``SCRAPE_S``; `Replica.load` is that as the control loop's report.
 """
 
@@ -20,6 +23,8 @@ __all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica"]
 
 SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
 TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
+# states whose agent reports no load: not started yet, or asleep (its last scrape is from before the sleep)
+_UNMEASURED = frozenset({ReplicaState.LAUNCHING, ReplicaState.SLEEPING, ReplicaState.WAKING})
 
 
 @dataclass
@@ -37,6 +42,23 @@ class Replica:
     scraped_at: float | None = None
     gen_tokens_at_scrape: int = 0
     ttfts: deque[tuple[float, float]] = field(default_factory=deque)
+    to_sleep: bool = False  # draining to sleep (sleep mode), not to stop
+    # what the schedulers a sleep replaced had done: (busy seconds, preemptions)
+    done_before: tuple[float, int] = (0.0, 0)
+
+    @property
+    def busy_s(self) -> float:
+        return self.done_before[0] + self.scheduler.stats.busy_seconds
+
+    @property
+    def preemptions(self) -> int:
+        return self.done_before[1] + self.scheduler.stats.preemptions
+
+    def fall_asleep(self, fresh: Scheduler) -> None:
+        """Sleep (level 1): KV cache discarded, so the scheduler is ``fresh``; the old one's work is kept."""
+        self.done_before = (self.busy_s, self.preemptions)
+        self.scheduler, self.plan, self.to_sleep = fresh, None, False
+        self.state = ReplicaState.SLEEPING
 
     def scrape(self, now: float, itls: array[float]) -> None:
         """Take this scrape's figures at ``now``; an open decode run first applies the steps ended by then, whose
@@ -55,7 +77,7 @@ class Replica:
 
     def load(self, now: float) -> ReplicaLoad:
         """The agent's report of this replica at ``now`` (state only until its first scrape)."""
-        if self.state == ReplicaState.LAUNCHING or self.scraped_at is None:
+        if self.state in _UNMEASURED or self.scraped_at is None:
             return ReplicaLoad(self.name, self.state)
         running, waiting, kv, p99, tps = self.scraped
         return ReplicaLoad(self.name, self.state, False, waiting, running, kv, p99, tps, now - self.scraped_at)

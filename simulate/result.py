@@ -33,6 +33,7 @@ class Result:
     preemptions: int = 0
     peak_replicas: int = 0
     actions: int = 0
+    wakes: int = 0  # sleeping replicas woken (sleep mode): each serves a wake, not a cold start, after its decision
     wall_s: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prefix-cache hits at each request's first admission
