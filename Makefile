@@ -29,10 +29,12 @@ typecheck: $(STAMP)
 # pytest in two passes that together run every test once (the second ignores what the first ran). First the
 # tests that run inside pytest's process (at most a short-lived tool or CLI run, loopback servers on ports the OS
 # picks, fake clocks), on PYTEST_WORKERS workers (pytest-xdist; one file per worker, so a module's fixtures start
-# once); then all the others one at a time: they start fleets, agents, engines, gateways and redis as real
-# processes on loopback ports under deadlines, or time a simulator on the wall clock, and two at once would take
-# the CPU those deadlines measure. A path that is renamed or not there falls into the second pass, and so does a
-# new file in a folder of the second: a file moves to the first only once it is known to need no process.
+# once); then all the others: they start fleets, agents, engines, gateways and redis as real processes on loopback
+# ports under deadlines, or time a simulator on the wall clock. They spend most of their time waiting on those
+# processes, so they run PROCESS_WORKERS files at a time, each file on one worker (its shared fleet starts once);
+# their deadlines and statistical checks are sized for a busy two-core machine. A path that is renamed or not
+# there falls into the second pass, and so does a new file in a folder of the second: a file moves to the first
+# only once it is known to need no process.
 PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/policies tests/rollout tests/simulate \
 	$(addprefix tests/agent/test_,api.py api_fuzz.py cli.py control.py fetching_state.py gpus.py launchers.py \
 	metrics.py model_store.py restarts.py states.py supervisor.py windows.py) \
@@ -49,11 +51,12 @@ PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/
 	$(addprefix tests/llmfleet/local/test_,plots.py timeseries.py) \
 	$(addprefix tests/llmfleet/test_,cli.py packaging.py))
 PYTEST_WORKERS ?= 2
+PROCESS_WORKERS ?= 2
 
 pytest: $(STAMP)
 	status=0; \
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PARALLEL_TESTS) || status=$$?; \
-	$(BIN)/pytest -q $(addprefix --ignore=,$(PARALLEL_TESTS)) || status=$$?; \
+	$(BIN)/pytest -q -n $(PROCESS_WORKERS) --dist loadfile $(addprefix --ignore=,$(PARALLEL_TESTS)) || status=$$?; \
 	exit $$status
 
 test: lint typecheck pytest

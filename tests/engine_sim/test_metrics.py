@@ -119,7 +119,9 @@ def test_engine_metrics_parser_reads_the_scrape(scraped: str) -> None:
     assert metrics.prefix_queries == 80 and metrics.prefix_hits == 32  # 2 full blocks; last token recomputed
     assert metrics.running == metrics.waiting == metrics.kv_usage == 0
     quantile = promtext.histogram_quantile(metrics.ttft_buckets, 0.99)
-    assert quantile is not None and 0 < quantile < 0.1
+    # A 40-token prefill is ~20 ms of model time; a busy machine's scheduling adds to the wall-clock TTFT, so the
+    # bound has room for it and still fails on a unit slip (milliseconds taken as seconds) or an empty histogram.
+    assert quantile is not None and 0 < quantile < 0.5
 
 
 def test_cache_config_info_publishes_the_kv_capacity(scraped: str) -> None:

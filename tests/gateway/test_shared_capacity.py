@@ -24,7 +24,7 @@ from tests.support.wait import async_wait_for
 
 CAPACITY = 8  # one replica x (maxNumSeqs 8 + perReplicaThreshold 0), the gateway preset's
 FLOOR = CAPACITY // 2  # gateway.replicas 2: the share each gateway takes without the control plane
-TTFT_SLO_S = 1.0
+TTFT_SLO_S = 1.5
 OVERRIDES: dict[str, Any] = {
     "gateway.replicas": 2,
     "gateway.queue.timeoutS": 30,
@@ -121,4 +121,8 @@ async def test_two_gateways_together_admit_the_pools_capacity_and_high_priority_
     assert all(status == 200 for status, _ in results + gold), results + gold
     assert max(peaks) <= CAPACITY + FLOOR, max(peaks)
     slowest = max(ttft for _, ttft in gold)
-    assert slowest < TTFT_SLO_S, [round(t, 3) for _, t in gold]
+    bronze_p50 = sorted(ttft for _, ttft in results)[len(results) // 2]
+    # Gold jumps the queue: on a quiet machine its slowest first byte is ~0.35 s where bronze, queued behind two
+    # pools' worth of itself, waits ~2 s. Both grow on a busy machine, so the SLO has room and gold is also held to
+    # a fraction of bronze's wait, which only a priority queue gives.
+    assert slowest < TTFT_SLO_S and slowest < bronze_p50 / 2, ([round(t, 3) for _, t in gold], bronze_p50)
