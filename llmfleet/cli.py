@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("policies.check", "run the Pulumi program under mocks against the policy pack"),
     "dashboards": ("infra.dashboards.command", "write the stack's Grafana dashboards as JSON (--render: as PNG)"),
     "simulate": ("simulate.cli", "replay a request trace through a pool in virtual time; compare configurations"),
+    "simulate-shared": (
+        "simulate.shared_cli",
+        "replay a trace into each of several pools, sharing one node group's GPUs against groups of their own",
+    ),
     "gate": (
         "rollout.gate_cli",
         "capacity-regression gate: a candidate pool's replica against its baseline's, side by side",

@@ -9,7 +9,7 @@ prefix cache); the gateway is `gateway.routing.base.Router` built from the confi
 step. A launched replica becomes ready ``coldStartSeconds`` later; a replica chosen to go stops taking traffic
 at once and stops when its last request finishes (drain). With ``engine.sleepMode`` a decision's ``sleep``
 replicas drain the same way and then sleep, holding their GPUs (billed) but serving nothing, and its ``wake``
-replicas serve again `wake_seconds` later.
+replicas serve again `simulate.replica.wake_seconds` later.
 
 Events: arrivals, engine step ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and
 the agents' reports see; the gateway's in-flight count is always live; the gateway's report, rates from
@@ -33,13 +33,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from agent.engine_client import CHECK_MAX_TOKENS
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
 from engine_sim.config import EngineConfig
 from engine_sim.request import SimRequest
-from engine_sim.sleep import WakeTiming
-from fleet.capacity.perf import StepTimeModel
 from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
@@ -48,22 +45,19 @@ from gateway.routing.base import EndpointView, RequestInfo, Router
 from simulate.billing import NodeBilling
 from simulate.kvpool import build_replica_scheduler
 from simulate.prompts import prompt_text, prompt_tokens
-from simulate.replica import SCRAPE_S, Replica, add_itls
+from simulate.replica import SCRAPE_S, Replica, add_itls, wake_seconds
 from simulate.result import Result, quantile
 from simulate.trace import TraceRequest
 
-__all__ = ["FleetSim", "Scaler", "wake_seconds"]
+__all__ = ["FleetSim", "GpuLedger", "Scaler"]
 
 RUN_STEPS = 256  # at most this many decode steps planned at once (a run is cut short when a request arrives)
 
 
-def wake_seconds(config: EngineConfig) -> float:
-    """A sleeping replica's wake until it serves: the simulated engine's wake (`engine_sim.sleep.WakeTiming`: the
-    weights over host-to-device bandwidth plus its fixed part) and the agent's greedy check after it
-    (``CHECK_MAX_TOKENS`` decode steps of one sequence)."""
-    steps = StepTimeModel.for_names(config.facts, config.gpu_profile, config.tensor_parallel_size)
-    check_s = CHECK_MAX_TOKENS / steps.decode_tokens_per_s(1, context=CHECK_MAX_TOKENS)
-    return WakeTiming.for_config(config).move_s(copies_weights=True) + check_s
+class GpuLedger(Protocol):
+    """GPUs several pools share (`simulate.shared.SharedGroup`): how long a replica launched now takes to serve."""
+
+    def start_s(self, sim: FleetSim) -> float: ...
 
 
 class Scaler(Protocol):
@@ -88,7 +82,9 @@ class FleetSim:
         initial_replicas: int | None = None,
         floor_rids: frozenset[str] = frozenset(),
         decode_runs: bool = True,
+        gpus: GpuLedger | None = None,
     ) -> None:
+        self.gpus = gpus  # GPUs shared with other pools (`simulate.shared`): they bill, and say how fast one starts
         self.floor_rids = floor_rids
         self.run_steps = RUN_STEPS if decode_runs else 0  # 0: every step is its own event (the same results)
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
@@ -128,6 +124,7 @@ class FleetSim:
         self.node_room = 0  # replicas the scaler's last decision keeps nodes for (``nodes_for``)
         # (since when, replicas billed, node room) for the node integral
         self.billed_since = (0.0, self.initial, 0)
+        self.now = 0.0
 
     # -- event plumbing ------------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -136,26 +133,35 @@ class FleetSim:
     def launch(self, now: float, ready: bool = False) -> None:
         name = f"{self.pool.name}-{next(self.names)}"
         replica = Replica(name, build_replica_scheduler(self.engine_config, started_at=now), launched_at=now)
-        self.replicas.append(replica)
-        self.by_name[name] = replica
         if ready:
             replica.state = ReplicaState.READY
-        else:
-            self.push(now + self.pool.cold_start_seconds, "ready", replica)
+        else:  # the ledger counts the GPUs held before this one
+            start_s = self.pool.cold_start_seconds if self.gpus is None else self.gpus.start_s(self)
+            self.push(now + start_s, "ready", replica)
+        self.replicas.append(replica)
+        self.by_name[name] = replica
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.state != ReplicaState.STOPPED]
 
     def run(self) -> Result:
-        start = time.perf_counter()
-        end = self.trace[-1].t if self.trace else 0.0
+        """Replay the whole trace; the result."""
+        self.begin()
+        while self.events:
+            self.handle_next()
+        return self.finish()
+
+    def begin(self) -> None:
+        """The replicas ready at t=0, every arrival and the first scrape and tick, queued."""
+        self.started = time.perf_counter()
+        self.end = self.trace[-1].t if self.trace else 0.0
         for _ in range(self.initial):
             self.launch(0.0, ready=True)
         for i, a in enumerate(self.trace):
             self.push(a.t, "arrival", (i, a))
         self.push(0.0, "scrape")
         self.push(self.interval_s, "tick")
-        handlers: dict[str, Callable[[float, Any], None]] = {
+        self.handlers: dict[str, Callable[[float, Any], None]] = {
             "arrival": self.on_arrival,
             "step": self.on_step,
             "run": self.on_run,
@@ -164,19 +170,25 @@ class FleetSim:
             "tick": self.on_tick,
             "queue-timeout": self.on_queue_timeout,
         }
-        now = 0.0
-        while self.events:
-            now, _, kind, payload = heapq.heappop(self.events)
-            if kind in ("scrape", "tick") and now > end and not self.gw_queued and not self.gw_in_flight:
-                continue  # the trace is over and every request has finished: let the clock stop
-            handlers[kind](now, payload)
+
+    def handle_next(self) -> None:
+        """Handle the earliest queued event (there is one)."""
+        now, _, kind, payload = heapq.heappop(self.events)
+        self.now = now
+        if kind in ("scrape", "tick") and now > self.end and not self.gw_queued and not self.gw_in_flight:
+            return  # the trace is over and every request has finished: let the clock stop
+        self.handlers[kind](now, payload)
+
+    def finish(self) -> Result:
+        """Bill up to the last event and total the replicas' time; the result."""
+        now = self.now
         self.bill(now, len(self.live()))
         for r in self.replicas:
             stop = r.stopped_at if r.stopped_at is not None else now
             self.result.replica_s += stop - r.launched_at
             self.result.busy_s += r.busy_s
             self.result.preemptions += r.preemptions
-        self.result.wall_s = time.perf_counter() - start
+        self.result.wall_s = time.perf_counter() - self.started
         self.result.end_s = now
         return self.result
 
@@ -360,8 +372,12 @@ class FleetSim:
         return tuple(r.load(now) for r in self.live())
 
     def bill(self, now: float, replicas: int) -> None:
-        """Pay the nodes and GPUs of the replicas billed since the last call up to ``now``; ``replicas`` from now."""
+        """Pay the nodes and GPUs of the replicas billed since the last call up to ``now``; ``replicas`` from now.
+        On shared GPUs the group pays instead (`simulate.shared`): only ``billed_since`` is kept, for it to read."""
         since, billed, room = self.billed_since
+        if self.gpus is not None:
+            self.billed_since = (now, replicas, self.node_room)
+            return
         span = max(0.0, now - since)
         billed = max(billed, room)  # nodes ordered ahead (a decision's ``nodes_for``) are paid from the order
         self.result.node_s += self.billing.nodes(billed) * span

@@ -14,12 +14,16 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
+from agent.engine_client import CHECK_MAX_TOKENS
 from control_plane.scaling.context import ReplicaLoad
+from engine_sim.config import EngineConfig
 from engine_sim.scheduler import Scheduler, StepPlan
+from engine_sim.sleep import WakeTiming
+from fleet.capacity.perf import StepTimeModel
 from fleet.protocol.wire import ReplicaState
 from simulate.result import quantile
 
-__all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica"]
+__all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica", "wake_seconds"]
 
 SCRAPE_S = 1.0  # agents and gateways scrape engine metrics about once a second
 TTFT_WINDOW_S = 30.0  # the agent's TTFT P99 window
@@ -87,3 +91,12 @@ def add_itls(out: array[float], itls: list[tuple[float, int]]) -> None:
     """Append each ``(latency, count)`` of a decode run's steps to ``out``, ``count`` times."""
     for latency, count in itls:
         out.extend(array("d", [latency]) * count)
+
+
+def wake_seconds(config: EngineConfig) -> float:
+    """A sleeping replica's wake until it serves: the simulated engine's wake (`engine_sim.sleep.WakeTiming`: the
+    weights over host-to-device bandwidth plus its fixed part) and the agent's greedy check after it
+    (``CHECK_MAX_TOKENS`` decode steps of one sequence)."""
+    steps = StepTimeModel.for_names(config.facts, config.gpu_profile, config.tensor_parallel_size)
+    check_s = CHECK_MAX_TOKENS / steps.decode_tokens_per_s(1, context=CHECK_MAX_TOKENS)
+    return WakeTiming.for_config(config).move_s(copies_weights=True) + check_s
