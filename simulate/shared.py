@@ -98,13 +98,20 @@ class SharedRun:
 
 
 def shared_spec(spec: FleetSpec, pools: Sequence[PoolSpec], *, wake: bool) -> FleetSpec:
-    """``spec`` with ``pools`` (the prepared copies) on their common group; with ``wake`` the paid floor off."""
+    """``spec`` with ``pools`` (the prepared copies) on their common group; with ``wake`` the paid floor and the
+    pools' own sleep mode off (the group's warm GPUs model it)."""
     groups = {p.node_group for p in pools}
     if len(groups) != 1 or None in groups:
         raise ValueError(f"pools {', '.join(p.name for p in pools)} must share one GPU node group; they name {groups}")
-    if wake:
+    if wake:  # no floor, and a replica that goes sleeps behind the GPU's next engine, not on a GPU of its own
         pools = [
-            p.model_copy(update={"replicas": p.replicas.model_copy(update={"fill_paid_nodes": False})}) for p in pools
+            p.model_copy(
+                update={
+                    "replicas": p.replicas.model_copy(update={"fill_paid_nodes": False}),
+                    "engine": p.engine.model_copy(update={"sleep_mode": False}),
+                }
+            )
+            for p in pools
         ]
     return spec.model_copy(update={"pools": list(pools)})
 

@@ -68,7 +68,7 @@ def test_separate_groups_are_copies_named_for_their_pool_and_shared_ones_must_be
     with pytest.raises(ValueError, match="must share one GPU node group"):
         shared_spec(apart, apart.pools, wake=False)
     unfloored = shared_spec(SPEC, SPEC.pools, wake=True)
-    assert not any(p.replicas.fill_paid_nodes for p in unfloored.pools)
+    assert not any(p.replicas.fill_paid_nodes or p.engine.sleep_mode for p in unfloored.pools)
 
 
 @pytest.mark.parametrize(
