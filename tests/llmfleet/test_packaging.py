@@ -46,3 +46,27 @@ print(json.dumps(loaded))
     argv = [sys.executable, "-c", code, json.dumps(modules), json.dumps(banned)]
     result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(result.stdout) == {name: [] for name in RUNTIME_COMMANDS}
+
+
+def _admitted(ignore: str) -> set[str]:
+    """The folders a ``.dockerignore`` of the form ``*`` then ``!folder/`` lines lets into the build context."""
+    lines = [line.strip() for line in ignore.splitlines()]
+    assert "*" in lines, "the build context starts from nothing"
+    return {line[1:].rstrip("/") for line in lines if line.startswith("!") and line.endswith("/")}
+
+
+def test_the_image_build_context_admits_every_package_and_every_folder_an_image_copies() -> None:
+    admitted = _admitted((ROOT / ".dockerignore").read_text())
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["packages"]
+    copied = {
+        line.split()[1].rstrip("/")
+        for dockerfile in (ROOT / "images").glob("*.Dockerfile")
+        for line in dockerfile.read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line and line.split()[1].endswith("/")
+    }
+    assert set(packages) <= admitted, sorted(set(packages) - admitted)
+    assert copied <= admitted, sorted(copied - admitted)
+
+
+def test_a_folder_missing_from_the_build_context_is_caught() -> None:
+    assert "control_plane" not in _admitted("*\n!fleet/\n!autoscaler/\n")
