@@ -41,7 +41,7 @@ PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/
 	$(addprefix tests/control_plane/actuators/test_,aws.py kubernetes.py) \
 	tests/control_plane/scaling \
 	$(addprefix tests/control_plane/test_,budget_sources.py gateway_reports.py lease_stores.py loop.py \
-	reports.py rollouts.py service.py service_budget.py service_fuzz.py shares.py startup.py) \
+	reports.py rollouts.py service.py service_budget.py service_fuzz.py shares.py starts.py startup.py) \
 	$(addprefix tests/engine_sim/test_,config.py kv.py scheduler.py scheduler_equivalence.py tokenizer.py) \
 	$(addprefix tests/gateway/quota/test_,memory.py) \
 	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py p2c.py pipeline.py rendezvous.py) \

@@ -174,6 +174,7 @@ class Agent:
             engine_version=self.engine_version,
             uptime_s=sup.engine_uptime_s(),
             restarts=sup.restarts,
+            start=self.starts.info(),
             ts=self.clock.time(),
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleet.protocol.wire import AgentState
+from fleet.protocol.wire import AgentState, StartPhases
 
 __all__ = [
     "AgentStatus",
@@ -60,15 +60,7 @@ class ModelStoreInfo(Body):
     source: str | None = Field(description="downloaded, cached or hub; None until a fetch succeeded")
 
 
-class StartInfo(Body):
-    """The current or last engine start, phase by phase (`agent.starts`); None for a phase not seen in it."""
-
-    started_at: float = Field(description="Unix time the start began: its model fetch, else the engine's launch")
-    fetch_s: float | None = Field(description="the agent's model fetch; None without one in this start")
-    load_s: float | None = Field(description="the engine's model load into GPU memory, from its log")
-    compile_s: float | None = Field(description="torch.compile (Dynamo and Inductor), from the engine's log")
-    graphs_s: float | None = Field(description="CUDA graph capture, from the engine's log (whole seconds)")
-    ready_s: float | None = Field(description="launch to the engine's first healthy /health, the agent's clock")
+StartInfo = StartPhases  # the same body the agent reports to the control plane (`fleet.protocol.wire`)
 
 
 class TransitionInfo(Body):

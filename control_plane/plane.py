@@ -30,6 +30,7 @@ from control_plane.loop import ControlLoop
 from control_plane.reports import GatewayRegistry, ReplicaRegistry
 from control_plane.rollouts import Rollouts
 from control_plane.scaling.decisions import Decision, Freeze
+from control_plane.starts import StartLedger
 from fleet.capacity.plan import admission_capacity
 from fleet.protocol.clock import Clock
 from fleet.protocol.wire import ReplicaState
@@ -58,6 +59,7 @@ class ControlPlane:
     metrics: CollectorRegistry = field(default_factory=CollectorRegistry)
     granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
     freezes_logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, change) -> last logged
+    starts: StartLedger = field(default_factory=StartLedger)  # measured replica starts per pool
     pools: dict[str, PoolSpec] = field(init=False, repr=False)  # the stack's pools by name
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """Pools: what the control plane knows of each pool, for operators and for the gateways' discovery.
 
-    GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision
+    GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision, measured
+                                              starts (`control_plane.starts`)
     GET    /v1/pools/{pool}/budget            PoolBudget: the pool's error budget per SLO
                                               (`control_plane.budget.budget`) and whether risky changes may go ahead
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
@@ -50,6 +51,7 @@ def _summary(cp: ControlPlane, pool: PoolSpec, now: float) -> PoolSummary:
         ready=len([s for s in seen if s.report.state == ReplicaState.READY and not s.stale]),
         stale=len([s for s in seen if s.stale]),
         last_decision=decision_to_json(last) if last else None,
+        starts=cp.starts.summary(pool.name, pool.cold_start_seconds),
     )
 
 

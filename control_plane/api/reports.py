@@ -43,6 +43,7 @@ async def post_report(
         message = f"engine_url {report.engine_url} is not on the reporting host {caller.ip}"
         return error_response(403, message, "engine_url", type_="permission_error")
     cp.registry.record(report, cp.clock.time())
+    cp.starts.record(report, cp.pools[report.pool].cold_start_seconds)
     out.reports.labels(report.pool).inc()
     return Accepted(accepted=True, stale_after_s=cp.registry.stale_after_s)
 

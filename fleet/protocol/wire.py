@@ -47,6 +47,8 @@ __all__ = [
     "RolloutStart",
     "RolloutStatus",
     "RolloutsResponse",
+    "MeasuredStarts",
+    "StartPhases",
     "SloBudget",
 ]
 
@@ -82,6 +84,17 @@ class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class StartPhases(Wire):
+    """The current or last engine start, phase by phase (`agent.starts`); None for a phase not seen in it."""
+
+    started_at: float = Field(description="Unix time the start began: its model fetch, else the engine's launch")
+    fetch_s: float | None = Field(description="the agent's model fetch; None without one in this start")
+    load_s: float | None = Field(description="the engine's model load into GPU memory, from its log")
+    compile_s: float | None = Field(description="torch.compile (Dynamo and Inductor), from the engine's log")
+    graphs_s: float | None = Field(description="CUDA graph capture, from the engine's log (whole seconds)")
+    ready_s: float | None = Field(description="launch to the engine's first healthy /health, the agent's clock")
+
+
 class LoadReport(Wire):
     """What an agent pushes about once a second. Load fields are None when the last scrape failed."""
 
@@ -99,6 +112,7 @@ class LoadReport(Wire):
     engine_version: str
     uptime_s: float = 0.0
     restarts: int = 0
+    start: StartPhases | None = Field(default=None, description="the engine's current or last start, by phase")
     ts: float = Field(description="agent wall-clock time of the report, seconds since the epoch")
 
 
@@ -215,6 +229,16 @@ class Released(Wire):
     released: bool
 
 
+class MeasuredStarts(Wire):
+    """A pool's last measured starts (`control_plane.starts`): fetch plus launch to ready, each start once."""
+
+    count: int
+    p50_s: float
+    max_s: float
+    cold_start_s: float = Field(description="the pool's coldStartSeconds, what the scaler leads by")
+    last: StartPhases
+
+
 class PoolSummary(Wire):
     """One pool as ``GET /v1/pools`` shows it: bounds, replica counts and the last decision."""
 
@@ -226,6 +250,7 @@ class PoolSummary(Wire):
     ready: int = Field(description="ready replicas whose reports are fresh")
     stale: int
     last_decision: dict[str, Any] | None = Field(description="as in GET /v1/decisions; None before the first tick")
+    starts: MeasuredStarts | None = Field(default=None, description="measured starts; None before the first")
 
 
 class PoolsResponse(Wire):

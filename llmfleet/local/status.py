@@ -69,6 +69,21 @@ def _rollout_line(r: dict[str, Any]) -> str:
     )
 
 
+def _starts_line(starts: dict[str, Any]) -> str:
+    """The measured starts beside coldStartSeconds, and the last start's phases the engine logged."""
+    last = starts["last"]
+    phases = ", ".join(
+        f"{name} {last[key]:.1f}s"
+        for name, key in (("fetch", "fetch_s"), ("load", "load_s"), ("compile", "compile_s"), ("graphs", "graphs_s"))
+        if last.get(key) is not None
+    )
+    return (
+        f"  starts: median {starts['p50_s']:.1f}s, longest {starts['max_s']:.1f}s over {starts['count']} "
+        f"(coldStartSeconds {starts['cold_start_s']:g}s); last: {phases or 'no phase logged'}, ready "
+        f"{last['ready_s']:.1f}s after launch"
+    )
+
+
 def format_status(status: dict[str, Any]) -> str:
     lines: list[str] = [_rollout_line(r) for r in status.get("rollouts", [])]
     if lines:
@@ -80,6 +95,8 @@ def format_status(status: dict[str, Any]) -> str:
         )
         if pool.get("budget") is not None:
             lines.append(_budget_line(pool["budget"]))
+        if pool.get("starts") is not None:
+            lines.append(_starts_line(pool["starts"]))
         header = f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'TTFT99':>7}"
         lines.append(header)
         for r in pool["replica_list"]:

@@ -132,6 +132,11 @@ def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_pa
     ).stdout
     [pool] = json.loads(raw)["pools"]
     assert pool["replica_list"] and pool["replica_list"][0]["engine_url"].startswith("http://127.0.0.1:")
+    # Every replica's start, measured by its agent (the simulator logs vLLM's load, compile and graph lines).
+    starts = pool["starts"]
+    assert starts["count"] >= 1 and starts["cold_start_s"] == 8 and 0 < starts["p50_s"] <= starts["max_s"]
+    assert starts["last"]["load_s"] is not None and starts["last"]["ready_s"] > 0
+    assert "starts: median" in table and "(coldStartSeconds 8s)" in table, table
     summary = tmp_path / "summary.json"
     done = subprocess.run(
         [*cli, "load", "--rps", "4", "--duration", "1.5", "--gateway", fleet.gateway, "--summary", str(summary)],
