@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica", help="replica id (default: <hostname>-<port>)")
     parser.add_argument("--control-plane", help="control plane URL, or 'none' (default: from the stack)")
     parser.add_argument("--engine-port", type=int, help="engine port (default: a free port)")
+    parser.add_argument(
+        "--kv-events-port",
+        type=int,
+        help="the engine's KV-cache event port, with engine.kvEvents (default: a free port)",
+    )
     parser.add_argument("--engine-host", help="engine interface (default: same as --host)")
     parser.add_argument("--advertise-host", help="host name others use to reach this node's engine and agent")
     parser.add_argument("--log-dir", type=Path, help="engine log folder (default: a temp folder per replica)")
@@ -163,6 +168,8 @@ def build_options(args: argparse.Namespace, spec: FleetSpec) -> AgentOptions:
         report_interval_s=spec.control_plane.report_interval_s,
         report_backoff_max_s=args.report_backoff_max,
         model_store=store_options(args, spec),
+        kv_events_port=args.kv_events_port
+        or (free_port("127.0.0.1") if spec.pool(args.pool).engine.kv_events else None),
     )
 
 

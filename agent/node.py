@@ -60,6 +60,7 @@ class AgentOptions:
     report_interval_s: float = 1.0
     report_backoff_max_s: float = 10.0
     model_store: StoreOptions | None = None  # None: the engine loads the model itself (local stacks)
+    kv_events_port: int | None = None  # engine.kvEvents: where the engine publishes its KV-cache events
 
 
 def _reachable(host: str, advertise: str | None) -> str:
@@ -94,6 +95,8 @@ class Agent:
             port=options.engine_port,
             log_path=options.log_path,
             extra_args=tuple(options.engine_args),
+            kv_events_port=options.kv_events_port if pool.engine.kv_events else None,
+            replica=options.replica,
         )
         self.launcher = make_launcher(pool, self.launch_config)
         self.fetcher, self.adapter_fetchers = _fetchers(pool, store, s3, self.metrics)
@@ -105,6 +108,10 @@ class Agent:
         )
         self.engine_url = f"http://{_reachable(options.engine_host, options.advertise_host)}:{options.engine_port}"
         self.agent_url = f"http://{_reachable(options.host, options.advertise_host)}:{options.port}"
+        port = self.launch_config.kv_events_port
+        self.kv_events_url = (
+            None if port is None else f"tcp://{_reachable(options.engine_host, options.advertise_host)}:{port}"
+        )
         self.control = ControlClient(http, options.control_plane)
         self.supervisor = Supervisor(
             pool,
@@ -164,6 +171,7 @@ class Agent:
             pool=self.pool.name,
             engine_url=self.engine_url,
             agent_url=self.agent_url,
+            kv_events_url=self.kv_events_url,
             state=sup.state.value,
             waiting=load.waiting,
             running=load.running,

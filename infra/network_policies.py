@@ -3,7 +3,8 @@
 * ``default-deny``: every pod of the namespace, no ingress rule. A pod that no other policy selects takes no
   connection at all.
 * engines (``component: engine``): the vLLM port (8001) from gateway pods and the Prometheus scraper; the agent
-  port (8000) from gateway pods, the control plane and the scraper.
+  port (8000) from gateway pods, the control plane and the scraper; where a pool publishes KV-cache events
+  (``engine.kvEvents``), their port (5557) from gateway pods only.
 * the control plane: its port from agents (engine pods), gateways and the scraper.
 * the gateway: its port from anywhere, as the public entry that authenticates every request itself; its admin port
   (/readyz, /metrics) from the scraper only.
@@ -78,6 +79,9 @@ def network_policy_specs(spec: FleetSpec, in_cluster_redis: bool) -> dict[str, d
             ],
         },
     }
+    if any(pool.engine.kv_events for pool in spec.pools):  # the events' only readers are the gateways' indexes
+        rule = {"from": [gateways], "ports": [_port(contract.KV_EVENTS_PORT)]}
+        specs["llmfleet-engine-ingress"]["ingress"].append(rule)
     if in_cluster_redis:
         specs["llmfleet-quota-redis-ingress"] = {
             **_pods(contract.COMPONENT_QUOTA_REDIS),

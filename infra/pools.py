@@ -216,6 +216,7 @@ def _agent_args(spec: FleetSpec, pool: PoolSpec) -> list[str]:
         "0.0.0.0",
         "--engine-port",
         str(contract.ENGINE_PORT),
+        *(["--kv-events-port", str(contract.KV_EVENTS_PORT)] if pool.engine.kv_events else []),
         "--advertise-host",
         "$(POD_IP)",
         *auth_args(),
@@ -239,6 +240,7 @@ def _agent_container(
         "ports": [
             {"name": "agent", "container_port": contract.AGENT_PORT},
             {"name": "engine", "container_port": contract.ENGINE_PORT},
+            *([{"name": "kv-events", "container_port": contract.KV_EVENTS_PORT}] if pool.engine.kv_events else []),
         ],
         "env": _engine_env(model_bucket),
         "resources": _resources(spec, pool),

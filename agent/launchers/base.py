@@ -22,6 +22,7 @@ import abc
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -77,6 +78,8 @@ class LaunchConfig:
     model_dir: str | None = None  # weights fetched from the model store; None: the pool's model id (the Hub)
     adapter_dirs: Mapping[str, str] = field(default_factory=dict)  # LoRA adapter name -> its fetched directory
     env: Mapping[str, str] = field(default_factory=dict)
+    kv_events_port: int | None = None  # engine.kvEvents: the PUB socket's port
+    replica: str = ""  # in the KV events' topic
 
 
 class EngineProcess:
@@ -155,7 +158,21 @@ class Launcher(abc.ABC):
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
         if engine.sleep_mode:
             flags.append("--enable-sleep-mode")
-        return flags + self.lora_flags()
+        return flags + self.kv_events_flags() + self.lora_flags()
+
+    def kv_events_flags(self) -> list[str]:
+        """``--kv-events-config`` (engine.kvEvents): a ZMQ PUB socket bound on every interface (vLLM binds an
+        endpoint with ``*`` and connects any other), its topic naming the replica and the served model."""
+        port = self.config.kv_events_port
+        if not self.pool.engine.kv_events or port is None:
+            return []
+        config = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{port}",
+            "topic": f"kv@{self.config.replica}@{self.pool.served_name}",
+        }
+        return ["--kv-events-config", json.dumps(config, separators=(",", ":"))]
 
     def lora_flags(self) -> list[str]:
         """``--enable-lora`` and one ``--lora-modules name=path`` per adapter: its fetched directory, else its

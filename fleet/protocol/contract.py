@@ -31,6 +31,7 @@ __all__ = [
     "CONTROL_PLANE_NAME",
     "DEVICE_PLUGIN_SOURCE",
     "ENGINE_PORT",
+    "KV_EVENTS_PORT",
     "ENGINE_API_KEY_SECRET",
     "ENGINE_API_KEY_SECRET_KEY",
     "ENGINE_SERVICE_ACCOUNT",
@@ -141,6 +142,7 @@ DEVICE_PLUGIN_SOURCE = (
 AGENT_PORT = 8000
 AGENT_PRESTOP_PATH = "/prestop"  # the agent's preStop hook: starts the drain when the pod starts terminating
 ENGINE_PORT = 8001
+KV_EVENTS_PORT = 5557  # the engine's KV-cache event PUB socket (engine.kvEvents): vLLM's default endpoint port
 
 # Where containers find the rendered stack file (the ConfigMap) and the tenant key hashes (the Secret).
 STACKS_DIR = "/etc/llmfleet/stacks"

@@ -102,6 +102,7 @@ class LoadReport(Wire):
     pool: str
     engine_url: str
     agent_url: str | None = None
+    kv_events_url: str | None = Field(default=None, description="the engine's KV-cache event socket (kvEvents)")
     state: AgentState
     waiting: float | None = None
     running: float | None = None

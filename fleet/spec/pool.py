@@ -83,6 +83,11 @@ class EngineSpec(Spec):
     as long as the pool holds at most `replicas.max` awake and asleep, and a scale-up wakes sleeping replicas (about
     a second) before it starts new ones (a cold start). Needs host memory for the weights of every sleeping replica
     on a node. Off: replicas only start and stop."""
+    kv_events: bool = False
+    """The engine publishes its KV-cache events (`--kv-events-config`: every block it caches or evicts, over a ZMQ
+    PUB socket on port 5557 on a cluster, a free port locally) with the topic `kv@<replica>@<servedModelName>`, and
+    the replica's reports name the socket (`kv_events_url`), so gateways may subscribe. Needs
+    `enablePrefixCaching`: the events come from the prefix cache."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 

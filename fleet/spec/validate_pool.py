@@ -60,6 +60,13 @@ def check_pool(spec: FleetSpec, index: int, pool: PoolSpec) -> Iterator[Problem]
         )
     yield from _operations(spec, path, pool)
     yield from _sleep_memory(spec, path, pool)
+    if pool.engine.kv_events and not pool.engine.enable_prefix_caching:
+        yield _err(
+            f"{path}.engine.kvEvents",
+            "the engine publishes KV-cache events from its prefix cache, which enablePrefixCaching: false turns "
+            "off; allowed: true only with enablePrefixCaching: true, else false",
+            True,
+        )
 
 
 def _placement(spec: FleetSpec, path: str, pool: PoolSpec) -> list[Problem] | None:

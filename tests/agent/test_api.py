@@ -10,10 +10,11 @@ import httpx
 import pytest
 
 from agent.api import create_app
-from agent.node import Agent
+from agent.node import Agent, AgentOptions
 from agent.states import Event
-from tests.agent.builders import api_agent
+from tests.agent.builders import VirtualClock, api_agent
 from tests.contracts import declared_routes, documented_routes, error_schemas
+from tests.support.stacks import pool
 
 
 @dataclass
@@ -128,3 +129,16 @@ async def test_docs_page_is_served(api: Api) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "/openapi.json" in response.text
+
+
+async def test_a_kv_events_pools_report_names_the_engines_event_socket_at_the_advertised_host() -> None:
+    async with httpx.AsyncClient() as http:
+        options = AgentOptions(
+            replica="r0", port=1, engine_port=2, engine_host="0.0.0.0", advertise_host="10.0.0.7", kv_events_port=5557
+        )
+        with_events = Agent(pool(**{"engine.kvEvents": True}), options, http, VirtualClock())
+        assert with_events.make_report(with_events.reporter.last_load).kv_events_url == "tcp://10.0.0.7:5557"
+        assert "--kv-events-config" in with_events.launcher.argv()
+        without = Agent(pool(), options, http, VirtualClock())  # the port is ignored where the pool publishes none
+        assert without.make_report(without.reporter.last_load).kv_events_url is None
+        assert "--kv-events-config" not in without.launcher.argv()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -44,6 +45,21 @@ def test_optional_flags_follow_the_spec() -> None:
     assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
     assert argv[-1] == "--enforce-eager"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sim"])
+def test_kv_events_put_vllms_config_flag_with_a_bound_socket_and_the_replicas_topic(kind: str) -> None:
+    pool = stacks.pool(**{"engine.kind": kind, "engine.kvEvents": True})
+    config = LaunchConfig(host="0.0.0.0", port=1, kv_events_port=5557, replica="qwen-7b-0")
+    argv = make_launcher(pool, config).argv()
+    value = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert value == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://*:5557",  # vLLM binds an endpoint with "*" and connects to any other
+        "topic": f"kv@qwen-7b-0@{pool.served_name}",
+    }
+    assert "--kv-events-config" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()
 
 
 def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:

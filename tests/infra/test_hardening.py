@@ -285,3 +285,18 @@ def test_the_gateways_admin_port_is_probed_and_scraped_but_no_service_exposes_it
     for service in services:
         exposed = {p.get("targetPort", p["port"]) for p in service.props["spec"]["ports"]}
         assert spec.gateway.admin_port not in exposed and "admin" not in exposed
+
+
+def test_kv_cache_events_are_published_on_their_port_and_only_gateways_may_subscribe() -> None:
+    run = offline_run(stack_document("prod", **{"pools.0.engine.kvEvents": True}), "prod")
+    namespace = load_spec("prod").spec.cluster.namespace
+    rules = _selecting(run, namespace, contract.COMPONENT_ENGINE)
+    assert _peers(rules, contract.KV_EVENTS_PORT) == [_component(contract.COMPONENT_GATEWAY)]
+    [deployment] = [d for d in run.of_type(DEPLOYMENT) if d.props["metadata"]["name"] == "llmfleet-qwen-7b"]
+    [agent] = deployment.props["spec"]["template"]["spec"]["containers"]
+    assert {"name": "kv-events", "containerPort": contract.KV_EVENTS_PORT} in agent["ports"]
+    args = agent["args"]
+    assert args[args.index("--kv-events-port") + 1] == str(contract.KV_EVENTS_PORT)
+    # Without the key: no port, no flag, no rule (the shipped prod stack).
+    plain = _selecting(stack_run("prod"), namespace, contract.COMPONENT_ENGINE)
+    assert _peers(plain, contract.KV_EVENTS_PORT) == []
