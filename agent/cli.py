@@ -60,11 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica", help="replica id (default: <hostname>-<port>)")
     parser.add_argument("--control-plane", help="control plane URL, or 'none' (default: from the stack)")
     parser.add_argument("--engine-port", type=int, help="engine port (default: a free port)")
-    parser.add_argument(
-        "--kv-events-port",
-        type=int,
-        help="the engine's KV-cache event port, with engine.kvEvents (default: a free port)",
-    )
+    parser.add_argument("--kv-events-port", type=int, help="engine.kvEvents: the events' port (default: a free port)")
     parser.add_argument("--engine-host", help="engine interface (default: same as --host)")
     parser.add_argument("--advertise-host", help="host name others use to reach this node's engine and agent")
     parser.add_argument("--log-dir", type=Path, help="engine log folder (default: a temp folder per replica)")

@@ -63,6 +63,17 @@ class AgentOptions:
     kv_events_port: int | None = None  # engine.kvEvents: where the engine publishes its KV-cache events
 
 
+def _launch_config(pool: PoolSpec, options: AgentOptions) -> LaunchConfig:
+    return LaunchConfig(
+        host=options.engine_host,
+        port=options.engine_port,
+        log_path=options.log_path,
+        extra_args=tuple(options.engine_args),
+        kv_events_port=options.kv_events_port if pool.engine.kv_events else None,
+        replica=options.replica,
+    )
+
+
 def _reachable(host: str, advertise: str | None) -> str:
     if advertise:
         return advertise
@@ -90,14 +101,7 @@ class Agent:
         self.clock = clock or SystemClock()
         store = options.model_store
         self.metrics = AgentMetrics(options.replica, pool.name, State.STARTING if store is None else State.FETCHING)
-        self.launch_config = LaunchConfig(
-            host=options.engine_host,
-            port=options.engine_port,
-            log_path=options.log_path,
-            extra_args=tuple(options.engine_args),
-            kv_events_port=options.kv_events_port if pool.engine.kv_events else None,
-            replica=options.replica,
-        )
+        self.launch_config = _launch_config(pool, options)
         self.launcher = make_launcher(pool, self.launch_config)
         self.fetcher, self.adapter_fetchers = _fetchers(pool, store, s3, self.metrics)
         self.starts = StartRecorder(self.metrics.start_phase)
@@ -108,10 +112,6 @@ class Agent:
         )
         self.engine_url = f"http://{_reachable(options.engine_host, options.advertise_host)}:{options.engine_port}"
         self.agent_url = f"http://{_reachable(options.host, options.advertise_host)}:{options.port}"
-        port = self.launch_config.kv_events_port
-        self.kv_events_url = (
-            None if port is None else f"tcp://{_reachable(options.engine_host, options.advertise_host)}:{port}"
-        )
         self.control = ControlClient(http, options.control_plane)
         self.supervisor = Supervisor(
             pool,
@@ -184,6 +184,16 @@ class Agent:
             restarts=sup.restarts,
             start=self.starts.info(),
             ts=self.clock.time(),
+        )
+
+    @property
+    def kv_events_url(self) -> str | None:
+        """Where the engine publishes its KV-cache events (engine.kvEvents), as others reach it; else None."""
+        port = self.launch_config.kv_events_port
+        return (
+            None
+            if port is None
+            else f"tcp://{_reachable(self.options.engine_host, self.options.advertise_host)}:{port}"
         )
 
     @property

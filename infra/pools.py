@@ -1,14 +1,14 @@
 """Engine pools: per pool a Deployment of agent-supervised engines, a headless Service and a PDB.
 
-Each pod runs ``llmfleet agent --stack <file> --pool <pool> --port 8000``; the agent launches vLLM (or the
-simulator) from the pool's spec. The pod is built so that draining is loss-free:
+Each pod runs ``llmfleet agent --stack <file> --pool <pool> --port 8000``; the agent launches vLLM (or the simulator)
+from the pool's spec (with ``engine.kvEvents``, its KV-cache events on port 5557). Draining is loss-free:
 
 * one drain budget from the stack, waited once: ``preStop`` is an ``httpGet`` of the agent's ``/prestop``, which
   starts the drain at once (readiness falls, the control plane and gateways stop routing); the agent keeps the
   engine serving for ``drain.propagationSeconds`` while they notice, then stops it with vLLM's
   ``--shutdown-timeout`` = grace - propagation - 5 s; the kubelet's SIGTERM finds the drain already running;
-* ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` = propagation + shutdown timeout + 5 s margin;
-* GPUs requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
+* ``terminationGracePeriodSeconds`` = ``drain.graceSeconds`` = propagation + shutdown timeout + 5 s margin; GPUs
+  requested = tensor parallel size; ``/dev/shm`` is a memory-backed emptyDir (NCCL, the tokenizer pool);
 * the model cache is the node's NVMe RAID (hostPath) so a restarted replica reloads from local disk: the agent
   fetches the pool's model from the stack's bucket (``LLMFLEET_MODEL_BUCKET``) into ``/models/store``
   (``LLMFLEET_MODEL_CACHE``), Hub downloads go to ``/models/hf`` (``HF_HOME``); replicas on one node share it.
@@ -200,30 +200,16 @@ def _engine_env(model_bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
 
 def _agent_args(spec: FleetSpec, pool: PoolSpec) -> list[str]:
     return [
-        "agent",
-        "--stack",
-        contract.stack_file_path(spec.environment),
-        "--pool",
-        pool.name,
-        "--port",
-        str(contract.AGENT_PORT),
-        "--replica",
-        "$(POD_NAME)",
+        "agent", "--stack", contract.stack_file_path(spec.environment), "--pool", pool.name,
+        "--port", str(contract.AGENT_PORT), "--replica", "$(POD_NAME)",
         # Probes and the gateway reach the pod on its IP; the agent advertises the engine there.
-        "--host",
-        "0.0.0.0",
-        "--engine-host",
-        "0.0.0.0",
-        "--engine-port",
-        str(contract.ENGINE_PORT),
+        "--host", "0.0.0.0", "--engine-host", "0.0.0.0", "--engine-port", str(contract.ENGINE_PORT),
         *(["--kv-events-port", str(contract.KV_EVENTS_PORT)] if pool.engine.kv_events else []),
-        "--advertise-host",
-        "$(POD_IP)",
+        "--advertise-host", "$(POD_IP)",
         *auth_args(),
         # The kubelet calls the preStop hook from the node's address, without a credential.
-        "--prestop-from",
-        "$(HOST_IP)",
-    ]
+        "--prestop-from", "$(HOST_IP)",
+    ]  # fmt: skip
 
 
 def _agent_container(
