@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot: {args.plot}")
         if sizes:
             path = args.plot.with_name(f"{args.plot.stem}-frontier{args.plot.suffix or '.png'}")
-            title = f"{args.stack} / {prepared.pool.name}: {args.trace} x{args.rate_scale:g}"
+            title = f"{args.stack} / {prepared.pool.name}: {Path(args.trace).name} x{args.rate_scale:g}"
             write_frontier_plot(path, title, rows[len(configs) :], rows[: len(configs)])
             print(f"plot: {path}")
     print(f"wall: {time.perf_counter() - started:.0f}s")
