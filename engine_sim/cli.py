@@ -6,7 +6,10 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 ``--startup-seconds``, ``--jitter``, ``--degradation-per-72h``, ``--model-facts`` and the ``--fault-*`` family
 (see `engine_sim.faults`). ``--seed`` is vLLM's own flag and also seeds jitter and injected errors.
 ``--enable-sleep-mode`` is vLLM's: with ``VLLM_SERVER_DEV_MODE=1`` in the environment (read as vLLM reads it,
-``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`).
+``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`);
+``VLLM_SERVER_DEV_MODE=1`` alone serves ``/reset_prefix_cache``. ``--kv-events-config`` publishes vLLM's KV-cache
+events over ZMQ (`engine_sim.kv_events`, `engine_sim.kv_publisher`), hashed with ``$PYTHONHASHSEED`` and
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them.
 
 Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM starting, which
 is split into vLLM's load, compile and graph-capture phases, each logged as vLLM logs it (`engine_sim.startup`);
@@ -27,12 +30,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import zmq
 from aiohttp import web
 
+from engine_sim.block_hash import DEFAULT_NONE_HASH_SEED
 from engine_sim.config import EngineConfig, num_gpu_blocks
 from engine_sim.engine import Engine
 from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.kv_events import KVEventsConfig, KVEventSettings, parse_kv_events_config
+from engine_sim.kv_publisher import ZmqKVEventPublisher
 from engine_sim.lora import LoraSettings, parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import SleepController, WakeTiming
@@ -88,6 +95,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--max-lora-rank", type=int, default=16)
     v.add_argument("--max-cpu-loras", type=int, default=None)
     v.add_argument("--enable-sleep-mode", action="store_true", help="sleep/wake endpoints (VLLM_SERVER_DEV_MODE=1)")
+    v.add_argument("--kv-events-config", type=parse_kv_events_config, default=None, help="KVEventsConfig JSON")
     s = p.add_argument_group("simulator flags")
     s.add_argument("--gpu-profile", default="a100-80gb", choices=sorted(GPUS))
     s.add_argument("--time-scale", type=float, default=1.0, help="run the model clock X times faster than wall")
@@ -133,6 +141,7 @@ class ServeOptions:
     startup_seconds: float
     shutdown_timeout: float
     sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1
+    dev_routes: bool = False  # VLLM_SERVER_DEV_MODE=1
 
 
 def build(args: argparse.Namespace) -> ServeOptions:
@@ -143,6 +152,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
     if args.time_scale <= 0:
         raise ConfigError("--time-scale must be > 0")
     names = tuple(args.served_model_name or [args.model])
+    dev_mode = _dev_mode(os.environ.get("VLLM_SERVER_DEV_MODE", "0"))
     config = _engine_config(args, facts, names)
     num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
     settings = ServerSettings(
@@ -163,7 +173,8 @@ def build(args: argparse.Namespace) -> ServeOptions:
         args.time_scale,
         args.startup_seconds,
         args.shutdown_timeout,
-        sleep_routes=args.enable_sleep_mode and _dev_mode(os.environ.get("VLLM_SERVER_DEV_MODE", "0")),
+        sleep_routes=args.enable_sleep_mode and dev_mode,
+        dev_routes=dev_mode,
     )
 
 
@@ -173,6 +184,19 @@ def _dev_mode(value: str) -> bool:
         return bool(int(value))
     except ValueError:
         raise ConfigError(f"VLLM_SERVER_DEV_MODE must be an integer (0 or 1), got {value!r}") from None
+
+
+def _kv_events(config: KVEventsConfig | None) -> KVEventSettings | None:
+    """The flag's config with the hashing environment vLLM reads (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as
+    ``bool(int(...))``, default 1; ``PYTHONHASHSEED`` seeds the root hash when set)."""
+    if config is None:
+        return None
+    raw = os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1")
+    try:
+        int_hashes = bool(int(raw))
+    except ValueError:
+        raise ConfigError(f"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES must be an integer (0 or 1), got {raw!r}") from None
+    return KVEventSettings(config, os.environ.get("PYTHONHASHSEED", DEFAULT_NONE_HASH_SEED), int_hashes)
 
 
 def _lora(args: argparse.Namespace, names: tuple[str, ...]) -> LoraSettings | None:
@@ -210,6 +234,7 @@ def _engine_config(args: argparse.Namespace, facts: ModelFacts, names: tuple[str
         slowdown=args.fault_slowdown,
         seed=args.seed,
         lora=_lora(args, names),
+        kv_events=_kv_events(args.kv_events_config),
     )
 
 
@@ -240,8 +265,35 @@ def _sleep_controller(opts: ServeOptions, engine: Engine) -> SleepController | N
     return SleepController(engine, WakeTiming.for_config(opts.config), opts.faults.wake_changes_tokens)
 
 
+async def _start_publisher(config: EngineConfig, engine: Engine) -> ZmqKVEventPublisher | None:
+    """The KV-event publisher wired to ``engine`` (None without one); ConfigError when a socket cannot be opened."""
+    if config.kv_events is None or not config.kv_events.config.publishes:
+        return None
+    publisher = ZmqKVEventPublisher(config.kv_events.config)
+    try:
+        publisher.start()
+    except zmq.ZMQError as exc:
+        await publisher.close()
+        raise ConfigError(f"--kv-events-config: cannot open its sockets: {exc}") from None
+    engine.on_kv_events = publisher.publish
+    return publisher
+
+
+async def _drain(engine: Engine, timeout_s: float) -> None:
+    """The clean shutdown: refuse new requests, let in-flight ones finish for up to ``timeout_s``, abort the rest."""
+    log.info("[shutdown] API server: shutdown triggered (timeout %.1f s)", timeout_s)
+    engine.begin_drain()
+    if timeout_s > 0:
+        try:
+            await asyncio.wait_for(engine.wait_idle(), timeout=timeout_s)
+        except TimeoutError:
+            log.warning("[shutdown] drain timed out; aborting %d requests", len(engine.streams))
+    engine.abort_all()
+
+
 async def serve(opts: ServeOptions) -> int:
-    """Run one simulated replica until SIGTERM/SIGINT or a crash; returns the exit code."""
+    """Run one simulated replica until SIGTERM/SIGINT or a crash; returns the exit code. ConfigError when the
+    KV-event sockets cannot be opened (after the start phases, where vLLM's engine core opens them)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     exit_code = 0
@@ -256,6 +308,7 @@ async def serve(opts: ServeOptions) -> int:
     if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), stop, log):
         return 0  # terminated while starting
     engine = Engine(opts.config, time_scale=opts.time_scale)
+    publisher = await _start_publisher(opts.config, engine)
     engine.start()
     blocks = engine.scheduler.kv.pool.num_blocks
     log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * 16, blocks)
@@ -268,7 +321,9 @@ async def serve(opts: ServeOptions) -> int:
 
     policy = FaultPolicy(opts.faults, seed=opts.config.seed)
     sleep = _sleep_controller(opts, engine)
-    app = create_app(engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now, sleep=sleep)
+    app = create_app(
+        engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now, sleep=sleep, dev_routes=opts.dev_routes
+    )
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port, reuse_address=True)
@@ -285,16 +340,11 @@ async def serve(opts: ServeOptions) -> int:
         loop.call_later(opts.faults.crash_at_seconds, crash_at)
     await stop.wait()
     if exit_code == 0:
-        log.info("[shutdown] API server: shutdown triggered (timeout %.1f s)", opts.shutdown_timeout)
-        engine.begin_drain()
-        if opts.shutdown_timeout > 0:
-            try:
-                await asyncio.wait_for(engine.wait_idle(), timeout=opts.shutdown_timeout)
-            except TimeoutError:
-                log.warning("[shutdown] drain timed out; aborting %d requests", len(engine.streams))
-        engine.abort_all()
+        await _drain(engine, opts.shutdown_timeout)
     await runner.cleanup()
     await engine.stop()
+    if publisher is not None:
+        await publisher.close()
     return exit_code
 
 
@@ -303,11 +353,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(levelname)s %(asctime)s [engine_sim] %(message)s", stream=sys.stderr
     )
     try:
-        opts = build(args)
+        return asyncio.run(serve(build(args)))
     except ConfigError as exc:
         log.error("%s", exc)
         return 1
-    return asyncio.run(serve(opts))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from engine_sim.errors import ConfigError
 from engine_sim.kv import BLOCK_SIZE, BlockPool, KVCacheManager
+from engine_sim.kv_events import KVEventLog, KVEventSettings
 from engine_sim.lora import LoraSettings
 from engine_sim.scheduler import Scheduler, SchedulerConfig
 from engine_sim.timing import StepTimer
@@ -44,6 +45,7 @@ class EngineConfig:
     slowdown: float = 1.0
     seed: int = 0
     lora: LoraSettings | None = None  # --enable-lora
+    kv_events: KVEventSettings | None = None  # --kv-events-config
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -101,6 +103,8 @@ def build_scheduler(
     """The engine's scheduler for ``config``; ``pool_type``/``manager_type`` let a replay swap in faster KV
     classes that behave the same (`simulate.kvpool`)."""
     pool = pool_type(num_gpu_blocks(config), enable_caching=config.enable_prefix_caching)
+    if config.kv_events is not None and config.kv_events.config.publishes and config.enable_prefix_caching:
+        pool.events = KVEventLog(config.kv_events, BLOCK_SIZE)
     timer = StepTimer(
         config.step_model,
         jitter=config.jitter,

@@ -10,6 +10,11 @@ States: ``serving`` -> ``draining`` (SIGTERM with a timeout: in-flight requests 
 refused) -> ``stopped``; any state -> ``dead`` (crash fault: streams fail, ``/health`` turns 503). Apart from
 the state, `pause` stops the loop from stepping (sleep mode, `engine_sim.sleep`): requests still queue, and
 `resume` lets them run.
+
+KV events (``--kv-events-config``): after each step the engine takes the events the block pool recorded during it
+and, when there are any, hands them to ``on_kv_events`` with the wall time, as vLLM's scheduler publishes one batch
+per step that produced events. An idle engine publishes nothing: events recorded between steps (a prefix-cache
+reset, a sleep) go out with the next step's batch.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.errors import RequestError
+from engine_sim.kv_events import KVEvent
 from engine_sim.lora import AdapterResidency
 from engine_sim.metrics import EngineMetricsRecorder
 from engine_sim.request import FinishReason, SimRequest
@@ -107,6 +113,7 @@ class Engine:
         self.state = EngineState.SERVING
         self.streams: dict[str, TokenStream] = {}
         self.on_token: Callable[[TokenStream], None] | None = None  # fault hook, called per pushed token
+        self.on_kv_events: Callable[[float, list[KVEvent]], None] | None = None  # (wall time, one step's events)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -206,6 +213,14 @@ class Engine:
     def reset_prefix_cache(self) -> None:
         self.scheduler.kv.pool.reset_prefix_cache()
 
+    def try_reset_prefix_cache(self) -> bool:
+        """``POST /reset_prefix_cache``: reset only when no request holds a block (vLLM's rule); whether it did."""
+        pool = self.scheduler.kv.pool
+        if pool.num_free < pool.num_blocks:
+            return False
+        pool.reset_prefix_cache()
+        return True
+
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
@@ -249,12 +264,21 @@ class Engine:
             self._plan_end = plan.end
             await self._clock.sleep(plan.end / self.time_scale + self._t0 - self._clock.monotonic())
             self._dispatch(sched.complete(plan))
+            self._publish_kv_events()
             model_now = plan.end
             lag = self._wall_model() - model_now
             if lag > self.max_lag_s * self.time_scale:
                 self.behind_seconds += lag
                 self.metrics.on_behind(lag)
                 model_now = self._wall_model()
+
+    def _publish_kv_events(self) -> None:
+        log = self.scheduler.kv.pool.events
+        if log is None:
+            return
+        events = log.take()
+        if events and self.on_kv_events is not None:
+            self.on_kv_events(self._clock.time(), events)
 
     def _observe(self, result: StepResult | None) -> None:
         self.metrics.on_step(result, self.scheduler)

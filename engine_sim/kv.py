@@ -10,6 +10,10 @@ Contracts (after vLLM V1's ``BlockPool`` and ``KVCacheManager``):
   ``num_tokens - 1``), so a prompt that is an exact multiple of 16 tokens loses its last cached block.
 * Freed requests return their blocks tail first, so the end of a sequence is evicted before its shared head.
 * ``usage`` counts referenced blocks: cached-but-free blocks are reusable capacity, as in vLLM's gauge.
+* With KV events on (``BlockPool.events``, `engine_sim.kv_events`), every block that becomes cached is announced
+  (``BlockStored``, with vLLM's block hashes from `engine_sim.block_hash`), every eviction of an announced block
+  too (``BlockRemoved``), and a prefix-cache reset (``AllBlocksCleared``). A full block whose prefix is already
+  cached by another block stays uncached here, so it is not announced either.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from engine_sim.block_hash import chain_hashes
+from engine_sim.kv_events import KVEventLog
 
 __all__ = ["BLOCK_SIZE", "Block", "BlockPool", "KVCacheManager"]
 
@@ -32,6 +39,8 @@ class Block:
 
 class BlockPool:
     """``num_blocks`` blocks, a free LRU queue (evict from the front) and a hash -> block map."""
+
+    events: KVEventLog | None = None  # set on an instance to record KV events (a class default: subclasses too)
 
     def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
         if num_blocks < 1:
@@ -70,6 +79,8 @@ class BlockPool:
             if block.block_hash is not None:
                 if self._cached.get(block.block_hash) is block:
                     del self._cached[block.block_hash]
+                    if self.events is not None:
+                        self.events.removed(block.block_hash)
                 block.block_hash = None
             block.ref_count = 1
             out.append(block)
@@ -88,18 +99,23 @@ class BlockPool:
             if block.block_hash is not None and self._cached.get(block.block_hash) is block:
                 del self._cached[block.block_hash]
             block.block_hash = None
+        if self.events is not None:
+            self.events.cleared()
 
-    def register(self, block: Block, block_hash: int) -> None:
-        """Publish a full block's hash (a duplicate of an already-cached prefix stays unregistered)."""
+    def register(self, block: Block, block_hash: int) -> bool:
+        """Publish a full block's hash; False for a duplicate of an already-cached prefix (it stays unregistered)."""
         if self.enable_caching and block_hash not in self._cached:
             block.block_hash = block_hash
             self._cached[block_hash] = block
+            return True
+        return False
 
 
 @dataclass
 class _RequestKV:
     blocks: list[Block] = field(default_factory=list)
     hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks seen so far
+    digests: list[bytes] = field(default_factory=list)  # their vLLM hashes, computed only for KV events
     num_registered: int = 0  # leading blocks already published in the cache
 
 
@@ -171,9 +187,30 @@ class KVCacheManager:
         if full <= state.num_registered:
             return  # no block became full: nothing to hash (most steps; slicing ``token_ids`` would cost more)
         hashes = self._hashes(state, token_ids, full * self.block_size)
-        for k in range(state.num_registered, full):
-            self.pool.register(state.blocks[k], hashes[k])
+        events = self.pool.events
+        first = state.num_registered
+        registered = [self.pool.register(state.blocks[k], hashes[k]) for k in range(first, full)]
+        if events is not None:
+            self._announce(events, state, token_ids, first, registered)
         state.num_registered = max(state.num_registered, full)
+
+    def _announce(
+        self, events: KVEventLog, state: _RequestKV, token_ids: Sequence[int], first: int, registered: list[bool]
+    ) -> None:
+        """One ``BlockStored`` per run of consecutive blocks that ``cache_computed`` registered from ``first`` on."""
+        size = self.block_size
+        digests = chain_hashes(events.root, token_ids[: (first + len(registered)) * size], size, state.digests)
+        k = first
+        while k < first + len(registered):
+            if not registered[k - first]:
+                k += 1
+                continue
+            end = k
+            while end < first + len(registered) and registered[end - first]:
+                end += 1
+            parent = digests[k - 1] if k else None
+            events.stored(state.hashes[k:end], digests[k:end], parent, list(token_ids[k * size : end * size]))
+            k = end
 
     def free(self, request_id: str) -> None:
         """Release all of the request's blocks, tail first; its hashes are kept for a later readmission."""

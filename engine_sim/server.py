@@ -3,7 +3,8 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
 ``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
 ``GET /load``, ``GET /metrics``; with sleep mode (``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``) also
-``POST /sleep``, ``POST /wake_up``, ``GET /is_sleeping`` and ``POST /collective_rpc`` (`engine_sim.sleep`).
+``POST /sleep``, ``POST /wake_up``, ``GET /is_sleeping`` and ``POST /collective_rpc`` (`engine_sim.sleep`); with
+``VLLM_SERVER_DEV_MODE=1`` ``POST /reset_prefix_cache`` -> ``{"success": bool}`` (false while a request holds blocks).
 Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
 (`fleet.protocol.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
 are plain JSON with a 4xx, errors after the first chunk arrive in-band followed by ``data: [DONE]``. A client
@@ -144,6 +145,10 @@ class _Routes:
                 cards.append({**cards[0], "id": name, "root": path, "parent": s.served_model_names[0]})
         return _json({"object": "list", "data": cards})
 
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        del request  # Unused: vLLM's reset_running_requests and reset_external have nothing to act on here.
+        return _json({"success": self.engine.try_reset_prefix_cache()})
+
     # -- generation ----------------------------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
@@ -270,10 +275,11 @@ def create_app(
     on_crash: Callable[[], None] = lambda: None,
     on_die: Callable[[], None] = lambda: None,
     sleep: SleepController | None = None,
+    dev_routes: bool = False,
 ) -> web.Application:
     """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort.
     ``sleep``: serve the sleep-mode routes over that controller (None: they do not exist, as without
-    ``VLLM_SERVER_DEV_MODE=1``)."""
+    ``VLLM_SERVER_DEV_MODE=1``); ``dev_routes``: serve vLLM's other development route, ``/reset_prefix_cache``."""
     policy = faults or FaultPolicy(FaultSpec())
     routes = _Routes(engine, settings, policy, on_crash, on_die, sleep)
     app = web.Application(middlewares=_middlewares(settings, policy.spec), client_max_size=64 * 1024**2)
@@ -285,6 +291,8 @@ def create_app(
     app.router.add_get("/v1/models", routes.models)
     app.router.add_post("/v1/chat/completions", routes.chat)
     app.router.add_post("/v1/completions", routes.completions)
+    if dev_routes:
+        app.router.add_post("/reset_prefix_cache", routes.reset_prefix_cache)
     if sleep is not None:
         add_sleep_routes(app, sleep, lambda status, message: error_response(RequestError(status, message)))
     return app
