@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         prepared = _prepare(args)
         spec = load_spec(args.stack, registries=all_registries()).spec
         own = stack_config(spec)
+        names = ", ".join(f"{p.pool.name} ({len(p.trace)} requests)" for p in prepared)
+        print(f"simulate-shared: stack {args.stack}, {own.name}, pools {names}", flush=True)
         runs = [
             run_separate(spec, prepared, own, args.seed),
             run_shared(spec, prepared, own, args.seed),
@@ -107,8 +109,6 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, ValueError, SpecError) as exc:
         print(f"llmfleet simulate-shared: {exc}", file=sys.stderr)
         return 2
-    names = ", ".join(f"{p.pool.name} ({len(p.trace)} requests)" for p in prepared)
-    print(f"simulate-shared: stack {args.stack}, {own.name}, pools {names}")
     print(render(runs, prepared))
     print(f"wall: {time.perf_counter() - started:.0f}s")
     return 0

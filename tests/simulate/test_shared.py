@@ -97,3 +97,24 @@ def test_bad_inputs_exit_2_with_the_reason(
     trace.write_text('{"t": 0.5, "prompt_tokens": 100, "output_tokens": 10}\n')
     assert main(["simulate-shared", *(a.format(t=trace) for a in argv)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_command_prints_each_way_per_pool_and_what_sharing_saves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [f'{{"t": {i * 0.5}, "prompt_tokens": 300, "output_tokens": 40}}' for i in range(120)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    argv = ["simulate-shared", "--pool-trace", f"qwen-7b={trace}", "--pool-trace", f"llama-8b={trace}@2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("simulate-shared: stack prod-two-models, ")
+    assert "qwen-7b (120 requests), llama-8b (240 requests)" in out
+    rows = [
+        line.split()[:3] for line in out.splitlines() if line.split()[:1] in (["separate"], ["shared"], ["shared+wake"])
+    ]
+    assert [r[:2] for r in rows if r[1] in ("qwen-7b", "llama-8b")] == [
+        [way, pool] for way in ("separate", "shared", "shared+wake") for pool in ("qwen-7b", "llama-8b")
+    ]
+    # Quiet traffic: one minimum paid instead of two.
+    assert "shared pays 50.0% fewer GPU-hours than separate" in out
