@@ -187,43 +187,8 @@ def auto_scaling_group(aws: Aws, name: str) -> dict[str, Any]:
     return dict(group)
 
 
-async def test_reclaim_terminates_exactly_the_node_a_drain_emptied(aws: Aws, kube: tuple[KubeApi, str]) -> None:
-    api, url = kube
-    ids = gpu_instances(aws, "eks-emptied", 4)
-    api.nodes = [
-        node("busy-1", "us-east-1a", ids[0]),
-        node("busy-2", "us-east-1a", ids[1]),
-        node("drained", "us-east-1a", ids[2]),
-        node("just-joined", "us-east-1a", ids[3], created="2999-01-01T00:00:00Z"),  # its engine is on its way
-    ]
-    api.pods = [engine_pod("a", "busy-1"), engine_pod("b", "busy-2", pool="other-pool-on-a100")]
-    env = ActuatorEnv(
-        "prod",
-        "http://cp",
-        eks_client=aws.eks,
-        autoscaling_client=aws.autoscaling,
-        kubernetes_client=httpx.AsyncClient(base_url=url),
-        scale_pods=False,
-        nodegroups=NODEGROUPS,
-    )
-    actuator = build_actuator(prod_spec(), env, name="aws", dry_run=False)
-    assert isinstance(actuator, AwsActuator)
-    await actuator.reconcile(prod_spec().pool("qwen-7b"), target=1)
-    assert actuator.terminated == [ids[2]]
-    assert api.patches == [("drained", {"spec": {"unschedulable": True}})]  # cordoned before it was terminated
-    group = auto_scaling_group(aws, "eks-emptied")
-    assert group["DesiredCapacity"] == 3
-    assert ids[2] not in {i["InstanceId"] for i in group["Instances"]}
-    await actuator.close()
-    assert env.kubernetes_client is not None
-    await env.kubernetes_client.aclose()
-
-
-async def test_reclaim_keeps_what_the_target_needs(aws: Aws, kube: tuple[KubeApi, str]) -> None:
-    api, url = kube
-    ids = gpu_instances(aws, "eks-target", 2)
-    api.nodes = [node("idle-1", "us-east-1a", ids[0]), node("idle-2", "us-east-1a", ids[1])]
-    client = httpx.AsyncClient(base_url=url)
+def node_actuator(aws: Aws, client: httpx.AsyncClient) -> AwsActuator:
+    """The prod stack's aws actuator scaling nodes only, on moto and the loopback API server behind ``client``."""
     env = ActuatorEnv(
         "prod",
         "http://cp",
@@ -235,6 +200,37 @@ async def test_reclaim_keeps_what_the_target_needs(aws: Aws, kube: tuple[KubeApi
     )
     actuator = build_actuator(prod_spec(), env, name="aws", dry_run=False)
     assert isinstance(actuator, AwsActuator)
+    return actuator
+
+
+async def test_reclaim_terminates_exactly_the_node_a_drain_emptied(aws: Aws, kube: tuple[KubeApi, str]) -> None:
+    api, url = kube
+    ids = gpu_instances(aws, "eks-emptied", 4)
+    api.nodes = [
+        node("busy-1", "us-east-1a", ids[0]),
+        node("busy-2", "us-east-1a", ids[1]),
+        node("drained", "us-east-1a", ids[2]),
+        node("just-joined", "us-east-1a", ids[3], created="2999-01-01T00:00:00Z"),  # its engine is on its way
+    ]
+    api.pods = [engine_pod("a", "busy-1"), engine_pod("b", "busy-2", pool="other-pool-on-a100")]
+    client = httpx.AsyncClient(base_url=url)
+    actuator = node_actuator(aws, client)
+    await actuator.reconcile(prod_spec().pool("qwen-7b"), target=1)
+    assert actuator.terminated == [ids[2]]
+    assert api.patches == [("drained", {"spec": {"unschedulable": True}})]  # cordoned before it was terminated
+    group = auto_scaling_group(aws, "eks-emptied")
+    assert group["DesiredCapacity"] == 3
+    assert ids[2] not in {i["InstanceId"] for i in group["Instances"]}
+    await actuator.close()
+    await client.aclose()
+
+
+async def test_reclaim_keeps_what_the_target_needs(aws: Aws, kube: tuple[KubeApi, str]) -> None:
+    api, url = kube
+    ids = gpu_instances(aws, "eks-target", 2)
+    api.nodes = [node("idle-1", "us-east-1a", ids[0]), node("idle-2", "us-east-1a", ids[1])]
+    client = httpx.AsyncClient(base_url=url)
+    actuator = node_actuator(aws, client)
     # 16 replicas at 8 a node want 2 nodes: one in us-east-1a (and one in 1b); both idle nodes but one go.
     await actuator.reconcile(prod_spec().pool("qwen-7b"), target=16)
     assert len(actuator.terminated) == 1
@@ -266,17 +262,7 @@ async def test_a_node_above_the_minimum_goes_only_once_its_replicas_drained(
     draining["metadata"]["deletionTimestamp"] = "2026-06-01T00:00:00Z"
     api.pods = [engine_pod("a", "n0"), draining]
     client = httpx.AsyncClient(base_url=url)
-    env = ActuatorEnv(
-        "prod",
-        "http://cp",
-        eks_client=aws.eks,
-        autoscaling_client=aws.autoscaling,
-        kubernetes_client=client,
-        scale_pods=False,
-        nodegroups=NODEGROUPS,
-    )
-    actuator = build_actuator(prod_spec(), env, name="aws", dry_run=False)
-    assert isinstance(actuator, AwsActuator)
+    actuator = node_actuator(aws, client)
     pool = prod_spec().pool("qwen-7b")
     await actuator.reconcile(pool, target=8)
     assert actuator.terminated == [ids[2]]

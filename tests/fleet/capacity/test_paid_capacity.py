@@ -12,6 +12,7 @@ import pytest
 
 from fleet.capacity.paid import GroupPlan, pack_zone, paid_options, plan_groups, zone_shares
 from fleet.spec.stack import FleetSpec
+from tests.fleet.capacity.builders import a100_pool
 from tests.support.stacks import spec as make_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,16 +24,7 @@ def _workload(peak_qps: float) -> dict[str, Any]:
 
 
 def _pool(name: str, tp: int, replicas: tuple[int, int], peak_qps: float) -> dict[str, Any]:
-    return {
-        "name": name,
-        "model": "Qwen/Qwen2.5-7B-Instruct",
-        "servedModelName": name,
-        "nodeGroup": "a100",
-        "engine": {"kind": "vllm", "maxNumSeqs": 256, "tensorParallelSize": tp},
-        "replicas": {"min": replicas[0], "max": replicas[1]},
-        "workload": _workload(peak_qps),
-        "drain": {"graceSeconds": 345, "propagationSeconds": 10},  # covers the gateway's 330 s requests
-    }
+    return a100_pool(name, tp, replicas, workload=_workload(peak_qps))
 
 
 def _group(spec: FleetSpec) -> GroupPlan:

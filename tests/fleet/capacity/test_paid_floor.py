@@ -8,19 +8,12 @@ import pytest
 
 from fleet.capacity.paid_floor import PaidFloor, fill_paid_nodes, paid_floor
 from fleet.spec.stack import FleetSpec
+from tests.fleet.capacity.builders import a100_pool
 from tests.support.stacks import spec as make_spec
 
 
 def _pool(name: str, tp: int, replicas: tuple[int, int], fill: bool = True) -> dict[str, Any]:
-    return {
-        "name": name,
-        "model": "Qwen/Qwen2.5-7B-Instruct",
-        "servedModelName": name,
-        "nodeGroup": "a100",
-        "engine": {"kind": "vllm", "maxNumSeqs": 256, "tensorParallelSize": tp},
-        "replicas": {"min": replicas[0], "max": replicas[1], "fillPaidNodes": fill},
-        "drain": {"graceSeconds": 345, "propagationSeconds": 10},  # covers the gateway's 330 s requests
-    }
+    return a100_pool(name, tp, replicas, fill_paid=fill)
 
 
 def _floors(spec: FleetSpec) -> dict[str, PaidFloor | None]:
