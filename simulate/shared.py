@@ -127,7 +127,9 @@ def separate_spec(spec: FleetSpec, pools: Sequence[PoolSpec]) -> FleetSpec:
     return spec.model_copy(update={"gpu_node_groups": groups, "pools": moved})
 
 
-def _sim(spec: FleetSpec, pool: PoolSpec, p: Prepared, config: Config, seed: int, **kw: object) -> FleetSim:
+def _sim(
+    spec: FleetSpec, pool: PoolSpec, p: Prepared, config: Config, seed: int, gpus: SharedGroup | None = None
+) -> FleetSim:
     controller = make_controller(spec, pool, config.scaling)
     floor = 0 if controller is None or controller.paid is None else controller.paid.replicas
     return FleetSim(
@@ -139,7 +141,7 @@ def _sim(spec: FleetSpec, pool: PoolSpec, p: Prepared, config: Config, seed: int
         name=f"{pool.name}: {config.name}",
         initial_replicas=p.fixed_replicas if controller is None else max(p.initial_replicas, floor),
         floor_rids=p.floor_rids,
-        **kw,  # type: ignore[arg-type]
+        gpus=gpus,
     )
 
 
