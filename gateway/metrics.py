@@ -9,7 +9,11 @@ routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itse
 in_flight{replica}, ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
 quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
 resumed_streams_total{model,outcome=completed|failed} (streams broken mid-way that were to be resumed on another
-replica: completed seamlessly, or failed and ended with the error event).
+replica: completed seamlessly, or failed and ended with the error event); for pools routed by ``kv-cache``
+(`gateway.kv_events`): kv_event_streams{pool,state=up|down} (a replica's stream down: its entries dropped, the
+load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total, kv_event_gaps_total,
+kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt blocks routed, and of
+those the ones the chosen replica's engine held: the index's hit rate).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from gateway.kv_events import KvEventFeed
     from gateway.quota.base import QuotaBackend
 
 __all__ = ["AccessLog", "GatewayMetrics"]
@@ -105,6 +110,13 @@ class GatewayMetrics:
     def watch_quota(self, quota: QuotaBackend) -> None:
         """Export ``quota``'s store health on every render (nothing for a backend without a shared store)."""
         self.registry.register(_QuotaStoreCollector(quota))
+
+    def watch_kv(self, feed: KvEventFeed) -> None:
+        """Export the KV event feed's streams and the kv-cache scorers' index and hits on every render (nothing for
+        a gateway whose routers do not score with kv-cache)."""
+        from gateway.kv_events import KvFeedCollector  # the feed imports routing; metrics stays below it
+
+        self.registry.register(KvFeedCollector(feed))
 
 
 class _QuotaStoreCollector(Collector):

@@ -79,6 +79,7 @@ class RequestInfo:
     session_id: str | None
     now: float
     adapter: str | None = None  # the LoRA adapter the request names as its model
+    token_ids: tuple[int, ...] | None = None  # the prompt as the engine tokenizes it (the pool's tokenizer), if known
 
 
 @dataclass(frozen=True, slots=True)

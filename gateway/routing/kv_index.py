@@ -1,0 +1,161 @@
+"""KV index: which replica's engine holds which prefix block, from the engines' own KV-cache events.
+
+Fed by `gateway.kv_events` with the decoded events of each replica's stream (vLLM 0.33's map-encoded
+``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``), read by the ``kv-cache`` scorer. Pure: no I/O, no clock.
+
+Two key spaces, as llm-d's and Dynamo's indexers keep them:
+
+* **engine keys**: the events' ``block_hashes``, opaque ids used only to find a block again (its removal, a later
+  block's ``parent_block_hash``), per replica;
+* **request keys**: this index's own chain over the events' ``token_ids``,
+  ``key_k = hash((key_{k-1}, tokens of block k))`` from a root per LoRA adapter, so neither the engine's hash
+  algorithm nor its seed has to match. A request's keys are the same chain over its prompt's full blocks, so a key
+  stands for the whole prefix up to its block.
+
+Python's ``hash`` of a tuple of ints is the same in every process, but the root mixes in the adapter's name (a
+str, whose hash varies per process): keys mean nothing outside the gateway that computed them, and need not.
+Gateways agree because they read the same events, not because they share keys.
+
+A ``BlockStored`` whose parent this index never saw (its stream was cut, or it started mid-chain) is skipped: a
+prefix match walks from the root, so a chain without its start cannot match. Blocks cached on another medium
+than the GPU (CPU offload) and events of another block size are skipped too (counted in ``skipped``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["KvIndex", "request_keys"]
+
+_ROOT = 0x6C6C6D666C656574  # the chain's start for the base model
+
+
+def _root(lora_name: str | None) -> int:
+    return _ROOT if lora_name is None else hash((_ROOT, lora_name))
+
+
+def request_keys(token_ids: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]:
+    """The request keys of ``token_ids``'s full blocks of ``block_size`` tokens (a partial last block has none)."""
+    keys: list[int] = []
+    parent = _root(lora_name)
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        keys.append(parent)
+    return keys
+
+
+@dataclass
+class _Replica:
+    blocks: dict[Any, int] = field(default_factory=dict)  # engine key -> request key
+    refs: dict[int, int] = field(default_factory=dict)  # request key -> engine keys naming it (salted twins)
+
+    def drop(self, engine_key: Any) -> int | None:
+        """Forget ``engine_key``; its request key when no other engine key of this replica names it."""
+        key = self.blocks.pop(engine_key, None)
+        if key is None:
+            return None
+        self.refs[key] -= 1
+        if self.refs[key]:
+            return None
+        del self.refs[key]
+        return key
+
+
+@dataclass
+class KvIndex:
+    """The blocks each replica's engine holds, by request key. ``block_size`` must be the engines' ``--block-size``."""
+
+    block_size: int = 16
+    skipped: int = 0  # blocks not indexed: unknown parent, another medium or block size
+    _replicas: dict[str, _Replica] = field(default_factory=dict)
+    _holders: dict[int, set[str]] = field(default_factory=dict)  # request key -> replicas holding it
+
+    def __len__(self) -> int:
+        """Request keys some replica holds."""
+        return len(self._holders)
+
+    def replicas(self) -> frozenset[str]:
+        """Replicas with at least one block indexed."""
+        return frozenset(r for r, state in self._replicas.items() if state.blocks)
+
+    def blocks_of(self, replica: str) -> int:
+        state = self._replicas.get(replica)
+        return 0 if state is None else len(state.blocks)
+
+    def apply(self, replica: str, events: Iterable[Mapping[str, Any]]) -> None:
+        """Apply one batch's events from ``replica``'s engine, in order. Unknown event types are ignored (a newer
+        engine may add some); malformed fields raise ValueError for the caller to drop the batch."""
+        for event in events:
+            kind = event.get("type")
+            if kind == "BlockStored":
+                self._stored(replica, event)
+            elif kind == "BlockRemoved":
+                self._removed(replica, event.get("block_hashes") or ())
+            elif kind == "AllBlocksCleared":
+                self.forget(replica)
+
+    def forget(self, replica: str) -> None:
+        """Drop every block of ``replica`` (it left, restarted, slept, or its stream has a gap)."""
+        state = self._replicas.pop(replica, None)
+        if state is None:
+            return
+        for key in state.refs:
+            self._release(key, replica)
+
+    def matched(self, keys: Sequence[int], replicas: Iterable[str]) -> dict[str, int]:
+        """Leading ``keys`` (a request's, from `request_keys`) each of ``replicas`` holds, walking from the first."""
+        counts = dict.fromkeys(replicas, 0)
+        alive = set(counts)
+        for key in keys:
+            alive &= self._holders.get(key, set())
+            if not alive:
+                break
+            for replica in alive:
+                counts[replica] += 1
+        return counts
+
+    def _stored(self, replica: str, event: Mapping[str, Any]) -> None:
+        hashes = list(event["block_hashes"])
+        tokens = list(event["token_ids"])
+        size = int(event["block_size"])
+        medium = event.get("medium")
+        if medium not in (None, "GPU") or size != self.block_size or len(tokens) != size * len(hashes):
+            self.skipped += len(hashes)
+            return
+        state = self._replicas.setdefault(replica, _Replica())
+        parent_hash = event.get("parent_block_hash")
+        if parent_hash is None:
+            parent = _root(event.get("lora_name"))
+        elif parent_hash in state.blocks:
+            parent = state.blocks[parent_hash]
+        else:
+            self.skipped += len(hashes)
+            return
+        for i, engine_key in enumerate(hashes):
+            parent = hash((parent, tuple(tokens[i * size : (i + 1) * size])))
+            if state.blocks.get(engine_key) == parent:
+                continue  # stored again (a reused block reported in full): already held
+            released = state.drop(engine_key)
+            if released is not None:
+                self._release(released, replica)
+            state.blocks[engine_key] = parent
+            state.refs[parent] = state.refs.get(parent, 0) + 1
+            self._holders.setdefault(parent, set()).add(replica)
+
+    def _removed(self, replica: str, hashes: Iterable[Any]) -> None:
+        state = self._replicas.get(replica)
+        if state is None:
+            return
+        for engine_key in hashes:
+            key = state.drop(engine_key)
+            if key is not None:
+                self._release(key, replica)
+
+    def _release(self, key: int, replica: str) -> None:
+        holders = self._holders.get(key)
+        if holders is not None:
+            holders.discard(replica)
+            if not holders:
+                del self._holders[key]

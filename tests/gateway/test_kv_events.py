@@ -1,0 +1,167 @@
+"""The KV event feed on loopback: a real ZMQ PUB socket sends vLLM's three frames, the gateway's feed applies them
+to its kv-cache scorer's index, drops a replica's entries on a gap, a restart or a lost connection, and the scorer
+then leaves that replica to the load scorers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+
+from gateway.kv_events import KvEventFeed, KvFeedCollector
+from gateway.routing.kv_index import request_keys
+from gateway.routing.scorers.kv_cache import KvCache
+from tests.gateway.builders import endpoint, request
+from tests.gateway.routing.test_kv_index import stored
+
+TOKENS = list(range(48))  # three full blocks
+
+
+def batch(*events: dict[str, Any]) -> bytes:
+    return msgpack.packb([1.0, list(events), 0])
+
+
+class Publisher:
+    """A replica's PUB socket, as the engine binds it, with vLLM's frames."""
+
+    def __init__(self, context: zmq.asyncio.Context, topic: str = "kv@r1@m") -> None:
+        self.socket = context.socket(zmq.PUB)
+        self.port = self.socket.bind_to_random_port("tcp://127.0.0.1")
+        self.topic = topic.encode()
+
+    async def send(self, seq: int, payload: bytes) -> None:
+        await self.socket.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def connected(pub: Publisher, scorer: KvCache, seq: int = 0) -> int:
+    """Send empty batches until one arrives (a SUB socket misses what was sent before it joined); the next seq."""
+    feed_seen = {"n": 0}
+
+    async def probe() -> None:
+        nonlocal seq
+        await pub.send(seq, batch(stored([seq + 10_000], None, [99] * 16)))
+        seq += 1
+
+    while "r1" in scorer.stream_down or scorer.index.blocks_of("r1") == 0:
+        await probe()
+        await asyncio.sleep(0.02)
+        feed_seen["n"] += 1
+        assert feed_seen["n"] < 250, "the feed never connected"
+    return seq
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[Callable[[], Publisher], KvCache, KvEventFeed]]:
+    context = zmq.asyncio.Context()
+    scorer = KvCache()
+    feed = KvEventFeed({"p": [scorer]}, context)
+    publishers: list[Publisher] = []
+
+    def publisher() -> Publisher:
+        publishers.append(Publisher(context))
+        return publishers[-1]
+
+    yield publisher, scorer, feed
+    await feed.close()
+    for pub in publishers:
+        pub.socket.close(linger=0)
+    context.destroy(linger=0)
+
+
+def keys() -> list[int]:
+    return request_keys(TOKENS, 16)
+
+
+async def test_events_reach_the_index_in_order_and_the_scorer_prefers_the_holder(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    before = feed.pools["p"].batches
+    await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
+    assert feed.pools["p"].gaps == 0 and feed.pools["p"].batches == before + 1
+    endpoints = [endpoint("r1"), endpoint("r2")]
+    info = request(token_ids=tuple(TOKENS[:40]))  # two full blocks, both held by r1
+    assert list(scorer.score(endpoints, info)) == [1.0, 0.0]
+    scorer.observe(info, endpoints[0])
+    assert scorer.hit_rate() == 1.0
+
+
+async def test_a_sequence_gap_drops_the_replicas_entries_before_the_next_batch(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    await until(lambda: scorer.index.blocks_of("r1") > 3)
+    await pub.send(seq + 5, batch(stored([7], None, [5] * 16)))  # four batches lost
+    await until(lambda: feed.pools["p"].gaps == 1)
+    assert scorer.index.matched(keys(), ["r1"])["r1"] == 0  # what it held before the gap is no longer vouched for
+    assert scorer.index.blocks_of("r1") == 1
+    await pub.send(0, batch())  # the engine restarted: its counter starts again
+    await until(lambda: feed.pools["p"].gaps == 2)
+    assert scorer.index.blocks_of("r1") == 0
+
+
+async def test_a_malformed_batch_is_dropped_and_counted_and_the_feed_goes_on(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    await pub.send(seq, b"\xc1 not msgpack")
+    await pub.send(seq + 1, batch(stored([1, 2, 3], None, TOKENS)))
+    await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
+    assert feed.pools["p"].malformed == 1
+
+
+async def test_a_lost_stream_leaves_the_replica_to_the_load_scorers_and_says_so(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
+    pub.socket.close(linger=0)
+    await until(lambda: "r1" in scorer.stream_down)
+    assert scorer.index.blocks_of("r1") == 0
+    streams = {tuple(s.labels.values()): s.value for m in KvFeedCollector(feed).collect() for s in m.samples}
+    assert streams[("p", "down")] == 1 and streams[("p", "up")] == 0
+
+
+async def test_a_replica_that_leaves_discovery_is_forgotten(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    await until(lambda: scorer.index.blocks_of("r1") > 3)
+    feed.sync("p", {})
+    assert scorer.index.blocks_of("r1") == 0 and "r1" not in scorer.stream_down and not feed._tasks
+
+
+async def test_another_replicas_topic_on_the_socket_is_not_read(setup: Any) -> None:
+    publisher, scorer, feed = setup
+    pub = publisher()
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    seq = await connected(pub, scorer)
+    before = feed.pools["p"].batches
+    stranger = Publisher.__new__(Publisher)
+    stranger.socket, stranger.topic = pub.socket, b"kv@r10@m"  # r10 starts with r1: the topic's @ tells them apart
+    await stranger.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    await pub.send(seq, batch())
+    await until(lambda: feed.pools["p"].batches == before + 1)
+    assert scorer.index.matched(keys(), ["r1"])["r1"] == 0
