@@ -38,7 +38,7 @@ from fleet.spec.stack import PluginRef
 from gateway.admission import Admission
 from gateway.alias_sync import AliasSync
 from gateway.auth import KeyRing
-from gateway.call import REQUEST_ID, request_id_for
+from gateway.call import REQUEST_ID, authorization, request_id_for
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import GatewayError
 from gateway.metrics import AccessLog, GatewayMetrics
@@ -288,7 +288,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
 
 async def _models(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
-    tenant = gateway.keys.authenticate(request.headers.get("Authorization"))
+    tenant = gateway.keys.authenticate(authorization(request))  # a repeated or non-ASCII header is a 400
     return web.json_response({"object": "list", "data": gateway.models.listed(tenant)})
 
 

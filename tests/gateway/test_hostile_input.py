@@ -84,10 +84,11 @@ async def test_two_authorization_headers_are_a_400(shared_sim: Any) -> None:
     assert status == 400 and body["error"]["param"] == "Authorization"
 
 
-async def test_a_non_ascii_authorization_header_is_a_400_not_a_500(shared_sim: Any) -> None:
-    payload = json.dumps(CHAT).encode()
+@pytest.mark.parametrize("route", [b"POST /v1/chat/completions", b"POST /v1/completions", b"GET /v1/models"])
+async def test_a_non_ascii_authorization_header_is_a_400_not_a_500(shared_sim: Any, route: bytes) -> None:
+    payload = json.dumps(CHAT).encode() if route.startswith(b"POST") else b""
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer sk-\xff\xfe\r\n"
+        route + b" HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer sk-\xff\xfe\r\n"
         b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: " + str(len(payload)).encode()
     )
     async with serve(settings_for([shared_sim.url])) as (url, _):
