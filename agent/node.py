@@ -178,6 +178,7 @@ class Agent:
             kv_usage=load.kv_usage,
             ttft_p99_s=load.ttft_p99_s,
             tokens_per_s=load.tokens_per_s,
+            prefix_hit_rate=load.prefix_hit_rate,
             model=self.pool.served_name,
             engine_version=self.engine_version,
             uptime_s=sup.engine_uptime_s(),

@@ -2,10 +2,12 @@
 
 Load derivation (`LoadTracker`, pure): gauges are read as-is; ``tokens_per_s`` is the generation-token counter
 delta over the time between two scrapes; ``ttft_p99_s`` is the p99 of the TTFT histogram's bucket deltas over
-the last ``ttft_window_s`` (recent, not lifetime). A failed scrape yields a load of all None, never zeros, and a
-counter that went backwards (engine restarted) restarts the deltas. Pushing runs in its own task
-(`fleet.protocol.push.push_loop`): an unreachable control plane is retried with the shared exponential backoff
-(`fleet.protocol.push.Backoff`, at most ``backoff_max_s``) while the agent keeps serving and scraping.
+the last ``ttft_window_s`` (recent, not lifetime), and so is ``prefix_hit_rate`` (prefix-cache hit tokens over
+queried tokens, from vLLM's ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` counters). A failed
+scrape yields a load of all None, never zeros, and a counter that went backwards (engine restarted) restarts the
+deltas. Pushing runs in its own task (`fleet.protocol.push.push_loop`): an unreachable control plane is retried
+with the shared exponential backoff (`fleet.protocol.push.Backoff`, at most ``backoff_max_s``) while the agent keeps
+serving and scraping.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Load:
     kv_usage: float | None = None
     ttft_p99_s: float | None = None
     tokens_per_s: float | None = None
+    prefix_hit_rate: float | None = None  # prompt tokens served from the prefix cache / prompt tokens, recent
     scraped_at: float | None = None  # monotonic time of the scrape; None when it failed
 
     @property
@@ -67,10 +70,13 @@ class LoadTracker:
             tokens_per_s = (metrics.generation_tokens - previous[1].generation_tokens) / (now - previous[0])
         while self._history and self._history[0][0] < now - self.ttft_window_s:
             self._history.popleft()
-        ttft = None
+        ttft = hit_rate = None
         if self._history:
-            recent = diff_buckets(metrics.ttft_buckets, self._history[0][1].ttft_buckets)
+            oldest = self._history[0][1]
+            recent = diff_buckets(metrics.ttft_buckets, oldest.ttft_buckets)
             ttft = histogram_quantile(recent, 0.99)
+            queried = metrics.prefix_queries - oldest.prefix_queries
+            hit_rate = (metrics.prefix_hits - oldest.prefix_hits) / queried if queried > 0 else None
         self._history.append((now, metrics))
         return Load(
             waiting=metrics.waiting,
@@ -78,6 +84,7 @@ class LoadTracker:
             kv_usage=metrics.kv_usage,
             ttft_p99_s=ttft,
             tokens_per_s=tokens_per_s,
+            prefix_hit_rate=hit_rate,
             scraped_at=now,
         )
 

@@ -109,6 +109,7 @@ class LoadReport(Wire):
     kv_usage: float | None = None
     ttft_p99_s: float | None = None
     tokens_per_s: float | None = None
+    prefix_hit_rate: float | None = Field(default=None, description="recent prompt tokens served from the prefix cache")
     model: str
     engine_version: str
     uptime_s: float = 0.0

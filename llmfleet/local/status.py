@@ -1,5 +1,6 @@
 """Status: ``llmfleet status [--json]``: canary rollouts (weights, step, window), pools, their error budget spent,
-replicas (engine URL, state, load) and the last decisions."""
+replicas (engine URL, state, load: waiting, running, KV usage, the prefix cache's recent hit rate, TTFT p99) and
+the last decisions."""
 
 from __future__ import annotations
 
@@ -97,7 +98,9 @@ def format_status(status: dict[str, Any]) -> str:
             lines.append(_budget_line(pool["budget"]))
         if pool.get("starts") is not None:
             lines.append(_starts_line(pool["starts"]))
-        header = f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'TTFT99':>7}"
+        header = (
+            f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'HIT':>5} {'TTFT99':>7}"
+        )
         lines.append(header)
         for r in pool["replica_list"]:
             load = r["last_report"]
@@ -105,6 +108,7 @@ def format_status(status: dict[str, Any]) -> str:
             lines.append(
                 f"  {r['replica']:<22} {state:<10} {r['engine_url']:<24} {_num(load.get('waiting')):>5} "
                 f"{_num(load.get('running')):>5} {_num(load.get('kv_usage'), '{:.0%}'):>5} "
+                f"{_num(load.get('prefix_hit_rate'), '{:.0%}'):>5} "
                 f"{_num(load.get('ttft_p99_s') and load['ttft_p99_s'] * 1000, '{:.0f}ms'):>7}"
             )
         if any(r["stale"] for r in pool["replica_list"]):

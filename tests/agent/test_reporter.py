@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import httpx
 import pytest
@@ -50,6 +51,18 @@ def test_failed_scrape_is_unknown_not_zero() -> None:
     tracker.observe(10.0, scrape(100))
     assert tracker.observe(11.0, None) == NO_LOAD
     assert NO_LOAD.running is None and NO_LOAD.in_flight is None
+
+
+def test_the_prefix_hit_rate_is_hit_tokens_over_queried_tokens_in_the_recent_window() -> None:
+    tracker = LoadTracker(ttft_window_s=30.0)
+
+    def at(queries: float, hits: float) -> EngineMetrics:
+        return dataclasses.replace(scrape(0), prefix_queries=queries, prefix_hits=hits)
+
+    assert tracker.observe(0.0, at(1000, 0)).prefix_hit_rate is None  # nothing to compare with yet
+    assert tracker.observe(10.0, at(3000, 1500)).prefix_hit_rate == pytest.approx(0.75)
+    assert tracker.observe(20.0, at(3000, 1500)).prefix_hit_rate == pytest.approx(0.75)
+    assert tracker.observe(45.0, at(3000, 1500)).prefix_hit_rate is None  # no prompt in the last 30 s
 
 
 def test_ttft_p99_covers_only_the_recent_window() -> None:

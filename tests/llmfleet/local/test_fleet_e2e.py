@@ -22,6 +22,7 @@ import pytest
 from fleet.protocol.keys import DEMO_API_KEY
 from llmfleet.local.load import LoadStats, run_load
 from tests.llmfleet.local.conftest import Fleet, stop_fleet
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +118,9 @@ async def test_a_replica_whose_reports_stop_is_not_counted_as_idle_capacity(flee
     assert decision["reason"].startswith("availability")
 
 
+RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 30, "check": True}
+
+
 def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "llmfleet.cli"]
     table = subprocess.run(
@@ -148,6 +152,15 @@ def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_pa
     figures = json.loads(summary.read_text())
     assert figures["sent"] == figures["ok"] > 0 and figures["errors"] == {}
     assert "sent" in done.stderr and "TTFT" in done.stderr  # the progress line
+    # The engines' prefix-cache hit rate over the agents' window reaches the table once prompts were sent.
+    assert "HIT" in table
+
+    def hit_rates() -> list[float] | None:
+        raw = subprocess.run([*cli, "status", "--json", "--control-plane", fleet.control_plane], **RUN).stdout
+        rates = [r["last_report"]["prefix_hit_rate"] for r in json.loads(raw)["pools"][0]["replica_list"]]
+        return [r for r in rates if r is not None] or None
+
+    assert all(0.0 <= r <= 1.0 for r in wait_for(hit_rates, timeout_s=15, what="a prefix hit rate in the reports"))
 
 
 def agent_pid(fleet: Fleet, replica: str) -> int:
