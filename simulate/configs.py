@@ -4,7 +4,11 @@ Routing (`gateway.routing` plugins; filters are always the stack's):
 
 * ``round-robin`` and ``random``: those pickers, no scorers;
 * ``p2c``: the ``p2c`` picker over the stack's load scorers (its scorers without the affinity ones);
-* ``p2c+prefix``: the same plus ``prefix-affinity`` (the stack's own reference when it has one, else weight 1).
+* ``p2c+prefix``: the same plus ``prefix-affinity`` (the stack's own reference when it has one, else weight 1);
+* ``p2c+kv``: the same load scorers plus ``kv-cache`` (the stack's own reference when it has one, else weight 1, as
+  ``prefix-affinity``'s), its index fed by the replicas' own KV events after ``kv_delay_s`` (`simulate.kvfeed`);
+* ``oracle-kv``: the yardstick of ``p2c+kv``: the same load scorers, picker and weight with
+  `simulate.kv_oracle.OracleKv` instead of ``kv-cache``: each replica's real cached prefix, no delay.
 
 Scaling (`control_plane.scaling.policies` through `simulate.control.Controller`, the live loop's decision step):
 
@@ -28,12 +32,16 @@ from dataclasses import dataclass
 from fleet.spec.stack import FleetSpec, PluginRef, PoolSpec
 from gateway.routing.base import Router
 from simulate.control import Controller
+from simulate.kv_oracle import OracleKv
+from simulate.kvfeed import KV_EVENT_DELAY_S
 
 __all__ = ["ROUTINGS", "SCALINGS", "Config", "make_controller", "make_router", "stack_config"]
 
-ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix")
+ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix", "p2c+kv", "oracle-kv")
 SCALINGS = ("fixed", "threshold", "target-tracking", "target-tracking+predictive", "oracle")
-AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous-affinity"})
+AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous-affinity", "kv-cache"})
+# the affinity scorer each p2c routing adds to the load scorers (``oracle-kv`` weighs as ``kv-cache``)
+_AFFINITY = {"p2c+prefix": "prefix-affinity", "p2c+kv": "kv-cache", "oracle-kv": "kv-cache"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class Config:
     routing: str
     scaling: str
     replicas: int | None = None  # ``fixed`` only: this many replicas instead of the plan's
+    kv_delay_s: float = KV_EVENT_DELAY_S  # ``p2c+kv``: KV events reach the gateway's index this much later
 
     @property
     def name(self) -> str:
@@ -55,7 +64,7 @@ def stack_config(spec: FleetSpec) -> Config:
     if routing.picker.name in ("round-robin", "random"):
         route = routing.picker.name
     else:
-        route = "p2c+prefix" if "prefix-affinity" in names else "p2c"
+        route = "p2c+prefix" if "prefix-affinity" in names else "p2c+kv" if "kv-cache" in names else "p2c"
     policy = spec.autoscaling.policy.name
     scale = policy + ("+predictive" if spec.autoscaling.predictive and policy == "target-tracking" else "")
     return Config(route, scale if scale in SCALINGS else "target-tracking")
@@ -65,13 +74,19 @@ def make_router(spec: FleetSpec, routing: str, seed: int) -> Router:
     if routing not in ROUTINGS:
         raise ValueError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
     r = spec.gateway.routing
-    picker = "p2c" if routing.startswith("p2c") else routing
+    picker = "p2c" if routing.startswith("p2c") or routing == "oracle-kv" else routing
     scorers = [s for s in r.scorers if s.name not in AFFINITY_SCORERS] if picker == "p2c" else []
-    if routing == "p2c+prefix":
-        own = [s for s in r.scorers if s.name == "prefix-affinity"]
-        scorers.append(own[0] if own else PluginRef(name="prefix-affinity"))
+    affinity = _AFFINITY.get(routing)
+    if affinity is not None:
+        own = [s for s in r.scorers if s.name == affinity]
+        scorers.append(own[0] if own else PluginRef(name=affinity))
     params = dict(r.picker.params) if r.picker.name == picker else {}
-    return Router.from_refs(r.filters, scorers, PluginRef(name=picker, params={**params, "seed": seed}))
+    pick = PluginRef(name=picker, params={**params, "seed": seed})
+    if routing != "oracle-kv":
+        return Router.from_refs(r.filters, scorers, pick)
+    router = Router.from_refs(r.filters, scorers[:-1], pick)  # the oracle is no plugin: built here, same weight
+    router.scorers.append((OracleKv(), scorers[-1].weight))
+    return router
 
 
 def make_controller(spec: FleetSpec, pool: PoolSpec, scaling: str) -> Controller | None:

@@ -19,7 +19,9 @@ run (`Scheduler.start_decode_run`): an arrival routed to it cuts the run after t
 applies the steps that ended before it. The results are those of one event per step (a test holds them equal);
 only the order in which ITLs are recorded differs, and every figure sorts them.
 
-Prompts are token ids built from the trace's prefix blocks (`simulate.prompts`), replicas are `simulate.replica`,
+Prompts are token ids built from the trace's prefix blocks (`simulate.prompts`; the request info carries them
+for the ``kv-cache`` scorer, whose index the replicas' own KV events feed: `simulate.kvfeed`), replicas are
+`simulate.replica`,
 and what a run measured is a `simulate.result.Result`. Requests whose prompt + output exceed the pool's
 ``maxModelLen`` are dropped before the replay (vLLM refuses them) and counted.
 """
@@ -35,15 +37,18 @@ from typing import Any, Protocol
 
 from control_plane.scaling.context import ReplicaLoad
 from control_plane.scaling.decisions import Decision, ScaleDown, ScaleUp
-from engine_sim.config import EngineConfig
+from engine_sim.kv_events import KVEvent
 from engine_sim.request import SimRequest
-from fleet.capacity.plan import admission_capacity, model_facts, pool_gpu
+from engine_sim.scheduler import Scheduler
+from fleet.capacity.plan import admission_capacity
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
 from gateway.reporting import PoolTraffic
-from gateway.routing.base import EndpointView, RequestInfo, Router
+from gateway.routing.base import RequestInfo, Router
 from simulate.billing import NodeBilling
-from simulate.kvpool import build_replica_scheduler
+from simulate.kv_oracle import bind_oracle
+from simulate.kvfeed import KV_EVENT_DELAY_S, KvFeed
+from simulate.kvpool import build_replica_scheduler, replica_config
 from simulate.prompts import prompt_text, prompt_tokens
 from simulate.replica import SCRAPE_S, Replica, add_itls, wake_seconds
 from simulate.result import Result, quantile
@@ -83,6 +88,7 @@ class FleetSim:
         floor_rids: frozenset[str] = frozenset(),
         decode_runs: bool = True,
         gpus: GpuLedger | None = None,
+        kv_delay_s: float = KV_EVENT_DELAY_S,
     ) -> None:
         self.gpus = gpus  # GPUs shared with other pools (`simulate.shared`): they bill, and say how fast one starts
         self.floor_rids = floor_rids
@@ -90,23 +96,13 @@ class FleetSim:
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
         self.interval_s = spec.autoscaling.interval_s
-        eng = pool.engine
-        self.engine_config = EngineConfig(
-            model=pool.model,
-            facts=model_facts(pool),
-            served_model_name=pool.served_model_name or pool.model,
-            gpu_profile=pool_gpu(spec, pool).name,
-            tensor_parallel_size=eng.tensor_parallel_size,
-            gpu_memory_utilization=eng.gpu_memory_utilization,
-            max_model_len=eng.max_model_len,
-            max_num_seqs=eng.max_num_seqs,
-            max_num_batched_tokens=eng.max_num_batched_tokens,
-            enable_prefix_caching=eng.enable_prefix_caching,
-        )
+        self.kv_feed = KvFeed.for_router(router, kv_delay_s)  # None: no kv-cache scorer, the engines record nothing
+        self.engine_config = replica_config(spec, pool, kv_events=self.kv_feed is not None)
         self.model = self.engine_config.served_model_name
         self.wake_s = wake_seconds(self.engine_config)
         self.replicas: list[Replica] = []
         self.by_name: dict[str, Replica] = {}
+        bind_oracle(router, self.scheduler_of)  # an oracle-kv scorer reads the replicas' prefix caches as they are
         self.events: list[tuple[float, int, str, Any]] = []
         self.seq = itertools.count()
         self.names = itertools.count()
@@ -169,6 +165,7 @@ class FleetSim:
             "scrape": self.on_scrape,
             "tick": self.on_tick,
             "queue-timeout": self.on_queue_timeout,
+            "kv-events": self.on_kv_events,
         }
 
     def handle_next(self) -> None:
@@ -187,28 +184,17 @@ class FleetSim:
             stop = r.stopped_at if r.stopped_at is not None else now
             self.result.replica_s += stop - r.launched_at
             self.result.busy_s += r.busy_s
+            self.result.replica_busy.append((r.busy_s, stop - r.launched_at))
             self.result.preemptions += r.preemptions
         self.result.wall_s = time.perf_counter() - self.started
         self.result.end_s = now
         return self.result
 
     # -- the gateway ---------------------------------------------------------------------------------------
-    def endpoint_view(self, r: Replica, now: float) -> EndpointView:
-        running, waiting, kv, _, _ = r.scraped
-        return EndpointView(
-            id=r.name,
-            url=f"sim://{r.name}",
-            pool=self.pool.name,
-            model=self.model,
-            ready=r.state == ReplicaState.READY,
-            ejected=False,
-            metrics_age_s=None if r.scraped_at is None else now - r.scraped_at,
-            running=running,
-            waiting=waiting,
-            kv_usage=kv,
-            in_flight=r.in_flight,
-            max_num_seqs=self.pool.engine.max_num_seqs,
-        )
+    def scheduler_of(self, name: str) -> Scheduler | None:
+        """The scheduler replica ``name`` serves from now (`simulate.kv_oracle.OracleKv` reads its cache)."""
+        replica = self.by_name.get(name)
+        return None if replica is None else replica.scheduler
 
     def admission_capacity(self) -> int:
         routable = sum(1 for r in self.replicas if r.state == ReplicaState.READY)
@@ -245,8 +231,10 @@ class FleetSim:
 
     def dispatch(self, now: float, item: tuple[int, TraceRequest]) -> None:
         index, a = item
-        views = [self.endpoint_view(r, now) for r in self.replicas if r.state == ReplicaState.READY]
-        info = RequestInfo(a.rid, self.model, "acme", 8, prompt_text(a), None, now)
+        seqs = self.pool.engine.max_num_seqs
+        views = [r.view(self.pool.name, self.model, seqs, now) for r in self.replicas if r.state == ReplicaState.READY]
+        tokens = prompt_tokens(a, index)
+        info = RequestInfo(a.rid, self.model, "acme", 8, prompt_text(a), None, now, token_ids=tuple(tokens))
         decision = self.router.route(views, info)
         if decision is None:
             self.result.unrouted += 1
@@ -256,7 +244,7 @@ class FleetSim:
         if replica.scheduler.in_run:  # the step running now is the run's last: the next one may admit this request
             replica.run_seq += 1
             self.push(replica.scheduler.truncate_decode_run(now), "run", (replica, replica.run_seq))
-        replica.scheduler.add(SimRequest(a.rid, prompt_tokens(a, index), max_tokens=a.output_tokens), now)
+        replica.scheduler.add(SimRequest(a.rid, tokens, max_tokens=a.output_tokens), now)
         replica.in_flight += 1
         self.gw_in_flight += 1
         self.kick(replica, now)
@@ -279,6 +267,7 @@ class FleetSim:
         assert r.plan is not None
         result = r.scheduler.complete(r.plan)
         r.plan = None
+        self.publish(r, now)
         res = self.result
         itls = res.itls
         for ev in result.events:
@@ -309,15 +298,27 @@ class FleetSim:
         if seq != r.run_seq:
             return  # the run was cut short and has a later event
         add_itls(self.result.itls, r.scheduler.finish_decode_run())
+        self.publish(r, now)
         self.kick(r, now)
         if self.gw_queue:
             self.pump(now)
+
+    def publish(self, r: Replica, now: float, cleared: bool = False) -> None:
+        """Send what ``r``'s engine recorded since the last publish to the KV index (``cleared``: then forget it)."""
+        if self.kv_feed is not None:
+            self.kv_feed.publish(self.push, r.name, r.scheduler, now, cleared)
+
+    def on_kv_events(self, now: float, item: tuple[str, list[KVEvent]]) -> None:
+        if self.kv_feed is not None:
+            self.kv_feed.index.apply(*item)
 
     def stop(self, r: Replica, now: float) -> None:
         r.state, r.stopped_at = ReplicaState.STOPPED, now
 
     def leave(self, r: Replica, now: float) -> None:
-        """A drained (or idle) replica leaves: it sleeps when chosen to, else it stops."""
+        """A drained (or idle) replica leaves: it sleeps when chosen to, else it stops. Either way the KV index
+        forgets its blocks (after what it published before)."""
+        self.publish(r, now, cleared=True)
         if r.to_sleep:
             r.fall_asleep(build_replica_scheduler(self.engine_config, started_at=now))
         else:
@@ -355,6 +356,7 @@ class FleetSim:
         for r in self.replicas:
             if r.state in (ReplicaState.READY, ReplicaState.DRAINING):
                 r.scrape(now, self.result.itls)
+                self.publish(r, now)
         arrived, admitted, span = self.traffic.rates(now, RATE_WINDOW_S)
         self.gw_report = GatewayReport(
             gateway="gw-0",

@@ -4,7 +4,8 @@
 of a replay's time went there). `LazyBlockPool` hands out never-used blocks first, in id order, then the free
 queue in LRU order: exactly the order in which `BlockPool` hands them out, since its never-used blocks sit at the
 front of its free queue and released ones join at the back. `build_replica_scheduler` is
-`engine_sim.config.build_scheduler` with that pool; tests hold it to the engine's behaviour.
+`engine_sim.config.build_scheduler` with that pool; tests hold it to the engine's behaviour. `replica_config`
+is the engine a pool's replica runs, with vLLM's KV-cache events recorded when a routing reads them.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from collections import OrderedDict
 
 from engine_sim.config import EngineConfig, build_scheduler
 from engine_sim.kv import Block, BlockPool
+from engine_sim.kv_events import KVEventsConfig, KVEventSettings
 from engine_sim.scheduler import Scheduler
+from fleet.capacity.plan import model_facts, pool_gpu
+from fleet.spec.stack import FleetSpec, PoolSpec
 
-__all__ = ["LazyBlockPool", "build_replica_scheduler"]
+__all__ = ["LazyBlockPool", "build_replica_scheduler", "replica_config"]
 
 
 class LazyBlockPool(BlockPool):
@@ -50,3 +54,22 @@ class LazyBlockPool(BlockPool):
 def build_replica_scheduler(config: EngineConfig, started_at: float = 0.0) -> Scheduler:
     """`engine_sim.config.build_scheduler` over a `LazyBlockPool`."""
     return build_scheduler(config, started_at, pool_type=LazyBlockPool)
+
+
+def replica_config(spec: FleetSpec, pool: PoolSpec, *, kv_events: bool = False) -> EngineConfig:
+    """The engine one of ``pool``'s replicas runs; ``kv_events``: its block pool records vLLM's KV-cache events
+    (``--kv-events-config '{"enable_kv_cache_events": true}'``), which cost a replay hashing time otherwise."""
+    eng = pool.engine
+    return EngineConfig(
+        model=pool.model,
+        facts=model_facts(pool),
+        served_model_name=pool.served_model_name or pool.model,
+        gpu_profile=pool_gpu(spec, pool).name,
+        tensor_parallel_size=eng.tensor_parallel_size,
+        gpu_memory_utilization=eng.gpu_memory_utilization,
+        max_model_len=eng.max_model_len,
+        max_num_seqs=eng.max_num_seqs,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
+        enable_prefix_caching=eng.enable_prefix_caching,
+        kv_events=KVEventSettings(KVEventsConfig(enable_kv_cache_events=True)) if kv_events else None,
+    )

@@ -189,6 +189,7 @@ def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bo
         initial_replicas=initial,
         floor_rids=prepared.floor_rids,
         decode_runs=decode_runs,
+        kv_delay_s=config.kv_delay_s,
     )
     return sim.run()
 

@@ -21,6 +21,7 @@ from engine_sim.scheduler import Scheduler, StepPlan
 from engine_sim.sleep import WakeTiming
 from fleet.capacity.perf import StepTimeModel
 from fleet.protocol.wire import ReplicaState
+from gateway.routing.base import EndpointView
 from simulate.result import quantile
 
 __all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica", "wake_seconds"]
@@ -78,6 +79,24 @@ class Replica:
         self.gen_tokens_at_scrape = gen
         self.scraped = (float(sched.num_running), float(sched.num_waiting), sched.kv_usage, p99, tps)
         self.scraped_at = now
+
+    def view(self, pool: str, model: str, max_num_seqs: int, now: float) -> EndpointView:
+        """This replica as the gateway's routing sees it at ``now``: its last scrape and the live in-flight count."""
+        running, waiting, kv, _, _ = self.scraped
+        return EndpointView(
+            id=self.name,
+            url=f"sim://{self.name}",
+            pool=pool,
+            model=model,
+            ready=self.state == ReplicaState.READY,
+            ejected=False,
+            metrics_age_s=None if self.scraped_at is None else now - self.scraped_at,
+            running=running,
+            waiting=waiting,
+            kv_usage=kv,
+            in_flight=self.in_flight,
+            max_num_seqs=max_num_seqs,
+        )
 
     def load(self, now: float) -> ReplicaLoad:
         """The agent's report of this replica at ``now`` (state only until its first scrape)."""

@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Result", "quantile"]
+__all__ = ["Result", "busy_spread", "quantile"]
 
 
 @dataclass
@@ -25,6 +25,8 @@ class Result:
     itls: array[float] = field(default_factory=lambda: array("d"))
     replica_s: float = 0.0
     busy_s: float = 0.0
+    # (engine busy seconds, seconds launched) of each replica: the load spread between them (`busy_spread`)
+    replica_busy: list[tuple[float, float]] = field(default_factory=list)
     # what is paid (`simulate.billing`): node-seconds of the pool's GPU group and paid GPU-seconds, integrated
     # over the replicas billed at each control tick; GPUs per replica, for engine busy time per paid GPU
     node_s: float = 0.0
@@ -47,3 +49,11 @@ def quantile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def busy_spread(replica_busy: Sequence[tuple[float, float]]) -> float:
+    """Load spread: the busiest replica's busy share (engine busy / time launched) over the mean share, 1.0 when
+    even; NaN without a replica. On a fixed pool, the hottest replica's busy time over the mean."""
+    shares = [busy / alive for busy, alive in replica_busy if alive > 0]
+    mean = sum(shares) / len(shares) if shares else 0.0
+    return max(shares) / mean if mean > 0 else math.nan

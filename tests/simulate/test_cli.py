@@ -48,11 +48,15 @@ def test_every_configuration_of_the_factorial_builds_from_the_real_plugins() -> 
     assert configs_for("seed", own) == [Config("random", "threshold"), own]
     assert configs_for("oracle", own) == [own, Config(own.routing, "oracle")]
     every = configs_for("all", own)
-    assert len(set(every)) == 20
+    assert len(set(every)) == len(ROUTINGS) * len(SCALINGS) == 30
     for config in every:
         router = make_router(spec, config.routing, seed=1)
-        assert router.picker.name == ("p2c" if config.routing.startswith("p2c") else config.routing)
-        assert any(s.name == "prefix-affinity" for s, _ in router.scorers) == (config.routing == "p2c+prefix")
+        p2c = config.routing.startswith("p2c") or config.routing == "oracle-kv"
+        assert router.picker.name == ("p2c" if p2c else config.routing)
+        names = [s.name for s, _ in router.scorers]
+        assert ("prefix-affinity" in names) == (config.routing == "p2c+prefix")
+        assert ("kv-cache" in names) == (config.routing == "p2c+kv")
+        assert ("oracle-kv" in names) == (config.routing == "oracle-kv")
         if config.scaling == "oracle":  # built from the trace (tests/simulate/test_oracle.py)
             with pytest.raises(ValueError, match="built from the trace"):
                 make_controller(spec, spec.pools[0], config.scaling)
