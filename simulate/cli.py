@@ -4,12 +4,17 @@
     llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --compare routing
     llmfleet simulate --stack prod --trace trace.jsonl --compare all --plot replay.png
     llmfleet simulate --stack prod --trace azure-llm-2023-code.csv --rate-scale 4 --compare oracle --frontier
+    llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --routing p2c+kv,oracle-kv --fixed 5,8
 
 The trace formats are in `simulate.trace`. ``--rate-scale X`` replays X times the requests per second with the
 trace's time shape, ``--time-scale Y`` multiplies the timestamps (0.25: an hour in 15 minutes, 4x the rate);
 both are printed. ``--compare routing|scaling|all`` runs the routers, the scalers, or every pair of them
 (`simulate.configs`) on the same trace and seed; ``seed`` the seed's baseline (``random / threshold``) beside the
 stack's own pair, ``oracle`` the oracle scaler beside it; without it the stack's own configuration runs.
+``--routing a,b`` names the routers instead (with ``routing``/``all``, or alone: beside the stack's scaler), and
+``--fixed SIZES`` runs each of them on fixed pools of those sizes instead of the scalers; with an ``oracle-kv`` row
+the table gains ``/oracle`` and the miss split (`simulate.report`). ``--kv-delay-ms`` is how late the replicas'
+KV events reach the ``kv-cache`` scorer of ``p2c+kv`` (`simulate.kvfeed`).
 ``--frontier`` also runs every fixed size (``--sizes`` to choose them) and prints the frontier
 (`simulate.frontier`) and where each row sits against it and against the oracle. ``--plot P`` writes the replay
 over time to P and, with ``--frontier``, the frontier with each scaler's point to P with ``-frontier`` added to
@@ -19,8 +24,10 @@ its name. A simulation prints, it never asserts; it exits 2 on a bad trace or op
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fleet.spec.errors import SpecError
@@ -29,7 +36,7 @@ from llmfleet.registries import all_registries
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
 from simulate.frontier import compare, frontier_configs, frontier_table, parse_sizes, point
 from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_all
-from simulate.report import Row, row, table, write_frontier_plot, write_plot
+from simulate.report import ORACLE_ROUTING, Row, miss_split, oracle_shares, row, table, write_frontier_plot, write_plot
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
 
 __all__ = ["add_arguments", "configs_for", "run"]
@@ -59,22 +66,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot", type=Path, default=None, help="write a PNG of the replay over time (and of the frontier)"
     )
+    parser.add_argument("--routing", default=None, help=f"routers to compare, a comma list of {', '.join(ROUTINGS)}")
+    parser.add_argument("--fixed", default=None, help="fixed pools of these sizes (A..B or a,b,c) as the scaling")
+    parser.add_argument(
+        "--kv-delay-ms", type=float, default=50.0, help="KV events reach p2c+kv's index this much later (default 50)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
 
 
-def configs_for(compare: str | None, own: Config) -> list[Config]:
-    if compare == "routing":
-        return [Config(r, own.scaling) for r in ROUTINGS]
-    if compare == "scaling":
-        return [Config(own.routing, s) for s in SCALINGS]
-    if compare == "all":
-        return [Config(r, s) for r in ROUTINGS for s in SCALINGS]
-    if compare == "seed":  # the seed's before: random routing, a threshold scaler
-        return [Config("random", "threshold"), own]
-    if compare == "oracle":
+def configs_for(
+    compare: str | None, own: Config, routings: Sequence[str] = (), fixed: Sequence[int] = ()
+) -> list[Config]:
+    """The rows: routers (``routings``, else those ``compare`` picks) x scalings (fixed pools of the ``fixed``
+    sizes, size by size, else those ``compare`` picks)."""
+    if compare in ("seed", "oracle"):
+        if routings or fixed:
+            raise ValueError(f"--compare {compare} picks its own rows: drop --routing and --fixed, or it")
+        if compare == "seed":  # the seed's before: random routing, a threshold scaler
+            return [Config("random", "threshold"), own]
         return [own, Config(own.routing, "oracle")]
-    return [own]
+    unknown = sorted(set(routings) - set(ROUTINGS))
+    if unknown:
+        raise ValueError(f"--routing {','.join(unknown)}: choose from {', '.join(ROUTINGS)}")
+    route = list(routings) or (list(ROUTINGS) if compare in ("routing", "all") else [own.routing])
+    if fixed:
+        return [Config(r, "fixed", n) for n in fixed for r in route]
+    scale = list(SCALINGS) if compare in ("scaling", "all") else [own.scaling]
+    return [Config(r, s) for r in route for s in scale]
 
 
 def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
@@ -119,8 +138,9 @@ def _header(args: argparse.Namespace, p: Prepared, raw: int) -> str:
     return "\n".join(lines)
 
 
-def _load(args: argparse.Namespace) -> tuple[Prepared, int, list[int]]:
-    """The prepared replay, the requests before the cut, and the frontier's sizes; raises on a bad input."""
+def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[int], list[Config]]:
+    """The prepared replay, the requests before the cut, the frontier's sizes and the rows; raises on a bad
+    input."""
     raw_trace = synthetic_trace(40.0, args.seed) if args.trace == "synthetic" else read_trace(args.trace)
     trace = scale_trace(raw_trace, rate_scale=args.rate_scale, time_scale=args.time_scale, seed=args.seed)
     if args.duration is not None:
@@ -129,7 +149,13 @@ def _load(args: argparse.Namespace) -> tuple[Prepared, int, list[int]]:
     sizes = parse_sizes(prepared.pool, args.sizes) if args.frontier else []
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: give 1 or more processes")
-    return prepared, len(trace), sizes
+    if args.kv_delay_ms < 0:
+        raise ValueError(f"--kv-delay-ms {args.kv_delay_ms:g}: give 0 or more")
+    routings = [r for r in (args.routing or "").split(",") if r]
+    fixed = parse_sizes(prepared.pool, args.fixed) if args.fixed is not None else []
+    configs = configs_for(args.compare, own, routings, fixed)
+    configs = [dataclasses.replace(c, kv_delay_s=args.kv_delay_ms / 1000.0) for c in configs]
+    return prepared, len(trace), sizes, configs
 
 
 def _print_frontier(prepared: Prepared, fixed: list[Row], scalers: list[Row]) -> None:
@@ -145,24 +171,29 @@ def _print_frontier(prepared: Prepared, fixed: list[Row], scalers: list[Row]) ->
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
-        prepared, replayed, sizes = _load(args)
+        spec = load_spec(args.stack, registries=all_registries()).spec
+        own = stack_config(spec)
+        prepared, replayed, sizes, configs = _load(args, own)
     except (TraceError, ValueError, SpecError) as exc:
         print(f"llmfleet simulate: {exc}", file=sys.stderr)
         return 2
-    spec = load_spec(args.stack, registries=all_registries()).spec
     print(_header(args, prepared, replayed), flush=True)
-    own = stack_config(spec)
-    configs = configs_for(args.compare, own)
     results = run_all(prepared, [*configs, *frontier_configs(own.routing, sizes)], args.seed, args.jobs)
     rows = [row(r, prepared) for r in results]
+    rows[: len(configs)] = oracle_shares(rows[: len(configs)])
     print(table(rows[: len(configs)]))
+    split = miss_split(rows[: len(configs)], prepared.cache_ceiling)
     print(
         "xbound: replica-hours / the clairvoyant bound; busy: engine busy time / replica time; paid: engine busy "
         "GPU time / paid GPU time; in-SLO: requests whose TTFT (gateway queue + engine) met "
         "the SLO, rejections count as misses; feasible: the same among requests outside the TTFT floor (their "
         "prefill alone fits the SLO); hit: prompt tokens served from the prefix cache; /ceil: its share "
-        "of the infinite shared cache's rate"
+        "of the infinite shared cache's rate; spread: the busiest replica's busy share over the mean"
+        + (f"; /oracle: cached prompt tokens over the {ORACLE_ROUTING} row's of the same scaling" if split else "")
     )
+    if split:
+        print("miss split (shares of prompt tokens):")
+        print("\n".join(split))
     if sizes:
         _print_frontier(prepared, rows[len(configs) :], rows[: len(configs)])
     if args.plot is not None:

@@ -1,5 +1,11 @@
 """What a replay prints: one row per configuration, the yardsticks, and (``--plot``) PNGs: the replay over time
-and the frontier of fixed sizes with each scaler's point."""
+and the frontier of fixed sizes with each scaler's point.
+
+With an ``oracle-kv`` row in the run (`simulate.kv_oracle`), each row of the same scaling (and fleet size) gets
+``/oracle``: its prompt tokens served from cache over the oracle router's, and `miss_split` divides its miss
+(1 - hit) into what the workload cannot reuse (1 - the infinite shared cache's hit rate), what the fleet's KV
+memory cannot hold (that rate - the oracle's hit) and what routing lost (the oracle's hit - the row's).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simulate.replay import Prepared
-from simulate.result import Result, quantile
+from simulate.result import Result, busy_spread, quantile
 
-__all__ = ["Row", "row", "table", "write_frontier_plot", "write_plot"]
+__all__ = ["ORACLE_ROUTING", "Row", "miss_split", "oracle_shares", "row", "table", "write_frontier_plot", "write_plot"]
+
+ORACLE_ROUTING = "oracle-kv"
 
 Row = dict[str, float | int | str]
 
@@ -24,8 +32,11 @@ def row(result: Result, prepared: Prepared) -> Row:
     feasible_within = sum(1 for v in result.feasible_ttfts if v <= slo)
     capacity = result.replica_s * prepared.plan.per_replica_qps
     hit = result.cached_tokens / result.prompt_tokens if result.prompt_tokens else 0.0
+    routing, _, scaling = result.name.partition(" / ")
     return {
         "configuration": result.name,
+        "routing": routing,
+        "scaling": scaling,  # with the fleet size of a ``fixed N`` row
         "replica_h": result.replica_s / 3600.0,
         "x_bound": result.replica_s / prepared.bound_replica_s if prepared.bound_replica_s else math.nan,
         "peak": result.peak_replicas,
@@ -44,14 +55,52 @@ def row(result: Result, prepared: Prepared) -> Row:
         "within_slo_feasible": feasible_within / feasible if feasible else math.nan,
         "rejected": result.rejected + result.unrouted,
         "hit": hit,
+        "cached_tokens": result.cached_tokens,
         "hit_share": hit / prepared.cache_ceiling if prepared.cache_ceiling else math.nan,
+        "oracle_share": math.nan,  # set by `oracle_shares` when the run has the oracle router's row
+        "spread": busy_spread(result.replica_busy),
         "preemptions": result.preemptions,
         "wall_s": result.wall_s,
     }
 
 
+def oracle_shares(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with ``oracle_share``: cached prompt tokens over those of the ``oracle-kv`` row of the same scaling
+    and fleet size (NaN without one, or when the oracle served none from cache)."""
+    oracle = {r["scaling"]: int(r["cached_tokens"]) for r in rows if r["routing"] == ORACLE_ROUTING}
+    out = []
+    for r in rows:
+        base = oracle.get(r["scaling"], 0)
+        out.append({**r, "oracle_share": int(r["cached_tokens"]) / base if base else math.nan})
+    return out
+
+
+def miss_split(rows: Sequence[Row], ceiling: float) -> list[str]:
+    """One line per row that has an oracle row: its miss as workload + KV memory + routing (shares of prompt
+    tokens; the last two are negative where the oracle router did worse, which its greedy choice allows)."""
+    oracle = {r["scaling"]: float(r["hit"]) for r in rows if r["routing"] == ORACLE_ROUTING}
+    lines = []
+    for r in rows:
+        if r["scaling"] not in oracle:
+            continue
+        hit, best = float(r["hit"]), oracle[str(r["scaling"])]
+        lines.append(
+            f"  {r['configuration']!s}: miss {1 - hit:.1%} = {1 - ceiling:.1%} the workload cannot reuse + "
+            f"{ceiling - best:.1%} the fleet's KV memory cannot hold + {best - hit:.1%} lost by routing"
+        )
+    return lines
+
+
 def _share(v: float) -> str:
     return "-" if math.isnan(v) else f"{v:.2%}"
+
+
+def _pct(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v:.0%}"
+
+
+def _ratio(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v:.2f}"
 
 
 def _ms(v: float) -> str:
@@ -61,15 +110,18 @@ def _ms(v: float) -> str:
 def table(rows: Sequence[Row]) -> str:
     """The comparison table, one line per configuration."""
     width = max(13, *(len(str(r["configuration"])) for r in rows))
+    oracle_header = f" {'/oracle':>7}" if any(not math.isnan(float(r["oracle_share"])) for r in rows) else ""
     header = (
         f"{'routing / scaling':<{width}} {'rep-h':>6} {'xbound':>6} {'peak':>4} {'busy':>5} {'paid':>5} "
         f"{'node-h':>6} {'GPU-h':>6} {'srv/cap':>7} "
         f"{'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} {'p99':>6} {'in-SLO':>7} {'feasible':>8} {'reject':>6} "
-        f"{'hit':>5} {'/ceil':>5} {'preempt':>7} {'wall':>5}"
+        f"{'hit':>5} {'/ceil':>5}{oracle_header} {'spread':>6} {'preempt':>7} {'wall':>5}"
     )
     lines = [header]
     for r in rows:
         share = float(r["hit_share"])
+        share_of_oracle = float(r["oracle_share"])
+        oracle = "" if not oracle_header else f" {'-' if math.isnan(share_of_oracle) else f'{share_of_oracle:.1%}':>7}"
         lines.append(
             f"{r['configuration']!s:<{width}} {float(r['replica_h']):>6.2f} {float(r['x_bound']):>6.2f} "
             f"{int(r['peak']):>4} {float(r['busy']):>5.0%} {float(r['paid_busy']):>5.0%} {float(r['node_h']):>6.2f} "
@@ -77,7 +129,7 @@ def table(rows: Sequence[Row]) -> str:
             f"{_ms(float(r['ttft_p50'])):>8} {_ms(float(r['ttft_p99'])):>7} {_ms(float(r['itl_p50'])):>7} "
             f"{_ms(float(r['itl_p99'])):>6} {float(r['within_slo']):>7.2%} "
             f"{_share(float(r['within_slo_feasible'])):>8} {int(r['rejected']):>6} "
-            f"{float(r['hit']):>5.0%} {'-' if math.isnan(share) else f'{share:.0%}':>5} "
+            f"{float(r['hit']):>5.0%} {_pct(share):>5}{oracle} {_ratio(float(r['spread'])):>6} "
             f"{int(r['preemptions']):>7} {float(r['wall_s']):>4.0f}s"
         )
     return "\n".join(lines)

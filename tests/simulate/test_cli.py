@@ -75,3 +75,46 @@ def test_a_bad_trace_line_exits_2_naming_file_and_line(tmp_path: Path, capsys: p
     trace.write_text('{"t": 0, "prompt_tokens": 10, "output_tokens": 1}\n{"t": "soon"}\n')
     assert main(["simulate", "--trace", str(trace)]) == 2
     assert f"{trace}:2: t must be" in capsys.readouterr().err
+
+
+def test_routing_and_fixed_choose_the_rows_size_by_size() -> None:
+    own = Config("p2c+prefix", "target-tracking+predictive")
+    routers = ["p2c+prefix", "p2c+kv", "oracle-kv"]
+    assert configs_for(None, own, routers) == [Config(r, own.scaling) for r in routers]
+    assert configs_for(None, own, (), [5]) == [Config("p2c+prefix", "fixed", 5)]
+    assert configs_for("routing", own, (), [5, 8]) == [Config(r, "fixed", n) for n in (5, 8) for r in ROUTINGS]
+    assert configs_for(None, own, routers, [5, 8])[3:] == [Config(r, "fixed", 8) for r in routers]
+    with pytest.raises(ValueError, match="choose from"):
+        configs_for(None, own, ["p2c+kvv"])
+    with pytest.raises(ValueError, match="picks its own rows"):
+        configs_for("oracle", own, routers)
+
+
+def test_the_kv_routings_and_the_oracle_weigh_as_the_stacks_prefix_affinity() -> None:
+    spec = stacks.spec("prod")
+    weights = {
+        routing: {s.name: w for s, w in make_router(spec, routing, seed=1).scorers}
+        for routing in ("p2c", "p2c+prefix", "p2c+kv", "oracle-kv")
+    }
+    load = weights["p2c"]
+    assert weights["p2c+kv"] == {**load, "kv-cache": weights["p2c+prefix"]["prefix-affinity"]}
+    assert weights["oracle-kv"] == {**load, "oracle-kv": weights["p2c+kv"]["kv-cache"]}
+
+
+def test_simulate_with_the_oracle_router_prints_the_oracle_column_and_the_miss_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace)
+    argv = ["simulate", "--stack", "prod", "--trace", str(trace), "--jobs", "1", "--fixed", "3"]
+    assert main([*argv, "--routing", "p2c+kv,oracle-kv", "--kv-delay-ms", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "/oracle" in out.splitlines()[5] and "spread" in out.splitlines()[5]
+    assert [line.split()[0] for line in out.splitlines()[6:8]] == ["p2c+kv", "oracle-kv"]
+    assert out.splitlines()[7].split()[21] == "100.0%"  # the oracle's own row, after hit and /ceil
+    assert "oracle-kv / fixed 3: miss" in out and "lost by routing" in out
+    assert main([*argv, "--routing", "p2c"]) == 0
+    out = capsys.readouterr().out
+    assert "/oracle" not in out and "miss split" not in out
+    assert main([*argv, "--kv-delay-ms", "-1"]) == 2
+    assert "--kv-delay-ms -1" in capsys.readouterr().err
