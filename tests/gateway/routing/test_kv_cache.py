@@ -1,0 +1,38 @@
+"""The kv-cache scorer: each replica's share of the prompt's leading blocks, as its engine reported them."""
+
+from __future__ import annotations
+
+from gateway.routing.scorers.kv_cache import KvCache
+from tests.gateway.builders import endpoint, request
+from tests.gateway.routing.test_kv_index import stored
+
+TOKENS = tuple(range(64))  # four full blocks
+ENDPOINTS = [endpoint("r1"), endpoint("r2")]
+
+
+def test_a_replica_scores_its_reported_share_of_the_prompts_leading_blocks() -> None:
+    scorer = KvCache()
+    scorer.index.apply("r2", [stored([1, 2], None, list(TOKENS[:32]))])
+    assert list(scorer.score(ENDPOINTS, request(token_ids=TOKENS))) == [0.0, 0.5]
+    assert list(scorer.score(ENDPOINTS, request(request_id="no-tokens"))) == [0.0, 0.0]
+
+
+def test_a_forgotten_replica_and_one_whose_stream_is_cut_score_zero() -> None:
+    scorer = KvCache()
+    scorer.index.apply("r1", [stored([1, 2], None, list(TOKENS[:32]))])
+    scorer.index.apply("r2", [stored([3], None, list(TOKENS[:16]))])
+    scorer.index.forget("r1")
+    assert list(scorer.score(ENDPOINTS, request(request_id="a", token_ids=TOKENS))) == [0.0, 0.25]
+    scorer.stream_down.add("r2")
+    assert list(scorer.score(ENDPOINTS, request(request_id="b", token_ids=TOKENS))) == [0.0, 0.0]
+
+
+def test_the_hit_rate_counts_the_blocks_the_chosen_replica_held() -> None:
+    scorer = KvCache()
+    scorer.index.apply("r1", [stored([1, 2, 3], None, list(TOKENS[:48]))])
+    info = request(request_id="a", token_ids=TOKENS)
+    scorer.score(ENDPOINTS, info)
+    scorer.observe(info, ENDPOINTS[1])  # the picker chose the one without the prefix (load)
+    other = request(request_id="b", token_ids=TOKENS)
+    scorer.observe(other, ENDPOINTS[0])  # a single candidate: observe without score
+    assert (scorer.hit_blocks, scorer.prompt_blocks) == (3, 8) and scorer.hit_rate() == 3 / 8
