@@ -9,7 +9,10 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 ``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`);
 ``VLLM_SERVER_DEV_MODE=1`` alone serves ``/reset_prefix_cache``. ``--kv-events-config`` publishes vLLM's KV-cache
 events over ZMQ (`engine_sim.kv_events`, `engine_sim.kv_publisher`), hashed with ``$PYTHONHASHSEED`` and
-``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them.
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them. ``--tokenizer PATH`` is vLLM's flag ("Name or path
+of the Hugging Face tokenizer to use"), here a local folder only (``tokenizer.json`` and a chat template,
+`fleet.tokenizer`): prompt ids are then the ones vLLM computes with that tokenizer, and without it the
+approximate tokenizer counts them (`engine_sim.tokenizer`).
 
 Process lifecycle: the port stays closed (connection refused) for ``--startup-seconds`` like vLLM starting, which
 is split into vLLM's load, compile and graph-capture phases, each logged as vLLM logs it (`engine_sim.startup`);
@@ -44,7 +47,9 @@ from engine_sim.lora import LoraSettings, parse_lora_modules
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import SleepController, WakeTiming
 from engine_sim.startup import StartupPhases, run_startup
+from engine_sim.tokenizer import APPROX, SimTokenizer, load_file_tokenizer
 from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
+from fleet.tokenizer import TokenizerError
 
 __all__ = ["add_arguments", "build", "main", "run"]
 
@@ -63,6 +68,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--host", default=None, help="bind address (default: all interfaces)")
     v.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (logged)")
     v.add_argument("--served-model-name", nargs="+", default=None)
+    v.add_argument("--tokenizer", default=None, help="tokenizer folder (tokenizer.json, chat template); default: none")
     v.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     v.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     v.add_argument("--kv-cache-memory-bytes", type=int, default=None)
@@ -163,6 +169,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         enable_force_include_usage=args.enable_force_include_usage,
         enable_request_id_headers=args.enable_request_id_headers,
+        tokenizer=_tokenizer(args.tokenizer),
     )
     return ServeOptions(
         config,
@@ -176,6 +183,17 @@ def build(args: argparse.Namespace) -> ServeOptions:
         sleep_routes=args.enable_sleep_mode and dev_mode,
         dev_routes=dev_mode,
     )
+
+
+def _tokenizer(path: str | None) -> SimTokenizer:
+    """``--tokenizer``: a local folder's tokenizer; without the flag the approximate one (vLLM would use the
+    model's own, which the simulator does not have)."""
+    if path is None:
+        return APPROX
+    try:
+        return load_file_tokenizer(Path(path))
+    except TokenizerError as exc:
+        raise ConfigError(f"--tokenizer {path}: {exc}") from None
 
 
 def _dev_mode(value: str) -> bool:

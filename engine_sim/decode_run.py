@@ -18,7 +18,6 @@ from typing import Literal, NamedTuple, Protocol
 from engine_sim.kv import KVCacheManager
 from engine_sim.request import SimRequest
 from engine_sim.timing import StepTimer, StepWork
-from engine_sim.tokenizer import filler_ids
 
 __all__ = ["DecodeRun", "KvOp", "RunCounters"]
 
@@ -128,7 +127,7 @@ class DecodeRun:
             stats.generation_tokens += n * count
             for r in requests:
                 itls.append((ends[first] - (r.last_token_time or ends[first]), 1))
-                r.token_ids += filler_ids(r.output_seed, len(r.token_ids), count)
+                r.token_ids += r.filler_ids(len(r.token_ids), count)
                 r.num_computed_tokens += count
                 r.last_token_time = ends[upto - 1]
             itls += [(ends[j] - ends[j - 1], n) for j in range(first + 1, upto)]

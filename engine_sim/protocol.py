@@ -14,6 +14,11 @@ Chat templating (``ChatCompletionRequest.check_generation_prompt`` and the HF te
 ``add_generation_prompt`` (default true) appends the assistant header; ``continue_final_message`` leaves the
 final message open for the model to continue it, so it needs ``add_generation_prompt: false`` and an
 assistant message last (400 otherwise). The continued text is part of the prompt (``usage.prompt_tokens``).
+
+Prompt ids come from the server's tokenizer (`engine_sim.tokenizer.SimTokenizer`: the approximate default, or
+a folder's with ``--tokenizer``), with vLLM's ``add_special_tokens`` defaults: false for chat (the template adds
+them), true for completions; a request's own ``add_special_tokens`` is honoured. The request carries the
+tokenizer on, so the text generated for it is made of that tokenizer's filler words.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from typing import Any
 
 from engine_sim.errors import RequestError
 from engine_sim.request import SimRequest
-from engine_sim.tokenizer import chat_prompt_ids, encode, filler_text, strip_generated
+from engine_sim.tokenizer import APPROX, SimTokenizer
+from fleet.tokenizer import ChatRenderError
 
 __all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request"]
 
@@ -53,10 +59,16 @@ class GenerationRequest:
     include_usage: bool
     continuous_usage: bool
     seed: int
+    tokenizer: SimTokenizer = APPROX
 
     def to_sim_request(self, request_id: str) -> SimRequest:
         return SimRequest(
-            request_id, self.prompt_token_ids, self.max_tokens, stop_after=self.natural_length, output_seed=self.seed
+            request_id,
+            self.prompt_token_ids,
+            self.max_tokens,
+            stop_after=self.natural_length,
+            output_seed=self.seed,
+            tokenizer=self.tokenizer,
         )
 
 
@@ -73,7 +85,7 @@ def _bool_field(body: Mapping[str, Any], name: str) -> bool | None:
     return value
 
 
-def _chat_prompt(body: Mapping[str, Any]) -> list[int]:
+def _chat_prompt(body: Mapping[str, Any], tokenizer: SimTokenizer) -> list[int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise _bad("messages must be a non-empty list of message objects", "messages")
@@ -89,15 +101,21 @@ def _chat_prompt(body: Mapping[str, Any]) -> list[int]:
         )
     if continue_final and messages[-1].get("role") != "assistant":
         raise _bad("continue_final_message requires the final message to be an assistant message", "messages")
-    return chat_prompt_ids(
-        messages, add_generation_prompt=generation_prompt is not False, continue_final=continue_final
-    )
+    try:
+        return tokenizer.chat_prompt_ids(
+            messages,
+            add_generation_prompt=generation_prompt is not False,
+            continue_final=continue_final,
+            add_special_tokens=_bool_field(body, "add_special_tokens") or False,  # on top of the template's
+        )
+    except ChatRenderError as exc:
+        raise _bad(str(exc), "messages") from None
 
 
-def _natural_length(prompt_ids: list[int], prompt_len: int) -> int:
+def _natural_length(prompt_ids: list[int], prompt_len: int, tokenizer: SimTokenizer) -> int:
     """Output length at which the simulated model emits EOS: 16-512 tokens after the prompt less any generated
     text at its end, so a continuation stops where the uninterrupted answer would have (at least one token)."""
-    base = strip_generated(prompt_ids)
+    base = tokenizer.strip_generated(prompt_ids)
     stop_at = len(base) + 16 + zlib.crc32(repr(base[-64:]).encode()) % 497
     return max(1, stop_at - prompt_len)
 
@@ -112,7 +130,7 @@ def _int_field(body: Mapping[str, Any], name: str) -> int | None:
 
 
 def parse_generation_request(
-    body: Any, kind: str, served_names: Sequence[str], max_model_len: int
+    body: Any, kind: str, served_names: Sequence[str], max_model_len: int, tokenizer: SimTokenizer = APPROX
 ) -> GenerationRequest:
     """Validate an OpenAI body like vLLM does; RequestError (400/404) otherwise."""
     if not isinstance(body, dict):
@@ -121,7 +139,11 @@ def parse_generation_request(
     if model not in served_names:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     try:
-        prompt_ids = _chat_prompt(body) if kind == "chat" else _completion_prompt(body.get("prompt"))
+        if kind == "chat":
+            prompt_ids = _chat_prompt(body, tokenizer)
+        else:
+            special = _bool_field(body, "add_special_tokens") is not False  # vLLM's default for completions: true
+            prompt_ids = _completion_prompt(body.get("prompt"), tokenizer, special)
     except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800"); a tokenizer cannot encode it
         param = "messages" if kind == "chat" else "prompt"
         raise _bad("the prompt holds a lone UTF-16 surrogate, which is not text", param) from None
@@ -149,7 +171,7 @@ def parse_generation_request(
     natural: int | None = None
     if max_tokens is None and not body.get("ignore_eos"):
         # No limit given: the simulated model answers at a deterministic "natural" length (an EOS).
-        natural = _natural_length(prompt_ids, prompt_len)
+        natural = _natural_length(prompt_ids, prompt_len, tokenizer)
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise _bad("stream_options must be an object", "stream_options")
@@ -164,14 +186,15 @@ def parse_generation_request(
         include_usage=bool(stream_options.get("include_usage", False)),
         continuous_usage=bool(stream_options.get("continuous_usage_stats", False)),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0,
+        tokenizer=tokenizer,
     )
 
 
-def _completion_prompt(prompt: Any) -> list[int]:
+def _completion_prompt(prompt: Any, tokenizer: SimTokenizer, add_special_tokens: bool) -> list[int]:
     if isinstance(prompt, str):
-        return encode(prompt)
+        return tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        return _completion_prompt(prompt[0])
+        return _completion_prompt(prompt[0], tokenizer, add_special_tokens)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return list(prompt)
     if isinstance(prompt, list) and len(prompt) > 1:
@@ -228,7 +251,7 @@ class ResponseFramer:
             self.completion_tokens += 1
             if self.request.continuous_usage:
                 usage = ',"usage":' + dumps(_usage(prompt_tokens, self.completion_tokens, None))
-            choice = self._choice(filler_text((token,)), finish if i == last else None)
+            choice = self._choice(self.request.tokenizer.token_text(token), finish if i == last else None)
             parts.append(f"{self._head}{choice}]{usage}}}\n\n")
         if not tokens and finish is not None:
             parts.append(f"{self._head}{self._choice('', finish)}]}}\n\n")
@@ -246,7 +269,7 @@ class ResponseFramer:
 
     # -- full responses ------------------------------------------------------------------------------------
     def body(self, tokens: Sequence[int], finish: str, prompt_tokens: int, cached_tokens: int) -> dict[str, Any]:
-        text = filler_text(tokens)
+        text = self.request.tokenizer.filler_text(tokens)
         usage = _usage(prompt_tokens, len(tokens), cached_tokens if self.prompt_details else None)
         if not self.prompt_details:
             usage["prompt_tokens_details"] = None

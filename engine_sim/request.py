@@ -2,7 +2,8 @@
 
 The scheduler owns a request's progress fields (status, token ids, computed tokens, times); the request itself
 only knows its inputs and the ids it generates. Generated ids depend only on the output seed and the sequence
-position (`engine_sim.tokenizer.filler_ids`), so text sent back in a follow-up turn continues seamlessly.
+position (`engine_sim.tokenizer.SimTokenizer.filler_ids` of the request's tokenizer), so text sent back in a
+follow-up turn continues seamlessly.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from engine_sim.tokenizer import filler_ids
+from engine_sim.tokenizer import APPROX, SimTokenizer
 
 __all__ = ["FinishReason", "RequestStatus", "SimRequest"]
 
@@ -40,6 +41,7 @@ class SimRequest:
     max_tokens: int
     stop_after: int | None = None
     output_seed: int = 0
+    tokenizer: SimTokenizer = APPROX  # whose filler words the request generates
     # Scheduler state (times are in the scheduler's clock).
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)  # prompt + generated
@@ -61,13 +63,17 @@ class SimRequest:
             self.token_ids = list(self.prompt_token_ids)
 
     def filler_token(self, position: int) -> int:
-        """The generated id at sequence ``position``: ``filler_ids(output_seed, position, 1)[0]``."""
+        """The generated id at sequence ``position``: ``tokenizer.filler_ids(output_seed, position, 1)[0]``."""
         offset = position - self._fill_at
         if not 0 <= offset < len(self._fill):
             # Up to the request's last possible token: most answers are shorter than a chunk.
             count = max(1, min(_FILL_CHUNK, len(self.prompt_token_ids) + self.max_tokens - position))
-            self._fill, self._fill_at, offset = filler_ids(self.output_seed, position, count), position, 0
+            self._fill, self._fill_at, offset = self.filler_ids(position, count), position, 0
         return self._fill[offset]
+
+    def filler_ids(self, start: int, count: int) -> list[int]:
+        """The generated ids at sequence positions ``start..start+count-1``."""
+        return self.tokenizer.filler_ids(self.output_seed, start, count)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -33,6 +33,7 @@ from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
 from engine_sim.sleep import SleepController, add_sleep_routes
+from engine_sim.tokenizer import APPROX, SimTokenizer
 
 __all__ = ["ServerSettings", "create_app"]
 
@@ -49,6 +50,7 @@ class ServerSettings:
     enable_prompt_tokens_details: bool = False
     enable_force_include_usage: bool = False
     enable_request_id_headers: bool = False
+    tokenizer: SimTokenizer = APPROX  # --tokenizer: prompt ids and the filler words generated
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -166,7 +168,7 @@ class _Routes:
             return error_response(RequestError(400, "Invalid JSON body: nested too deeply"))
         s = self.settings
         try:
-            gen = parse_generation_request(body, kind, self.model_names, s.max_model_len)
+            gen = parse_generation_request(body, kind, self.model_names, s.max_model_len, s.tokenizer)
         except RequestError as exc:
             return error_response(exc)
         if s.enable_force_include_usage and gen.stream:

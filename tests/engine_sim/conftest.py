@@ -15,6 +15,7 @@ from aiohttp import web
 from engine_sim.engine import Engine
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.server import ServerSettings, create_app
+from engine_sim.tokenizer import APPROX, SimTokenizer
 from fleet.protocol.ports import free_port
 from tests.engine_sim.builders import make_config
 from tests.support.procs import Proc, Procs
@@ -38,7 +39,8 @@ StartSim = Callable[..., Awaitable[SimHandle]]
 
 @pytest.fixture
 async def start_sim() -> AsyncIterator[StartSim]:
-    """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., **EngineConfig overrides)``."""
+    """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., tokenizer=..,
+    **EngineConfig overrides)``."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def start(*args: Any, **kwargs: Any) -> SimHandle:
@@ -65,6 +67,7 @@ async def _start(
     time_scale: float = 20.0,
     faults: FaultSpec | None = None,
     prompt_details: bool = False,
+    tokenizer: SimTokenizer = APPROX,
     **overrides: Any,
 ) -> tuple[SimHandle, Callable[[], Awaitable[None]]]:
     overrides.setdefault("max_model_len", 8192)
@@ -76,6 +79,7 @@ async def _start(
         served_model_names=(config.served_model_name,),
         max_model_len=config.max_model_len,
         enable_prompt_tokens_details=prompt_details,
+        tokenizer=tokenizer,
     )
     crashes: list[str] = []
     app = create_app(engine, settings, FaultPolicy(faults or FaultSpec()), on_crash=lambda: crashes.append("x"))

@@ -12,7 +12,9 @@ import msgpack
 import pytest
 import zmq
 
+from engine_sim.tokenizer_build import DEFAULT_OUT
 from fleet.protocol.ports import free_port
+from fleet.tokenizer import load_tokenizer
 from tests.engine_sim.conftest import SpawnSim
 from tests.support.procs import Proc
 
@@ -42,7 +44,12 @@ def subscriber(context: zmq.Context[zmq.Socket[bytes]]) -> Iterator[tuple[zmq.So
 
 
 def _spawn(
-    spawn_sim: SpawnSim, monkeypatch: pytest.MonkeyPatch, sub: zmq.Socket[bytes], pub_port: int, replay_port: int
+    spawn_sim: SpawnSim,
+    monkeypatch: pytest.MonkeyPatch,
+    sub: zmq.Socket[bytes],
+    pub_port: int,
+    replay_port: int,
+    *flags: str,
 ) -> Proc:
     """A simulator whose PUB connects to ``sub`` on ``pub_port`` and whose replay ROUTER binds ``replay_port``."""
     monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
@@ -55,7 +62,14 @@ def _spawn(
         "topic": TOPIC.decode(),
     }
     sim = spawn_sim(
-        "--startup-seconds", "0", "--time-scale", "20", "--enable-sleep-mode", "--kv-events-config", json.dumps(config)
+        "--startup-seconds",
+        "0",
+        "--time-scale",
+        "20",
+        "--enable-sleep-mode",
+        "--kv-events-config",
+        json.dumps(config),
+        *flags,
     )
     sim.wait_http("/health", timeout_s=20)
     # libzmq attaches a peer that connected to a bound socket only when the socket's owner next uses it, and only
@@ -154,3 +168,18 @@ def test_a_prefix_cache_reset_and_a_sleep_clear_all_blocks_with_the_next_steps_b
     _complete(sim, max_tokens=1)
     _, seq, batch = _receive(sub)
     assert seq == 2 and _types(batch) == ["AllBlocksCleared", "BlockStored"]
+
+
+def test_with_a_tokenizer_folder_a_chats_blocks_carry_the_ids_a_gateway_computes_from_it(
+    spawn_sim: SpawnSim, monkeypatch: pytest.MonkeyPatch, subscriber: tuple[zmq.Socket[bytes], int]
+) -> None:
+    sub, pub_port = subscriber
+    sim = _spawn(spawn_sim, monkeypatch, sub, pub_port, free_port(), "--tokenizer", str(DEFAULT_OUT))
+    messages = [{"role": "user", "content": "Which engine holds the warm cache for this prompt? " * 4}]
+    response = sim.post("/v1/chat/completions", json={"model": "qwen", "messages": messages, "max_tokens": 1})
+    assert response.status_code == 200, response.text
+    ids = load_tokenizer(DEFAULT_OUT).chat_ids(messages)
+    assert response.json()["usage"]["prompt_tokens"] == len(ids)
+    _, seq, batch = _receive(sub)
+    stored = [t for event in batch[1] if event["type"] == "BlockStored" for t in event["token_ids"]]
+    assert seq == 0 and len(stored) >= 32 and stored == ids[: len(ids) // 16 * 16]
