@@ -41,14 +41,17 @@ from gateway.auth import KeyRing
 from gateway.call import REQUEST_ID, authorization, request_id_for
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import GatewayError
+from gateway.kv_events import KvEventFeed
 from gateway.metrics import AccessLog, GatewayMetrics
 from gateway.models import Models
+from gateway.prompt_tokens import PromptTokens
 from gateway.proxy import Timeouts
 from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter, PoolTraffic
 from gateway.retries import RetryBudget
 from gateway.routing.aliases import AliasTable
 from gateway.routing.base import Router
+from gateway.routing.scorers.kv_cache import KvCache
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from gateway.shares import CapacityShares
@@ -147,6 +150,7 @@ def create_app(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await gateway.kv_feed.close()
         await session.close()
         await backend.close()
 
@@ -198,6 +202,11 @@ def build_gateway(
     )
     endpoints = EndpointSet(spec.pools, clock, on_change=capacity_changed, on_eject=ejected)
     upstream = _upstream(settings, endpoints, session, metrics, clock)
+    kv_scorers = {
+        name: [s for s, _ in router.scorers if isinstance(s, KvCache)] for name, router in upstream.routers.items()
+    }
+    kv_feed = KvEventFeed(kv_scorers)
+    metrics.watch_kv(kv_feed)
     return Gateway(
         config=config,
         keys=KeyRing(spec.tenants, settings.extra_keys, settings.extra_hashes),
@@ -212,9 +221,11 @@ def build_gateway(
         clock=clock,
         engine_api_key=settings.engine_api_key,
         dynamic=settings.control_plane is not None,
-        refresher=_refresher(settings, endpoints, session),
+        refresher=_refresher(settings, endpoints, session, kv_feed),
         shares=shares,
         cold=cold,
+        prompt_tokens=PromptTokens(p for p in spec.pools if kv_scorers[p.name]),
+        kv_feed=kv_feed,
     )
 
 
@@ -250,7 +261,9 @@ def _routers(settings: GatewaySettings, metrics: GatewayMetrics) -> dict[str, Ro
     }
 
 
-def _refresher(settings: GatewaySettings, endpoints: EndpointSet, session: aiohttp.ClientSession) -> Refresher:
+def _refresher(
+    settings: GatewaySettings, endpoints: EndpointSet, session: aiohttp.ClientSession, kv_feed: KvEventFeed
+) -> Refresher:
     interval_s = settings.spec.gateway.routing.scrape_interval_s
     return Refresher(
         endpoints,
@@ -259,6 +272,8 @@ def _refresher(settings: GatewaySettings, endpoints: EndpointSet, session: aioht
         settings.control_plane,
         interval_s,
         timeout_s=max(0.25, min(2.0, interval_s * 2)),
+        kv_feed=kv_feed,
+        static_kv=settings.static_kv_events,
     )
 
 

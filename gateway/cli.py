@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a static engine URL (repeatable); POOL defaults to the stack's first pool",
     )
     parser.add_argument(
+        "--kv-events",
+        action="append",
+        default=[],
+        metavar="[POOL=]URL",
+        help="the KV event socket (tcp://host:port) of the pool's static replica of the same position (repeatable)",
+    )
+    parser.add_argument(
         "--control-plane",
         default=None,
         metavar="URL",
@@ -107,6 +114,13 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
             pool, url = spec.pools[0].name, item
         spec.pool(pool)  # KeyError lists the pools
         static[pool].append(url)
+    kv_events: dict[str, list[str]] = defaultdict(list)
+    for item in args.kv_events:
+        pool, sep, url = item.partition("=")
+        if not sep or "://" in pool:
+            pool, url = spec.pools[0].name, item
+        spec.pool(pool)
+        kv_events[pool].append(url)
     # Re-read when the mounted Secret changes: a revoked key is refused without a restart (gateway.auth).
     hashes = KeyHashesFile(args.secrets_dir / KEY_HASHES_FILE)
     extra: dict[str, list[str]] = {}
@@ -123,6 +137,7 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         spec=spec,
         extra_hashes=hashes,
         static_replicas=dict(static),
+        static_kv_events=dict(kv_events),
         control_plane=args.control_plane or spec.control_plane.url,
         extra_keys=extra,
         access_log=not args.no_access_log,

@@ -27,6 +27,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -35,6 +36,9 @@ from fleet.protocol.promtext import EngineMetrics, engine_asleep, parse
 from fleet.protocol.wire import ReplicaList
 from fleet.spec.stack import PoolSpec
 from gateway.routing.base import EndpointView
+
+if TYPE_CHECKING:
+    from gateway.kv_events import KvEventFeed
 
 __all__ = [
     "Endpoint",
@@ -209,8 +213,12 @@ class Refresher:
         control_plane: str | None,
         interval_s: float,
         timeout_s: float,
+        kv_feed: KvEventFeed | None = None,
+        static_kv: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.endpoints = endpoints
+        self.kv_feed = kv_feed  # told each pool's ready replicas' KV event sockets after every discovery
+        self._static_kv = static_kv or {}
         self._session = session
         self._static = static
         self._cp = control_plane.rstrip("/") if control_plane else None
@@ -230,6 +238,9 @@ class Refresher:
             elif self.rounds == 0:
                 urls = self._static.get(pool, [])
                 self.endpoints.set_members(pool, [(static_replica_id(pool, i), u, None) for i, u in enumerate(urls)])
+                if self.kv_feed is not None:
+                    kv = self._static_kv.get(pool, [])
+                    self.kv_feed.sync(pool, {static_replica_id(pool, i): u for i, u in enumerate(kv[: len(urls)])})
         probes = [self._probe(ep) for pool in self.endpoints.pools for ep in self.endpoints.members(pool)]
         await asyncio.gather(*probes)
         self.rounds += 1
@@ -248,6 +259,9 @@ class Refresher:
         self.endpoints.set_members(
             pool, [(r.replica, r.engine_url, r.state == "ready" and not r.stale) for r in listing.replicas]
         )
+        if self.kv_feed is not None:  # only ready replicas are routed to: the others' blocks are not followed
+            ready = {r.replica: r.last_report.kv_events_url for r in listing.replicas if r.state == "ready"}
+            self.kv_feed.sync(pool, ready)
 
     async def _probe(self, ep: Endpoint) -> None:
         # Which adapters it serves (a replica started before an adapter was added lacks it): read once, since the

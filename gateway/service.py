@@ -43,9 +43,11 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.kv_events import KvEventFeed
 from gateway.metrics import AccessLog, GatewayMetrics
 from gateway.models import Models
 from gateway.outcome import Outcome, record
+from gateway.prompt_tokens import PromptTokens
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.reporting import PoolTraffic
 from gateway.routing.aliases import AliasTable
@@ -82,6 +84,8 @@ class Gateway:
     refresher: Refresher
     shares: CapacityShares
     cold: asyncio.Event  # set when a request waits for a pool with no capacity: report at once
+    prompt_tokens: PromptTokens  # the prompt as the engine tokenizes it, for pools routed by kv-cache
+    kv_feed: KvEventFeed  # the engines' KV events into the kv-cache scorers' indexes
 
     @property
     def endpoints(self) -> EndpointSet:
@@ -130,7 +134,11 @@ class Gateway:
             async with self._admitted(tenant, pool, out, spans):
                 # Routed as the pool's served name, at the time it leaves the queue.
                 info = dataclasses.replace(
-                    info, model=pool.served_name, adapter=out.adapter, now=self.clock.monotonic()
+                    info,
+                    model=pool.served_name,
+                    adapter=out.adapter,
+                    now=self.clock.monotonic(),
+                    token_ids=self.prompt_tokens.ids(pool.name, parsed),
                 )
                 return await self._attempts(
                     Call.of(request, tenant, parsed, pool, info, self.engine_api_key, out, spans)

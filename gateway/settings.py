@@ -15,6 +15,8 @@ __all__ = ["GatewaySettings"]
 class GatewaySettings:
     spec: FleetSpec
     static_replicas: Mapping[str, Sequence[str]] = field(default_factory=dict)  # pool -> engine URLs
+    # pool -> KV event sockets, the i-th the i-th static replica's (`replicas_of`); discovery names them otherwise
+    static_kv_events: Mapping[str, Sequence[str]] = field(default_factory=dict)
     control_plane: str | None = None  # discovery source; None: static replicas only
     extra_keys: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> plain keys (from secrets)
     extra_hashes: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tenant -> sha256 digests

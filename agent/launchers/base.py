@@ -158,6 +158,8 @@ class Launcher(abc.ABC):
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
         if engine.sleep_mode:
             flags.append("--enable-sleep-mode")
+        if engine.tokenizer is not None:  # the folder gateways tokenize with too (kv-cache)
+            flags += ["--tokenizer", engine.tokenizer]
         return flags + self.kv_events_flags() + self.lora_flags()
 
     def kv_events_flags(self) -> list[str]:

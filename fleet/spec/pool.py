@@ -88,6 +88,12 @@ class EngineSpec(Spec):
     PUB socket on port 5557 on a cluster, a free port locally) with the topic `kv@<replica>@<servedModelName>`, and
     the replica's reports name the socket (`kv_events_url`), so gateways may subscribe. Needs
     `enablePrefixCaching`: the events come from the prefix cache."""
+    tokenizer: str | None = None
+    """A folder holding the model's tokenizer (`tokenizer.json`, and the chat template in `chat_template.jinja` or
+    `tokenizer_config.json`): the engine's `--tokenizer`, and what gateways tokenize prompts with for the
+    `kv-cache` scorer, so both count the same tokens. A relative path is from the directory the engine and gateway
+    run in (the repository root locally). Unset: the engine reads the tokenizer with the model, and `kv-cache`
+    scores nothing for the pool."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 

@@ -62,6 +62,15 @@ def test_kv_events_put_vllms_config_flag_with_a_bound_socket_and_the_replicas_to
     assert "--kv-events-config" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sim"])
+def test_a_tokenizer_folder_reaches_the_engine_as_vllms_tokenizer_flag(kind: str) -> None:
+    pool = stacks.pool(**{"engine.kind": kind, "engine.tokenizer": "models/llmfleet-tiny-tokenizer"})
+    config = LaunchConfig(host="127.0.0.1", port=1)
+    argv = make_launcher(pool, config).argv()
+    assert argv[argv.index("--tokenizer") + 1] == "models/llmfleet-tiny-tokenizer"
+    assert "--tokenizer" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()
+
+
 def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:
     pool = stacks.pool(**{"engine.sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
     config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))
