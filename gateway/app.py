@@ -202,10 +202,7 @@ def build_gateway(
     )
     endpoints = EndpointSet(spec.pools, clock, on_change=capacity_changed, on_eject=ejected)
     upstream = _upstream(settings, endpoints, session, metrics, clock)
-    kv_scorers = {
-        name: [s for s, _ in router.scorers if isinstance(s, KvCache)] for name, router in upstream.routers.items()
-    }
-    kv_feed = KvEventFeed(kv_scorers)
+    kv_feed = KvEventFeed({name: kv_scorers(router) for name, router in upstream.routers.items()})
     metrics.watch_kv(kv_feed)
     return Gateway(
         config=config,
@@ -224,9 +221,14 @@ def build_gateway(
         refresher=_refresher(settings, endpoints, session, kv_feed),
         shares=shares,
         cold=cold,
-        prompt_tokens=PromptTokens(p for p in spec.pools if kv_scorers[p.name]),
+        prompt_tokens=PromptTokens(p for p in spec.pools if kv_feed.pools.get(p.name)),
         kv_feed=kv_feed,
     )
+
+
+def kv_scorers(router: Router) -> list[KvCache]:
+    """The router's kv-cache scorers: their indexes need the KV event feed, their requests the prompt's tokens."""
+    return [scorer for scorer, _ in router.scorers if isinstance(scorer, KvCache)]
 
 
 def _upstream(
