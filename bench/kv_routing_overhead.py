@@ -103,6 +103,7 @@ def main() -> None:
                 config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_port}"}
                 config["topic"] = f"kv@qwen-7b-static-{i}@{MODEL}"
                 argv = [sys.executable, "-m", "llmfleet.cli", "sim", "serve", "Qwen/Qwen2.5-7B-Instruct", "--port", "0"]
+                argv += ["--host", "127.0.0.1"]
                 argv += ["--served-model-name", MODEL, "--time-scale", "1e6", "--startup-seconds", "0"]
                 argv += ["--max-num-seqs", "256", "--tokenizer", str(ROOT / TOKENIZER)]
                 argv += ["--kv-events-config", json.dumps(config)]
