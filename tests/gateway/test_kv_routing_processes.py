@@ -3,12 +3,14 @@ own index from the events, and all three send a long shared prefix to the replic
 
 The gateways share nothing: each subscribes to every simulator's event socket and tokenizes prompts with the
 pool's tokenizer folder (the shipped one), as the simulators do. When a replica's engine restarts its entries
-leave every index within one report interval; while its stream is cut, the metric says so and routing falls back
-to the load scorers.
+leave every index within one report interval. When only its event stream is cut (a TCP relay closed while the
+engine serves), the metric says so, its blocks leave the index and routing falls back to the load scorers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -122,3 +124,85 @@ async def test_three_gateways_send_a_shared_prefix_to_its_holder_and_forget_a_re
             _wait(lambda g=gateway: _series(g, "llmfleet_gateway_kv_event_streams")["up"] == 3, "stream back")
         landed = {await _chat(session, gateway, "Where do tides come from?") for gateway in gateways}
         assert landed  # served again, by whichever replica the load scorers and the fresh events chose
+
+
+class Relay:
+    """A TCP relay between the gateway and one replica's event socket, to cut the stream while the engine serves."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> Relay:
+        self.server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self.writers += [writer, up_writer]
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+    def cut(self) -> None:
+        """Stop accepting and close every relayed connection: the subscriber sees its peer go away."""
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+
+    async def close(self) -> None:
+        self.cut()
+        assert self.server is not None
+        await self.server.wait_closed()
+
+
+async def test_a_cut_event_stream_leaves_its_replica_to_the_load_scorers_and_the_metric_says_so(
+    procs: Procs, tmp_path: Path
+) -> None:
+    replicas = [Replica(procs, i) for i in range(2)]
+    relays = [await Relay(r.kv_port).start() for r in replicas]
+    overrides = {"gateway.routing": ROUTING, "pools.0.engine.tokenizer": TOKENIZER}
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **overrides)
+    argv = ["gateway", "--stack", str(stack), "--port", "0", "--admin-port", "0", "--no-access-log", "--seed", "1"]
+    for r, relay in zip(replicas, relays, strict=True):
+        argv += ["--replica", r.url, "--kv-events", f"tcp://127.0.0.1:{relay.port}"]
+    try:
+        gateway = procs.start(argv, name="gateway")
+        gateway.wait_url("listening on")
+        streams = "llmfleet_gateway_kv_event_streams"
+        await _until(lambda: _series(gateway, streams)["up"] == 2, "streams up")
+        async with aiohttp.ClientSession() as session:
+            holder = await _chat(session, gateway, "What is a neap tide?")
+            await _until(lambda: _series(gateway, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] > 0, "blocks indexed")
+            assert await _chat(session, gateway, "And a king tide?") == holder
+            hits = _series(gateway, "llmfleet_gateway_kv_hit_blocks_total")["qwen-7b"]
+            relays[[r.id for r in replicas].index(holder)].cut()
+            await _until(lambda: _series(gateway, streams)["down"] == 1, "the cut stream counted down")
+            assert _series(gateway, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] == 0  # no longer vouched for
+            # The engine still serves, but its blocks no longer count and no other replica holds the prefix yet: the
+            # load scorers choose, and the gateway predicts no hit.
+            await _chat(session, gateway, "Question after the cut?")
+            assert _series(gateway, "llmfleet_gateway_kv_hit_blocks_total")["qwen-7b"] == hits
+    finally:
+        procs.close()  # the gateway first: its sockets close before the relays'
+        for relay in relays:
+            await relay.close()
+
+
+async def _until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """`_wait` without blocking this test's event loop (the relays run on it)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
