@@ -26,7 +26,7 @@ from fleet.spec.plugins import (
 from fleet.spec.stack import FleetSpec
 from fleet.spec.validate_cluster import check_cluster_access, check_cost, check_images, check_zones_and_groups
 from fleet.spec.validate_gateway import check_gateway, check_tenants
-from fleet.spec.validate_models import check_adapter_routing, check_aliases, check_unique_names
+from fleet.spec.validate_models import check_adapter_routing, check_aliases, check_kv_routing, check_unique_names
 from fleet.spec.validate_pool import check_pool
 from fleet.spec.validate_timing import check_timing
 
@@ -53,6 +53,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += placeholder_problems(spec)  # warnings here; errors on `pulumi up` (infra.config)
     problems += check_aliases(spec)
     problems += check_adapter_routing(spec)
+    problems += check_kv_routing(spec)
     return problems
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from fleet.spec.errors import Problem, key_error as _err, key_warning as _warn
 from fleet.spec.stack import FleetSpec
 
-__all__ = ["check_adapter_routing", "check_aliases", "check_unique_names"]
+__all__ = ["check_adapter_routing", "check_aliases", "check_kv_routing", "check_unique_names"]
 
 
 def check_unique_names(spec: FleetSpec) -> Iterator[Problem]:
@@ -55,6 +55,23 @@ def check_adapter_routing(spec: FleetSpec) -> Iterator[Problem]:
             f"pools {with_adapters} serve LoRA adapters: add {{name: serves-adapter}} so their requests reach only "
             "replicas that serve the adapter (and adapter-affinity to the scorers to prefer those holding it)",
         )
+
+
+def check_kv_routing(spec: FleetSpec) -> Iterator[Problem]:
+    """The kv-cache scorer needs, per pool, engines that publish their KV events and a tokenizer folder the gateway
+    tokenizes with; a pool missing either is routed by the other scorers alone, which is worth saying."""
+    if "kv-cache" not in {s.name for s in spec.gateway.routing.scorers}:
+        return
+    for i, pool in enumerate(spec.pools):
+        missing = [key for key, ok in (("kvEvents", pool.engine.kv_events), ("tokenizer", pool.engine.tokenizer))
+                   if not ok]  # fmt: skip
+        if missing:
+            yield _warn(
+                f"pools[{i}].engine",
+                f"gateway.routing scores with kv-cache, but pool {pool.name!r} has no engine."
+                + " or engine.".join(missing)
+                + ": kv-cache scores nothing for it (set kvEvents: true and tokenizer: FOLDER)",
+            )
 
 
 def check_aliases(spec: FleetSpec) -> Iterator[Problem]:

@@ -1,0 +1,26 @@
+"""A stack that routes with kv-cache is told which pools cannot feed it (no KV events or no tokenizer folder)."""
+
+from __future__ import annotations
+
+from fleet.spec.loader import parse_spec
+from tests.support.stacks import stack_document
+
+KV_ROUTING = {"scorers": [{"name": "queue-depth", "weight": 1}, {"name": "kv-cache", "weight": 2}]}
+
+
+def _warnings(**overrides: object) -> list[str]:
+    loaded = parse_spec(stack_document("local-sim", **overrides), file="Pulumi.kv.yaml")
+    return [f"{w.path}: {w.message}" for w in loaded.warnings if "kv-cache" in w.message]
+
+
+def test_a_pool_without_events_or_tokenizer_is_named_with_what_it_lacks() -> None:
+    (warning,) = _warnings(**{"gateway.routing": KV_ROUTING})
+    assert warning.startswith("llmfleet:pools[0].engine") and "engine.kvEvents or engine.tokenizer" in warning
+    (only,) = _warnings(**{"gateway.routing": KV_ROUTING, "pools.0.engine.kvEvents": True})
+    assert "engine.tokenizer" in only and "kvEvents" not in only.split(":", 2)[-1].split("(")[0]
+
+
+def test_no_warning_when_every_pool_feeds_it_or_nothing_routes_with_it() -> None:
+    fed = {"pools.0.engine.kvEvents": True, "pools.0.engine.tokenizer": "models/llmfleet-tiny-tokenizer"}
+    assert _warnings(**{"gateway.routing": KV_ROUTING, **fed}) == []
+    assert _warnings() == []
