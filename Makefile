@@ -76,6 +76,7 @@ up: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/engine_sim.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/kv_routing_overhead.py
 	$(BIN)/python bench/autoscaling.py
 	$(BIN)/python bench/fleet_sim.py
 	$(BIN)/python bench/control_plane_intake.py
