@@ -44,11 +44,8 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _messages(i: int, prompt_tokens: int) -> list[dict[str, str]]:
-    """A shared system prompt of about ``prompt_tokens`` - 50 tokens and a question of request ``i``'s own."""
-    tokenizer = load_tokenizer(ROOT / TOKENIZER)
-    per = len(tokenizer.encode(SYSTEM))
-    system = SYSTEM * max(1, (prompt_tokens - 50) // per)
+def _messages(i: int, system: str) -> list[dict[str, str]]:
+    """The shared ``system`` prompt and a question of request ``i``'s own."""
     return [{"role": "system", "content": system}, {"role": "user", "content": f"Question {i}: " + "why? " * 40}]
 
 
@@ -120,11 +117,13 @@ def main() -> None:
                 proc, url = _start(argv, tmp / f"{name}.log", "listening on")
                 procs.append(proc)
                 gateways[name] = (proc.pid, url)
+            tokenizer = load_tokenizer(ROOT / TOKENIZER)  # a system prompt of about --prompt-tokens - 50 tokens
+            system = SYSTEM * max(1, (args.prompt_tokens - 50) // len(tokenizer.encode(SYSTEM)))
             bodies = [
-                json.dumps({"model": MODEL, "messages": _messages(i, args.prompt_tokens), "max_tokens": 1}).encode()
+                json.dumps({"model": MODEL, "messages": _messages(i, system), "max_tokens": 1}).encode()
                 for i in range(args.requests)
             ]
-            tokens = len(load_tokenizer(ROOT / TOKENIZER).chat_ids(_messages(0, args.prompt_tokens)))
+            tokens = len(tokenizer.chat_ids(_messages(0, system)))
             print(f"prompts of {tokens} tokens (shipped tokenizer), {args.requests} requests, concurrency "
                   f"{args.concurrency}, the same requests through each gateway in turn")  # fmt: skip
             results = {}

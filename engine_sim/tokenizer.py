@@ -211,10 +211,12 @@ class FileTokenizer(SimTokenizer):
         continue_final: bool = False,
         add_special_tokens: bool = False,
     ) -> list[int]:
-        text = self.model.render_chat(
-            messages, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final
+        return self.model.chat_ids(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final,
+            add_special_tokens=add_special_tokens,
         )
-        return self.model.encode(text, add_special_tokens=add_special_tokens)
 
 
 def load_file_tokenizer(folder: Path) -> FileTokenizer:

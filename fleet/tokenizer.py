@@ -186,12 +186,14 @@ class ModelTokenizer:
         *,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        add_special_tokens: bool = False,
     ) -> list[int]:
-        """Prompt ids of a chat completion: the rendering tokenized without special tokens, as vLLM does."""
+        """Prompt ids of a chat completion: the rendering tokenized without special tokens unless the request asks
+        for them (``add_special_tokens``, false by default as in vLLM)."""
         text = self.render_chat(
             messages, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message
         )
-        return self.encode(text)
+        return self.encode(text, add_special_tokens=add_special_tokens)
 
 
 def _cut_after_final(rendered: str, final: str) -> str:

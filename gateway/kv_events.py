@@ -125,6 +125,10 @@ class KvEventFeed:
                 feed.down(replica, True)  # until its socket connects
                 self._tasks[(pool, replica)] = (url, asyncio.create_task(self.follow(feed, replica, url)))
 
+    def followed(self, pool: str) -> int:
+        """Replicas of ``pool`` whose event socket is followed (connected or not)."""
+        return sum(1 for p, _ in self._tasks if p == pool)
+
     async def close(self) -> None:
         tasks = [task for _, task in self._tasks.values()]
         for task in tasks:
@@ -183,8 +187,7 @@ class KvFeedCollector(Collector):
         for pool, feed in self._feed.pools.items():
             scorer = feed.scorers[0]
             down = len(scorer.stream_down)
-            followed = sum(1 for p_, _ in self._feed._tasks if p_ == pool)
-            streams.add_metric([pool, "up"], max(0, followed - down))
+            streams.add_metric([pool, "up"], max(0, self._feed.followed(pool) - down))
             streams.add_metric([pool, "down"], down)
             blocks.add_metric([pool], len(scorer.index))
             batches.add_metric([pool], feed.batches)

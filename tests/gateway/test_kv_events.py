@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -34,8 +35,8 @@ class Publisher:
         self.port = self.socket.bind_to_random_port("tcp://127.0.0.1")
         self.topic = topic.encode()
 
-    async def send(self, seq: int, payload: bytes) -> None:
-        await self.socket.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+    async def send(self, seq: int, payload: bytes, topic: bytes | None = None) -> None:
+        await self.socket.send_multipart([topic or self.topic, seq.to_bytes(8, "big"), payload])
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -46,38 +47,39 @@ async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def connected(pub: Publisher, scorer: KvCache, seq: int = 0) -> int:
-    """Send empty batches until one arrives (a SUB socket misses what was sent before it joined); the next seq."""
-    feed_seen = {"n": 0}
+@dataclass
+class Stream:
+    """The feed following replica r1's publisher, connected: ``seq`` is the next seq to send."""
 
-    async def probe() -> None:
-        nonlocal seq
-        await pub.send(seq, batch(stored([seq + 10_000], None, [99] * 16)))
-        seq += 1
+    pub: Publisher
+    scorer: KvCache
+    feed: KvEventFeed
+    seq: int = 0
 
-    while "r1" in scorer.stream_down or scorer.index.blocks_of("r1") == 0:
-        await probe()
+
+async def connect(stream: Stream, timeout_s: float = 5.0) -> None:
+    """Send probe batches (one block each) until one is indexed: a SUB socket misses what was sent before it
+    joined."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while "r1" in stream.scorer.stream_down or stream.scorer.index.blocks_of("r1") == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the feed never connected"
+        await stream.pub.send(stream.seq, batch(stored([stream.seq + 10_000], None, [99] * 16)))
+        stream.seq += 1
         await asyncio.sleep(0.02)
-        feed_seen["n"] += 1
-        assert feed_seen["n"] < 250, "the feed never connected"
-    return seq
 
 
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[Callable[[], Publisher], KvCache, KvEventFeed]]:
+async def stream() -> AsyncIterator[Stream]:
     context = zmq.asyncio.Context()
     scorer = KvCache()
     feed = KvEventFeed({"p": [scorer]}, context)
-    publishers: list[Publisher] = []
-
-    def publisher() -> Publisher:
-        publishers.append(Publisher(context))
-        return publishers[-1]
-
-    yield publisher, scorer, feed
+    pub = Publisher(context)
+    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
+    connected = Stream(pub, scorer, feed)
+    await connect(connected)
+    yield connected
     await feed.close()
-    for pub in publishers:
-        pub.socket.close(linger=0)
+    pub.socket.close(linger=0)
     context.destroy(linger=0)
 
 
@@ -85,11 +87,8 @@ def keys() -> list[int]:
     return request_keys(TOKENS, 16)
 
 
-async def test_events_reach_the_index_in_order_and_the_scorer_prefers_the_holder(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_events_reach_the_index_in_order_and_the_scorer_prefers_the_holder(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     before = feed.pools["p"].batches
     await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
     await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
@@ -101,11 +100,8 @@ async def test_events_reach_the_index_in_order_and_the_scorer_prefers_the_holder
     assert scorer.hit_rate() == 1.0
 
 
-async def test_a_sequence_gap_drops_the_replicas_entries_before_the_next_batch(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_a_sequence_gap_drops_the_replicas_entries_before_the_next_batch(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
     await until(lambda: scorer.index.blocks_of("r1") > 3)
     await pub.send(seq + 5, batch(stored([7], None, [5] * 16)))  # four batches lost
@@ -117,22 +113,16 @@ async def test_a_sequence_gap_drops_the_replicas_entries_before_the_next_batch(s
     assert scorer.index.blocks_of("r1") == 0
 
 
-async def test_a_malformed_batch_is_dropped_and_counted_and_the_feed_goes_on(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_a_malformed_batch_is_dropped_and_counted_and_the_feed_goes_on(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     await pub.send(seq, b"\xc1 not msgpack")
     await pub.send(seq + 1, batch(stored([1, 2, 3], None, TOKENS)))
     await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
     assert feed.pools["p"].malformed == 1
 
 
-async def test_a_lost_stream_leaves_the_replica_to_the_load_scorers_and_says_so(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_a_lost_stream_leaves_the_replica_to_the_load_scorers_and_says_so(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
     await until(lambda: scorer.index.matched(keys(), ["r1"])["r1"] == 3)
     pub.socket.close(linger=0)
@@ -142,26 +132,19 @@ async def test_a_lost_stream_leaves_the_replica_to_the_load_scorers_and_says_so(
     assert streams[("p", "down")] == 1 and streams[("p", "up")] == 0
 
 
-async def test_a_replica_that_leaves_discovery_is_forgotten(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_a_replica_that_leaves_discovery_is_forgotten(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
     await until(lambda: scorer.index.blocks_of("r1") > 3)
     feed.sync("p", {})
-    assert scorer.index.blocks_of("r1") == 0 and "r1" not in scorer.stream_down and not feed._tasks
+    assert scorer.index.blocks_of("r1") == 0 and "r1" not in scorer.stream_down and feed.followed("p") == 0
 
 
-async def test_another_replicas_topic_on_the_socket_is_not_read(setup: Any) -> None:
-    publisher, scorer, feed = setup
-    pub = publisher()
-    feed.sync("p", {"r1": f"tcp://127.0.0.1:{pub.port}"})
-    seq = await connected(pub, scorer)
+async def test_another_replicas_topic_on_the_socket_is_not_read(stream: Stream) -> None:
+    pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     before = feed.pools["p"].batches
-    stranger = Publisher.__new__(Publisher)
-    stranger.socket, stranger.topic = pub.socket, b"kv@r10@m"  # r10 starts with r1: the topic's @ tells them apart
-    await stranger.send(seq, batch(stored([1, 2, 3], None, TOKENS)))
+    # r10 starts with r1: the topic's @ tells them apart
+    await pub.send(seq, batch(stored([1, 2, 3], None, TOKENS)), topic=b"kv@r10@m")
     await pub.send(seq, batch())
     await until(lambda: feed.pools["p"].batches == before + 1)
     assert scorer.index.matched(keys(), ["r1"])["r1"] == 0
