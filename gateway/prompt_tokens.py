@@ -8,8 +8,8 @@ loaded: tokenizing costs CPU per request (bench/gateway_overhead.py measures it)
 What is tokenized is what the engine tokenizes:
 
 * chat completions: ``messages`` rendered with the chat template, ``add_generation_prompt`` (default true) and
-  ``continue_final_message`` (default false) as the request sets them, no special tokens added (vLLM's default
-  for chat requests);
+  ``continue_final_message`` (default false) as the request sets them, special tokens only when the request's
+  ``add_special_tokens`` asks (vLLM's default for chat requests: none);
 * completions: a string ``prompt`` encoded with special tokens (vLLM's default for completion requests), or a
   prompt given as token ids taken as it is; a list of prompts (a batch) is not scored.
 
@@ -65,6 +65,7 @@ def _ids(tokenizer: ModelTokenizer, kind: str, payload: dict[str, Any]) -> tuple
             messages,
             add_generation_prompt=bool(payload.get("add_generation_prompt", True)),
             continue_final_message=bool(payload.get("continue_final_message", False)),
+            add_special_tokens=bool(payload.get("add_special_tokens", False)),
         )
         return tuple(ids)
     prompt = payload.get("prompt")

@@ -4,10 +4,12 @@ tokenizer folder, and gives up (None) rather than fail on a prompt it cannot tok
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer, processors
 
 from fleet.tokenizer import TokenizerError, load_tokenizer
 from gateway.body import parse_body
@@ -32,6 +34,24 @@ def test_chat_and_completion_prompts_are_the_tokenizers_own_ids() -> None:
     assert _ids(body) == tuple(tokenizer.chat_ids(continued, add_generation_prompt=False, continue_final_message=True))
     assert _ids({"prompt": "Once upon"}, "completion") == tuple(tokenizer.encode("Once upon", add_special_tokens=True))
     assert _ids({"prompt": [5, 6, 7]}, "completion") == (5, 6, 7)
+
+
+def test_a_chat_request_asking_for_special_tokens_gets_them_as_the_engine_adds_them(tmp_path: Path) -> None:
+    # The shipped tokenizer adds none; a copy whose post-processor puts a BOS first tells the two apart.
+    shutil.copy(Path(FOLDER) / "tokenizer_config.json", tmp_path)
+    with_bos = Tokenizer.from_file(str(Path(FOLDER) / "tokenizer.json"))
+    with_bos.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    with_bos.save(str(tmp_path / "tokenizer.json"))
+    tokens = PromptTokens([pool("local-sim", **{"engine.tokenizer": str(tmp_path)})])
+    name = pool("local-sim").name
+
+    def ids(**extra: object) -> tuple[int, ...] | None:
+        return tokens.ids(name, parse_body(json.dumps({"model": "m", "messages": MESSAGES, **extra}).encode(), "chat"))
+
+    plain, special = ids(), ids(add_special_tokens=True)
+    assert plain is not None and special == (0, *plain)
 
 
 @pytest.mark.parametrize(
