@@ -56,7 +56,8 @@ class Replica:
         }
         argv = sim_args("--tokenizer", TOKENIZER, "--kv-events-config", json.dumps(config))
         argv[argv.index("--port") + 1] = str(self.port)
-        proc = self.procs.start(argv, name=f"sim-{self.index}")
+        # VLLM_SERVER_DEV_MODE=1 serves /reset_prefix_cache (`subscribed` clears the warm-up's blocks with it).
+        proc = self.procs.start(argv, name=f"sim-{self.index}", env={"VLLM_SERVER_DEV_MODE": "1"})
         proc.wait_url("API server")
         return proc
 
@@ -76,6 +77,32 @@ def _series(gateway: Proc, name: str) -> dict[str, float]:
     """The pool qwen-7b's samples of ``name`` by their state label (or the pool's name where there is none)."""
     samples = promtext.parse(httpx.get(admin_url(gateway) + "/metrics", timeout=3.0).text)[name]
     return {s.labels.get("state", "qwen-7b"): s.value for s in samples if s.labels.get("pool") == "qwen-7b"}
+
+
+async def subscribed(session: aiohttp.ClientSession, replicas: list[Replica], gateways: list[Proc]) -> None:
+    """Until every gateway indexes a block of every replica: a SUB socket's subscription reaches the publisher a
+    moment after it connects, and a PUB socket drops what it publishes before (ZMQ's slow joiner). Each replica
+    serves warm-up prompts until every index grows, then clears its cache, so the test starts from empty indexes."""
+    blocks = "llmfleet_gateway_kv_index_blocks"
+    for r in replicas:
+        before = [_series(g, blocks)["qwen-7b"] for g in gateways]
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while any(_series(g, blocks)["qwen-7b"] <= b for g, b in zip(gateways, before, strict=True)):
+            assert asyncio.get_running_loop().time() < deadline, f"no gateway subscription to {r.id} took effect"
+            body = {"model": MODEL, "prompt": f"Warm-up of {r.id}. " * 16, "max_tokens": 1}
+            async with session.post(r.url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+            await asyncio.sleep(0.05)
+    for r in replicas:
+        async with session.post(r.url + "/reset_prefix_cache") as resp:
+            assert resp.status == 200 and (await resp.json())["success"], await resp.text()
+        # An idle engine publishes nothing, its AllBlocksCleared included (as vLLM): a prompt shorter than a
+        # block, which caches nothing, makes it step and publish.
+        async with session.post(
+            r.url + "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 1}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+    await _until(lambda: all(_series(g, blocks)["qwen-7b"] == 0 for g in gateways), "the warm-up's blocks cleared")
 
 
 def _kv_lines(gateway: Proc) -> str:
@@ -104,6 +131,7 @@ async def test_three_gateways_send_a_shared_prefix_to_its_holder_and_forget_a_re
         _wait(lambda g=gateway: _series(g, "llmfleet_gateway_kv_event_streams")["up"] == 3, "streams up", 10, gateway)
 
     async with aiohttp.ClientSession() as session:
+        await subscribed(session, replicas, gateways)
         holder = await _chat(session, gateways[0], "What is a spring tide?")
         for gateway in gateways:  # every index learns the holder's blocks from its events
             _wait(lambda g=gateway: _series(g, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] > 0, "blocks indexed")

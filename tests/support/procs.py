@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
@@ -42,9 +42,18 @@ class Proc:
         self.extra_pids: set[int] = set()
 
     @classmethod
-    def start(cls, argv: Sequence[str], log: Path, *, name: str | None = None, url: str | None = None) -> Self:
-        """Spawn ``llmfleet <argv>`` with its output in ``log``; returns at once (see the ``wait_*`` methods)."""
-        return cls(Child(name or argv[0], list(argv), log), url)
+    def start(
+        cls,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        name: str | None = None,
+        url: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Self:
+        """Spawn ``llmfleet <argv>`` with its output in ``log`` (``env`` added to this process's environment);
+        returns at once (see the ``wait_*`` methods)."""
+        return cls(Child(name or argv[0], list(argv), log, env=env), url)
 
     @property
     def name(self) -> str:
@@ -200,8 +209,9 @@ class Procs:
         url: str | None = None,
         log: Path | None = None,
         stop_timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Proc:
-        proc = Proc.start(argv, log or self.folder / f"{name}.log", name=name, url=url)
+        proc = Proc.start(argv, log or self.folder / f"{name}.log", name=name, url=url, env=env)
         return self.add(proc, stop_timeout_s=stop_timeout_s)
 
     def add(self, proc: P, *, stop_timeout_s: float | None = None) -> P:
