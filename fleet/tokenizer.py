@@ -41,11 +41,13 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-__all__ = ["ChatRenderError", "ModelTokenizer", "TokenizerError", "load_tokenizer"]
+__all__ = ["TOKENIZER_FILES", "ChatRenderError", "ModelTokenizer", "TokenizerError", "load_tokenizer"]
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
+# Every file `load_tokenizer` reads: a copy of these from a model folder tokenizes as the folder does.
+TOKENIZER_FILES = (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE)
 # The special tokens transformers puts in a template's scope (`SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES`).
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 

@@ -221,7 +221,7 @@ def build_gateway(
         refresher=_refresher(settings, endpoints, session, kv_feed),
         shares=shares,
         cold=cold,
-        prompt_tokens=PromptTokens(p for p in spec.pools if kv_feed.pools.get(p.name)),
+        prompt_tokens=_prompt_tokens(settings, kv_feed, metrics),
         kv_feed=kv_feed,
     )
 
@@ -229,6 +229,16 @@ def build_gateway(
 def kv_scorers(router: Router) -> list[KvCache]:
     """The router's kv-cache scorers: their indexes need the KV event feed, their requests the prompt's tokens."""
     return [scorer for scorer, _ in router.scorers if isinstance(scorer, KvCache)]
+
+
+def _prompt_tokens(settings: GatewaySettings, kv_feed: KvEventFeed, metrics: GatewayMetrics) -> PromptTokens:
+    """The tokenizers of the pools routed by kv-cache (their folder, else the model store's, `settings.tokenizers`);
+    ``prompt_tokens_available{pool}`` says which pools have one."""
+    pools = [p for p in settings.spec.pools if kv_feed.pools.get(p.name)]
+    tokens = PromptTokens(pools, settings.tokenizers)
+    for pool in pools:
+        metrics.child(metrics.prompt_tokens, pool.name).set(1 if pool.name in tokens else 0)
+    return tokens
 
 
 def _upstream(

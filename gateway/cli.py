@@ -1,5 +1,5 @@
 """CLI: ``llmfleet gateway --stack NAME --port PORT [--admin-port PORT] [--host H] [--replica [POOL=]URL ...]
-[--control-plane URL] [--tls-cert PEM --tls-key PEM]``.
+[--control-plane URL] [--tls-cert PEM --tls-key PEM] [--model-bucket B] [--tokenizer-cache DIR]``.
 
 Keys come from three places:
 * tenants' ``apiKeyHashes`` in the stack file;
@@ -18,6 +18,11 @@ admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gatewa
 stops accepting, lets in-flight requests finish (up to --shutdown-timeout, which the Pulumi program sets from
 ``gateway.drain``) and exits 0.
 
+With a model bucket (``--model-bucket``, default ``$LLMFLEET_MODEL_BUCKET``, which gateway pods get from the stack)
+the gateway fetches, before it listens, the tokenizer of each pool routed by ``kv-cache`` whose engine publishes KV
+events and names no ``engine.tokenizer`` folder, into ``--tokenizer-cache`` (`gateway.tokenizer_store`); a pool
+whose tokenizer cannot be fetched is routed without kv-cache, with a warning.
+
 With ``gateway.tracing.otlpEndpoint`` set, request spans go to that collector over OTLP/HTTP in batches (the
 ``otlp`` extra; exit 2 when it is missing), and the batch left at shutdown is sent before exiting.
 """
@@ -32,6 +37,7 @@ import signal
 import socket
 import ssl
 import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Coroutine
 from pathlib import Path
@@ -43,10 +49,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from fleet.protocol import contract
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
+from fleet.spec.stack import FleetSpec
+from fleet.tokenizer import ModelTokenizer
 from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, KeyHashesFile, keys_from_secret
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
+from gateway.tokenizer_store import TokenizerSource, store_tokenizers
 from gateway.tracing import TracingUnavailable, provider_for
 
 __all__ = ["add_arguments", "run"]
@@ -101,7 +110,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="event loop: uvloop when installed (auto), or the standard one",
     )
+    _store_arguments(parser)
     parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where tokenizers come from on a cluster: the model bucket, and the folder they are cached in."""
+    parser.add_argument(
+        "--model-bucket",
+        default=os.environ.get(contract.MODEL_BUCKET_ENV),
+        help="fetch pools' tokenizers from this bucket (default: $LLMFLEET_MODEL_BUCKET; unset or 'none': do not)",
+    )
+    parser.add_argument(
+        "--tokenizer-cache",
+        type=Path,
+        default=Path(os.environ.get(contract.TOKENIZER_CACHE_ENV) or Path(tempfile.gettempdir(), "llmfleet-tok")),
+        help="folder for the tokenizers fetched from the model bucket (default: $LLMFLEET_TOKENIZER_CACHE, else "
+        "llmfleet-tok in the temporary folder)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> GatewaySettings:
@@ -145,7 +171,15 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
         redis_url=os.environ.get(contract.REDIS_URL_ENV) or None,
         control_credential=GatewaySettings.control_credential_from(os.environ),
         engine_api_key=GatewaySettings.engine_api_key_from(os.environ),
+        tokenizers=_store_tokenizers(args, spec),
     )
+
+
+def _store_tokenizers(args: argparse.Namespace, spec: FleetSpec) -> dict[str, ModelTokenizer]:
+    """The pools' tokenizers from the model bucket, when there is one (blocking: before the event loop starts)."""
+    if not args.model_bucket or args.model_bucket.lower() == "none":
+        return {}
+    return store_tokenizers(spec, TokenizerSource(args.model_bucket, spec.model_store.prefix, args.tokenizer_cache))
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:

@@ -13,7 +13,9 @@ replica: completed seamlessly, or failed and ended with the error event); for po
 (`gateway.kv_events`): kv_event_streams{pool,state=up|down} (a replica's stream down: its entries dropped, the
 load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total, kv_event_gaps_total,
 kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt blocks routed, and of
-those the ones the chosen replica's engine held: the index's hit rate).
+those the ones the chosen replica's engine held: the index's hit rate), prompt_tokens_available{pool} (1: the
+gateway has the pool's tokenizer; 0: it has none, from its folder or the model store, and kv-cache scores nothing
+for the pool).
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ class GatewayMetrics:
         )
         self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
+        self.prompt_tokens = Gauge(
+            p + "prompt_tokens_available",
+            "Pools routed by kv-cache: 1 with the pool's tokenizer, 0 without (kv-cache scores nothing for it)",
+            ["pool"],
+            registry=r,
+        )
         self.resumed_streams = Counter(
             p + "resumed_streams",
             "Streams broken mid-way that were to be resumed on another replica, by outcome",

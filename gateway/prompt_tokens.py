@@ -2,8 +2,10 @@
 
 Each pool with ``engine.tokenizer`` (a folder with ``tokenizer.json`` and the chat template, the engine's own
 ``--tokenizer``) gets its tokenizer loaded once, at start (`fleet.tokenizer.load_tokenizer`); a folder that
-cannot be read fails the gateway's start with the reason. Only pools whose router scores with ``kv-cache`` are
-loaded: tokenizing costs CPU per request (bench/gateway_overhead.py measures it).
+cannot be read fails the gateway's start with the reason. A pool without one takes the tokenizer fetched from the
+stack's model store, if any (`gateway.tokenizer_store`: on a cluster, the files the engine loads with the model).
+Only pools whose router scores with ``kv-cache`` are loaded: tokenizing costs CPU per request
+(bench/gateway_overhead.py measures it).
 
 What is tokenized is what the engine tokenizes:
 
@@ -20,7 +22,7 @@ it as it would, and routing falls back to the other scorers. Never an error of i
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,18 @@ log = logging.getLogger("llmfleet.gateway.prompt_tokens")
 
 
 class PromptTokens:
-    """Tokenizers by pool name; ``ids(pool, parsed)`` the prompt's token ids, or None."""
+    """Tokenizers by pool name; ``ids(pool, parsed)`` the prompt's token ids, or None.
 
-    def __init__(self, pools: Iterable[PoolSpec]) -> None:
+    A pool's ``engine.tokenizer`` folder comes first; without one, its tokenizer in ``fetched`` (by pool name,
+    from the model store), else none."""
+
+    def __init__(self, pools: Iterable[PoolSpec], fetched: Mapping[str, ModelTokenizer] | None = None) -> None:
         self._tokenizers: dict[str, ModelTokenizer] = {}
         for pool in pools:
             if pool.engine.tokenizer is not None:
                 self._tokenizers[pool.name] = load_tokenizer(Path(pool.engine.tokenizer))
+            elif fetched is not None and pool.name in fetched:
+                self._tokenizers[pool.name] = fetched[pool.name]
 
     def __contains__(self, pool: str) -> bool:
         return pool in self._tokenizers

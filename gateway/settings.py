@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from fleet.protocol.control_auth import ENGINE_API_KEY_ENV, ClientCredential, Kind
 from fleet.spec.stack import FleetSpec
+from fleet.tokenizer import ModelTokenizer
 
 __all__ = ["GatewaySettings"]
 
@@ -25,6 +26,8 @@ class GatewaySettings:
     redis_url: str | None = None  # the quota Redis; overrides gateway.redisUrl (from a Secret, so never in the stack)
     control_credential: ClientCredential | None = None  # on gateway reports ($LLMFLEET_CONTROL_TOKEN[_FILE])
     engine_api_key: str | None = field(default=None, repr=False)  # sent upstream ($LLMFLEET_ENGINE_API_KEY)
+    # pool -> its tokenizer from the model store, for pools without engine.tokenizer (`gateway.tokenizer_store`)
+    tokenizers: Mapping[str, ModelTokenizer] = field(default_factory=dict, repr=False)
 
     @staticmethod
     def control_credential_from(env: Mapping[str, str]) -> ClientCredential | None:

@@ -47,6 +47,7 @@ __all__ = [
     "LABEL_GPU_MODEL",
     "LABEL_NODE_ROLE",
     "LABEL_POOL",
+    "MODEL_BUCKET_ENV",
     "MODEL_CACHE_HOST_PATH",
     "NLB_MAX_IDLE_TIMEOUT_S",
     "QUOTA_REDIS_NAME",
@@ -59,6 +60,8 @@ __all__ = [
     "TAG_GPU_GROUP",
     "TAG_ZONE",
     "TENANT_KEYS_SECRET",
+    "TOKENIZER_CACHE_DIR",
+    "TOKENIZER_CACHE_ENV",
     "ZONE_TOPOLOGY_KEY",
     "cluster_name",
     "image_repository_name",
@@ -149,6 +152,11 @@ STACKS_DIR = "/etc/llmfleet/stacks"
 SECRETS_DIR = "/etc/llmfleet/secrets"
 # AL2023 nodeadm assembles the instance-store NVMe drives into one RAID0 array mounted here.
 MODEL_CACHE_HOST_PATH = "/mnt/k8s-disks/0/llmfleet-models"
+# The stack's model bucket, in the environment of the pods that read it (engines: the model; gateways: tokenizers).
+MODEL_BUCKET_ENV = "LLMFLEET_MODEL_BUCKET"
+# Where a gateway caches the tokenizers it fetches from the model bucket (an emptyDir in the gateway pod).
+TOKENIZER_CACHE_ENV = "LLMFLEET_TOKENIZER_CACHE"
+TOKENIZER_CACHE_DIR = "/var/cache/llmfleet/tokenizers"
 
 
 def cluster_name(environment: str) -> str:

@@ -1,4 +1,5 @@
-"""``llmfleet gateway`` as a process: the local stack's demo key, and keys from a tenant's secret."""
+"""``llmfleet gateway`` as a process: the local stack's demo key, keys from a tenant's secret, and tokenizers from
+the model bucket (moto's server)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import boto3
+import httpx
 import pytest
 
 from fleet.protocol.keys import DEMO_API_KEY
@@ -14,6 +17,8 @@ from tests.gateway.conftest import admin_url
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import MODEL, write_stack
 
+TOKENIZER = Path("models/llmfleet-tiny-tokenizer")
+QWEN = "Qwen/Qwen2.5-7B-Instruct"  # the preset pools' model
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
 
 
@@ -66,3 +71,29 @@ def test_an_admin_port_equal_to_the_public_port_is_refused(procs: Procs) -> None
     proc = procs.start(["gateway", "--stack", "local", "--port", "18080", "--admin-port", "18080"], name="gw")
     assert proc.wait(timeout_s=30) == 2
     assert "the admin port must differ from the public port 18080" in proc.text()
+
+
+def test_a_gateway_given_the_model_bucket_tokenizes_a_pushed_model_and_routes_an_unpushed_one_by_load(
+    procs: Procs, gateway_procs: Callable[..., Proc], moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "LLMFLEET_MODEL_BUCKET"):
+        monkeypatch.delenv(name, raising=False)
+    boto3.client("s3").create_bucket(Bucket="gw-models")
+    push = procs.start(["model", "push", "--bucket", "gw-models", str(TOKENIZER), "--model", QWEN], name="push")
+    assert push.wait(timeout_s=60) == 0, push.tail()
+    routing = {"scorers": [{"name": "queue-depth", "weight": 1}, {"name": "kv-cache", "weight": 2}]}
+    stack = write_stack(
+        tmp_path / "Pulumi.kv.yaml",
+        "gateway",
+        **{"gateway.routing": routing, "pools.0.engine.kvEvents": True, "pools.1.engine.kvEvents": True},
+        **{"pools.1.model": "meta-llama/Llama-3.1-8B-Instruct"},
+    )
+    gateway = gateway_procs(stack, [], "--model-bucket", "gw-models", "--tokenizer-cache", str(tmp_path / "tok"))
+    metrics = httpx.get(admin_url(gateway) + "/metrics").text
+    assert 'llmfleet_gateway_prompt_tokens_available{pool="qwen-7b"} 1.0' in metrics
+    assert 'llmfleet_gateway_prompt_tokens_available{pool="small"} 0.0' in metrics
+    assert "s3://gw-models/models/meta-llama/Llama-3.1-8B-Instruct/main/manifest.json is missing" in gateway.text()
+    assert (tmp_path / "tok" / QWEN / "main" / "tokenizer.json").is_file()

@@ -70,3 +70,19 @@ def test_a_pool_without_a_tokenizer_gets_none_and_a_bad_folder_fails_at_start(tm
     assert plain.name not in PromptTokens([plain])
     with pytest.raises(TokenizerError, match="tokenizer.json"):
         PromptTokens([pool("local-sim", **{"engine.tokenizer": str(tmp_path)})])
+
+
+def test_a_pools_own_folder_comes_before_a_tokenizer_from_the_model_store(tmp_path: Path) -> None:
+    shutil.copy(Path(FOLDER) / "tokenizer_config.json", tmp_path)
+    with_bos = Tokenizer.from_file(str(Path(FOLDER) / "tokenizer.json"))
+    with_bos.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    with_bos.save(str(tmp_path / "tokenizer.json"))
+    fetched = {pool("local-sim").name: load_tokenizer(tmp_path)}
+    body = parse_body(json.dumps({"model": "m", "prompt": "Once upon"}).encode(), "completion")
+    own = PromptTokens([pool("local-sim", **{"engine.tokenizer": FOLDER})], fetched)
+    store = PromptTokens([pool("local-sim")], fetched)
+    name = pool("local-sim").name
+    assert own.ids(name, body) == tuple(load_tokenizer(Path(FOLDER)).encode("Once upon", add_special_tokens=True))
+    assert store.ids(name, body) == (0, *(own.ids(name, body) or ()))
