@@ -58,13 +58,15 @@ def check_adapter_routing(spec: FleetSpec) -> Iterator[Problem]:
 
 
 def check_kv_routing(spec: FleetSpec) -> Iterator[Problem]:
-    """The kv-cache scorer needs, per pool, engines that publish their KV events and a tokenizer folder the gateway
-    tokenizes with; a pool missing either is routed by the other scorers alone, which is worth saying."""
+    """The kv-cache scorer needs, per pool, engines that publish their KV events and a tokenizer the gateway
+    tokenizes with: a folder (``engine.tokenizer``), or on aws the model's own from the stack's model bucket
+    (`gateway.tokenizer_store`); a pool missing either is routed by the other scorers alone, worth saying."""
     if "kv-cache" not in {s.name for s in spec.gateway.routing.scorers}:
         return
+    from_store = spec.target == "aws"  # the only target with a model bucket
     for i, pool in enumerate(spec.pools):
-        missing = [key for key, ok in (("kvEvents", pool.engine.kv_events), ("tokenizer", pool.engine.tokenizer))
-                   if not ok]  # fmt: skip
+        has_tokenizer = pool.engine.tokenizer is not None or from_store
+        missing = [key for key, ok in (("kvEvents", pool.engine.kv_events), ("tokenizer", has_tokenizer)) if not ok]
         if missing:
             yield _warn(
                 f"pools[{i}].engine",

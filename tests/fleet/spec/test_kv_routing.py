@@ -1,4 +1,5 @@
-"""A stack that routes with kv-cache is told which pools cannot feed it (no KV events or no tokenizer folder)."""
+"""A stack that routes with kv-cache is told which pools cannot feed it (no KV events, or no tokenizer: no folder,
+and on a target other than aws no model bucket to fetch the model's own from)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from tests.support.stacks import stack_document
 KV_ROUTING = {"scorers": [{"name": "queue-depth", "weight": 1}, {"name": "kv-cache", "weight": 2}]}
 
 
-def _warnings(**overrides: object) -> list[str]:
-    loaded = parse_spec(stack_document("local-sim", **overrides), file="Pulumi.kv.yaml")
+def _warnings(preset: str = "local-sim", **overrides: object) -> list[str]:
+    loaded = parse_spec(stack_document(preset, **overrides), file="Pulumi.kv.yaml")
     return [f"{w.path}: {w.message}" for w in loaded.warnings if "kv-cache" in w.message]
 
 
@@ -24,3 +25,12 @@ def test_no_warning_when_every_pool_feeds_it_or_nothing_routes_with_it() -> None
     fed = {"pools.0.engine.kvEvents": True, "pools.0.engine.tokenizer": "models/llmfleet-tiny-tokenizer"}
     assert _warnings(**{"gateway.routing": KV_ROUTING, **fed}) == []
     assert _warnings() == []
+
+
+def test_on_aws_the_tokenizer_comes_from_the_model_bucket_so_only_kv_events_are_asked_for() -> None:
+    assert _warnings("aws", **{"gateway.routing": KV_ROUTING, "pools.0.engine.kvEvents": True}) == []
+    (warning,) = _warnings("aws", **{"gateway.routing": KV_ROUTING})
+    assert "engine.kvEvents" in warning and "engine.tokenizer" not in warning
+    on_kubernetes = {"target": "kubernetes", "gateway.tls": {"secretName": "tls"}, "images.registry": "ghcr.io/a/b"}
+    (no_bucket,) = _warnings("aws", **on_kubernetes, **{"gateway.routing": KV_ROUTING, "pools.0.engine.kvEvents": True})
+    assert "engine.tokenizer" in no_bucket
