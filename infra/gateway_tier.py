@@ -14,7 +14,9 @@ for the controller's readiness gates, so a rollout waits for new pods to be heal
 Rollouts on change: the pod template carries sha256 checksums of what a gateway reads at start (the rendered
 stack file, the tenant key hashes, the engines' API key), so `pulumi up` rolls the gateways when any changes.
 With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret; it always reads
-the engines' API key (sent upstream) from theirs.
+the engines' API key (sent upstream) from theirs. With a model bucket (aws) its pods get ``$LLMFLEET_MODEL_BUCKET``,
+an emptyDir for the tokenizers they fetch from it (`gateway.tokenizer_store`; the root file system is read-only) and
+the IRSA role that reads only those (`infra.iam.tokenizer_read_policy`) on their ServiceAccount.
 
 TLS (`tls_termination`): on aws the NLB's listener on 443 terminates it with the stack's ACM certificate (TLS 1.2
 and 1.3 only); on kubernetes the gateway process does, from the stack's TLS Secret, probed over HTTPS. Either way
@@ -45,6 +47,8 @@ from infra.k8s_base import (
     container_security_context,
     engine_api_key_env,
     http_probe,
+    irsa_annotations,
+    model_bucket_env,
     pod_security_context,
     render_stack_file,
     secret_checksum,
@@ -52,7 +56,7 @@ from infra.k8s_base import (
     spec_volumes,
 )
 from infra.k8s_shapes import shaped
-from infra.quota_redis import provisions_redis
+from infra.quota_redis import provisions_redis, redis_url_env
 
 __all__ = [
     "TLS_POLICY",
@@ -174,15 +178,20 @@ class GatewayArgs:
     engine_api_key: pulumi.Input[str]  # secret: checksummed on the pod template
     deployment_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the quota Redis and its Secret
     service_after: Sequence[pulumi.Resource] = field(default_factory=list)  # e.g. the load balancer controller
+    model_bucket: pulumi.Input[str] | None = None  # where pools' tokenizers come from (aws)
+    role_arn: pulumi.Input[str] | None = None  # IRSA role reading them (aws)
 
 
-def _gateway_volumes(spec: FleetSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(volumes, mounts, TLS arguments): the stack file and key hashes, ``/tmp``, the TLS Secret where the gateway
-    terminates TLS, the service-account token."""
+def _gateway_volumes(spec: FleetSpec, store: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """(volumes, mounts, TLS arguments): the stack file and key hashes, ``/tmp``, the tokenizer cache with a model
+    bucket (``store``), the TLS Secret where the gateway terminates TLS, the service-account token."""
     volumes, mounts = spec_volumes(spec)
-    # A read-only root file system; /tmp (Python's tempfile) is the one writable place.
+    # A read-only root file system; /tmp (Python's tempfile) and the tokenizer cache are the writable places.
     volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
     mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
+    if store:
+        volumes = [*volumes, {"name": "tokenizers", "empty_dir": {"size_limit": "1Gi"}}]
+        mounts = [*mounts, {"name": "tokenizers", "mount_path": contract.TOKENIZER_CACHE_DIR}]
     tls_args: list[str] = []
     if tls_termination(spec) == "gateway":
         volumes = [*volumes, {"name": "tls", "secret": {"secret_name": spec.gateway.tls.secret_name}}]
@@ -191,10 +200,13 @@ def _gateway_volumes(spec: FleetSpec) -> tuple[list[dict[str, Any]], list[dict[s
     return [*volumes, token_volume()], [*mounts, token_mount()], tls_args
 
 
-def _gateway_container(spec: FleetSpec, images: ImageRefs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _gateway_container(
+    spec: FleetSpec, images: ImageRefs, model_bucket: pulumi.Input[str] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(the gateway's container, the pod's volumes)."""
     gw = spec.gateway
-    volumes, mounts, tls_args = _gateway_volumes(spec)
+    volumes, mounts, tls_args = _gateway_volumes(spec, model_bucket is not None)
+    store = [{"name": contract.TOKENIZER_CACHE_ENV, "value": contract.TOKENIZER_CACHE_DIR}] if model_bucket else []
     scheme = "HTTPS" if tls_args else "HTTP"
     container = {
         "name": "gateway",
@@ -227,15 +239,17 @@ def _gateway_container(spec: FleetSpec, images: ImageRefs) -> tuple[dict[str, An
         "lifecycle": {"pre_stop": {"sleep": {"seconds": prestop_seconds(spec)}}},
         "volume_mounts": mounts,
         "security_context": container_security_context(read_only_root=True),
-        "env": [*_redis_env(spec), *token_env(), engine_api_key_env()],
+        "env": [*redis_url_env(spec), *token_env(), engine_api_key_env(), *model_bucket_env(model_bucket), *store],
     }
     return container, volumes
 
 
-def gateway_pod_spec(spec: FleetSpec, images: ImageRefs) -> dict[str, Any]:
+def gateway_pod_spec(
+    spec: FleetSpec, images: ImageRefs, model_bucket: pulumi.Input[str] | None = None
+) -> dict[str, Any]:
     """The gateway's pod spec (snake_case keys, as pulumi_kubernetes inputs): its own account, spread over zones,
-    on the CPU nodes on aws."""
-    container, volumes = _gateway_container(spec, images)
+    on the CPU nodes on aws; told the model bucket when the stack has one."""
+    container, volumes = _gateway_container(spec, images, model_bucket)
     pod: dict[str, Any] = {
         "service_account_name": contract.GATEWAY_NAME,
         "termination_grace_period_seconds": spec.gateway.drain.grace_seconds,  # = preStop + shutdown + margin
@@ -306,7 +320,10 @@ class Gateway(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         # Its own account: the control plane tells gateways from agents by the account that signed their token.
         account = k8s.core.v1.ServiceAccount(
-            f"{name}-account", metadata=meta, automount_service_account_token=False, opts=child
+            f"{name}-account",
+            metadata={**meta, "annotations": irsa_annotations(args.role_arn)},  # on aws: reads pools' tokenizers
+            automount_service_account_token=False,
+            opts=child,
         )
         template_annotations = gateway_pod_annotations(spec, args.tenant_key_hashes, args.engine_api_key)
         deployment = {
@@ -314,7 +331,7 @@ class Gateway(pulumi.ComponentResource):
             "selector": {"match_labels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": template_annotations},
-                "spec": gateway_pod_spec(spec, args.images),
+                "spec": gateway_pod_spec(spec, args.images, args.model_bucket),
             },
         }
         k8s.apps.v1.Deployment(
@@ -365,14 +382,6 @@ class Gateway(pulumi.ComponentResource):
             self.url = pulumi.Output.from_input(
                 f"{web}://{contract.GATEWAY_NAME}.{spec.cluster.namespace}.svc.cluster.local"
             )
-
-
-def _redis_env(spec: FleetSpec) -> list[dict[str, Any]]:
-    """The quota Redis URL from the provisioned Redis' Secret (`infra.quota_redis`), if the program made one."""
-    if not provisions_redis(spec):
-        return []
-    ref = {"name": contract.QUOTA_REDIS_NAME, "key": contract.REDIS_URL_KEY}
-    return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
 
 
 def _lb_host(status: Any) -> str:

@@ -1,7 +1,8 @@
 """IAM: least-privilege roles. Service roles for EKS and its nodes, and IRSA roles bound to one ServiceAccount.
 
-Policy documents are pure functions of ARNs (`autoscaler_policy`, `model_read_policy`) so tests read them as
-JSON: the autoscaler may resize only the node groups it is given, engines may only read the model bucket.
+Policy documents are pure functions of ARNs (`autoscaler_policy`, `model_read_policy`, `tokenizer_read_policy`) so
+tests read them as JSON: the autoscaler may resize only the node groups it is given, engines may only read the model
+bucket, gateways only the manifests and tokenizer files in it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from fleet.protocol.model_manifest import MANIFEST_NAME
+from fleet.tokenizer import TOKENIZER_FILES
+
 __all__ = [
     "ServiceRole",
     "autoscaler_policy",
@@ -23,6 +27,7 @@ __all__ = [
     "model_read_policy",
     "nodegroup_name",
     "service_role",
+    "tokenizer_read_policy",
 ]
 
 _AWS_MANAGED = "arn:aws:iam::aws:policy/"
@@ -189,3 +194,13 @@ def model_read_policy(bucket_arn: str) -> str:
             {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{bucket_arn}/*"},
         ]
     )
+
+
+def tokenizer_read_policy(bucket_arn: str, prefix: str) -> str:
+    """Read the manifests and tokenizer files of the models under ``prefix`` (`fleet.protocol.model_manifest`'s
+    layout, ``<prefix>/<model id>/<revision>/...``; ``*`` matches across ``/``): what `gateway.tokenizer_store`
+    fetches, and no weights. No ``s3:ListBucket``: S3 then answers a missing manifest with 403, not 404, which the
+    gateway's message allows for."""
+    objects = [f"{bucket_arn}/{prefix}/*/{MANIFEST_NAME}"]
+    objects += [f"{bucket_arn}/{prefix}/*/files/{name}" for name in TOKENIZER_FILES]
+    return _document([{"Sid": "ReadTokenizers", "Effect": "Allow", "Action": "s3:GetObject", "Resource": objects}])

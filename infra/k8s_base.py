@@ -39,6 +39,8 @@ __all__ = [
     "control_plane_url",
     "engine_api_key_env",
     "http_probe",
+    "irsa_annotations",
+    "model_bucket_env",
     "pod_security_context",
     "pod_security_labels",
     "namespace_labels",
@@ -138,6 +140,18 @@ def engine_api_key_env() -> dict[str, Any]:
     return {"name": ENGINE_API_KEY_ENV, "value_from": {"secret_key_ref": ref}}
 
 
+def irsa_annotations(role_arn: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:
+    """A ServiceAccount's annotations binding it to an IRSA role (none without one): EKS's pod identity webhook then
+    gives its pods the role's credentials."""
+    return {} if role_arn is None else {"eks.amazonaws.com/role-arn": role_arn}
+
+
+def model_bucket_env(bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
+    """``$LLMFLEET_MODEL_BUCKET``, the stack's model bucket (none without one): engines fetch their model from it,
+    gateways their pools' tokenizers."""
+    return [] if bucket is None else [{"name": contract.MODEL_BUCKET_ENV, "value": bucket}]
+
+
 def http_probe(path: str, port: int, period: int, failures: int, scheme: str = "HTTP") -> dict[str, Any]:
     return {
         "http_get": {"path": path, "port": port, "scheme": scheme},
@@ -204,12 +218,13 @@ class FleetBase(pulumi.ComponentResource):
             string_data={contract.ENGINE_API_KEY_SECRET_KEY: pulumi.Output.secret(args.engine_api_key)},
             opts=child,
         )
-        annotations: dict[str, pulumi.Input[str]] = (
-            {} if args.engine_role_arn is None else {"eks.amazonaws.com/role-arn": args.engine_role_arn}
-        )
         k8s.core.v1.ServiceAccount(
             f"{name}-engine",
-            metadata={**meta, "name": contract.ENGINE_SERVICE_ACCOUNT, "annotations": annotations},
+            metadata={
+                **meta,
+                "name": contract.ENGINE_SERVICE_ACCOUNT,
+                "annotations": irsa_annotations(args.engine_role_arn),
+            },
             automount_service_account_token=False,
             opts=child,
         )

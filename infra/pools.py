@@ -62,6 +62,7 @@ from infra.k8s_base import (
     container_security_context,
     engine_api_key_env,
     http_probe,
+    model_bucket_env,
     pod_security_context,
     secret_checksum,
     sha256_text,
@@ -194,8 +195,7 @@ def _engine_env(model_bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
         *({"name": k, "value": v} for k, v in COMPILE_CACHE_ENV.items()),
         engine_api_key_env(),  # the agent hands it to vLLM as $VLLM_API_KEY
     ]
-    bucket = [] if model_bucket is None else [{"name": "LLMFLEET_MODEL_BUCKET", "value": model_bucket}]
-    return env + bucket
+    return env + model_bucket_env(model_bucket)
 
 
 def _agent_args(spec: FleetSpec, pool: PoolSpec) -> list[str]:

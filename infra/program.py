@@ -94,6 +94,7 @@ class _Cloud:
 
     provider: k8s.Provider
     engine_role_arn: pulumi.Input[str] | None = None
+    gateway_role_arn: pulumi.Input[str] | None = None  # reads the pools' tokenizers from the model bucket
     autoscaler_role_arn: pulumi.Input[str] | None = None
     model_bucket: pulumi.Input[str] | None = None
     repositories: dict[str, pulumi.Input[str]] | None = None  # image -> the stack's ECR repository URL (aws)
@@ -169,7 +170,10 @@ def _aws(spec: FleetSpec, inputs: FleetInputs, tags: dict[str, str], outputs: di
         ),
         opts=pulumi.ResourceOptions(depends_on=[cluster.cni_addon]),
     )
-    store = ModelStore("store", ModelStoreArgs(spec.environment, spec.cluster.namespace, cluster.oidc_provider, tags))
+    store_args = ModelStoreArgs(
+        spec.environment, spec.cluster.namespace, cluster.oidc_provider, tags, prefix=spec.model_store.prefix
+    )
+    store = ModelStore("store", store_args)
     cluster_name = contract.cluster_name(spec.environment)
     autoscaler = irsa_role(
         "autoscaler",
@@ -191,6 +195,7 @@ def _aws(spec: FleetSpec, inputs: FleetInputs, tags: dict[str, str], outputs: di
     cloud = _Cloud(
         provider,
         engine_role_arn=store.engine_role_arn,
+        gateway_role_arn=store.gateway_role_arn,
         autoscaler_role_arn=autoscaler.arn,
         model_bucket=store.bucket_name,
         nodegroup_names=dict(nodes.gpu_group_names),
@@ -301,6 +306,8 @@ def _fleet(spec: FleetSpec, inputs: FleetInputs, api_key: pulumi.Input[str], clo
             api_key,
             deployment_after=before_gateway,
             service_after=[base, *cloud.before_service],
+            model_bucket=cloud.model_bucket,
+            role_arn=cloud.gateway_role_arn,
         ),
         opts=after_base,
     )

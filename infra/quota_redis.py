@@ -33,6 +33,7 @@ __all__ = [
     "provisions_redis",
     "redis_config",
     "redis_pod_spec",
+    "redis_url_env",
 ]
 
 REDIS_IMAGE = "redis:7.2-alpine"
@@ -44,6 +45,14 @@ def provisions_redis(spec: FleetSpec) -> bool:
     """Whether the program provisions the quota Redis: Redis quotas on a cloud target and no ``redisUrl``."""
     gateway = spec.gateway
     return spec.target != "local" and gateway.quota_backend == "redis" and gateway.redis_url is None
+
+
+def redis_url_env(spec: FleetSpec) -> list[dict[str, Any]]:
+    """The gateway's ``$LLMFLEET_REDIS_URL`` from the provisioned Redis' Secret, if the program made one."""
+    if not provisions_redis(spec):
+        return []
+    ref = {"name": contract.QUOTA_REDIS_NAME, "key": contract.REDIS_URL_KEY}
+    return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
 
 
 def redis_config(password: str) -> str:

@@ -1,11 +1,12 @@
-"""Storage: the model store, an encrypted versioned private S3 bucket, and the engines' read-only IRSA role.
+"""Storage: the model store, an encrypted versioned private S3 bucket, and the IRSA roles that read it.
 
 Engines pull weights from the bucket into the node's NVMe cache; they can read it and nothing else
-(`infra.iam.model_read_policy`). Versioning keeps an overwritten model recoverable; all public access is
+(`infra.iam.model_read_policy`). Gateways fetch the tokenizers of the pools they route by ``kv-cache``; they can
+read only the manifests and tokenizer files under the stack's ``modelStore.prefix``
+(`infra.iam.tokenizer_read_policy`). Versioning keeps an overwritten model recoverable; all public access is
 blocked, a bucket policy denies every request not made over TLS, and objects are encrypted with KMS (bucket keys
-keep the KMS request cost flat). The bucket is
-``protect``ed: ``pulumi destroy`` stops at it instead of failing half-way on a non-empty bucket (docs/cloud.md,
-"Tearing down").
+keep the KMS request cost flat). The bucket is ``protect``ed: ``pulumi destroy`` stops at it instead of failing
+half-way on a non-empty bucket (docs/cloud.md, "Tearing down").
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from fleet.protocol import contract
-from infra.iam import irsa_role, model_read_policy
+from infra.iam import irsa_role, model_read_policy, tokenizer_read_policy
 
 __all__ = ["ModelStore", "ModelStoreArgs", "tls_only_policy"]
 
@@ -42,14 +43,16 @@ class ModelStoreArgs:
     namespace: str
     oidc_provider: aws.iam.OpenIdConnectProvider
     tags: dict[str, str] = field(default_factory=dict)
+    prefix: str = "models"  # the stack's modelStore.prefix: where the gateway role may read
 
 
 class ModelStore(pulumi.ComponentResource):
-    """The model bucket with versioning, KMS encryption, no public access; the engine role reading it."""
+    """The model bucket with versioning, KMS encryption, no public access; the engine and gateway roles reading it."""
 
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]
     engine_role_arn: pulumi.Output[str]
+    gateway_role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: ModelStoreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:infra:ModelStore", name, None, opts)
@@ -93,16 +96,33 @@ class ModelStore(pulumi.ComponentResource):
             # block and ownership with 409 OperationAborted (hashicorp/terraform-provider-aws#7628).
             opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access, ownership]),
         )
-        role = irsa_role(
+        engine, gateway = self._readers(name, args, bucket.arn)
+        self.bucket_name = bucket.bucket
+        self.bucket_arn = bucket.arn
+        self.engine_role_arn = engine.arn
+        self.gateway_role_arn = gateway.arn
+        self.register_outputs({"bucket": bucket.bucket, "engineRoleArn": engine.arn, "gatewayRoleArn": gateway.arn})
+
+    def _readers(
+        self, name: str, args: ModelStoreArgs, bucket_arn: pulumi.Output[str]
+    ) -> tuple[aws.iam.Role, aws.iam.Role]:
+        """The IRSA roles reading the bucket: the engines' (every object), the gateways' (manifests, tokenizers)."""
+        engine = irsa_role(
             f"{name}-engine",
             args.oidc_provider,
             args.namespace,
             contract.ENGINE_SERVICE_ACCOUNT,
-            bucket.arn.apply(model_read_policy),
+            bucket_arn.apply(model_read_policy),
             self,
-            tags,
+            args.tags,
         )
-        self.bucket_name = bucket.bucket
-        self.bucket_arn = bucket.arn
-        self.engine_role_arn = role.arn
-        self.register_outputs({"bucket": bucket.bucket, "engineRoleArn": role.arn})
+        gateway = irsa_role(
+            f"{name}-gateway",
+            args.oidc_provider,
+            args.namespace,
+            contract.GATEWAY_NAME,
+            bucket_arn.apply(lambda arn: tokenizer_read_policy(arn, args.prefix)),
+            self,
+            args.tags,
+        )
+        return engine, gateway

@@ -1,5 +1,6 @@
 """The model store's wiring in the resource graph: engine pods know the bucket and the cache, may read the bucket,
-and can write the node cache the agent fetches into."""
+and can write the node cache the agent fetches into; gateway pods know the bucket, may read only its manifests and
+tokenizer files, and cache those on a writable volume."""
 
 from __future__ import annotations
 
@@ -101,3 +102,60 @@ def test_a_stack_without_a_bucket_fetches_nothing_and_needs_no_init_container() 
     assert "initContainers" not in pod
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "emptyDir" in volumes["model-cache"]  # writable by any user
+
+
+def gateway_pod(run: OfflineRun) -> dict[str, Any]:
+    (deployment,) = [r for r in run.of_type(DEPLOYMENT) if r.props["metadata"]["name"] == contract.GATEWAY_NAME]
+    return dict(deployment.props["spec"]["template"]["spec"])
+
+
+def test_gateway_pods_are_told_the_bucket_and_cache_tokenizers_on_a_volume_of_their_own() -> None:
+    run = stack_run("prod")
+    pod = gateway_pod(run)
+    (gateway,) = pod["containers"]
+    env = env_of(gateway)
+    assert env["LLMFLEET_MODEL_BUCKET"] == bucket(run).props["bucket"]
+    assert env["LLMFLEET_TOKENIZER_CACHE"] == contract.TOKENIZER_CACHE_DIR
+    assert gateway["securityContext"]["readOnlyRootFilesystem"] is True  # so the cache needs a writable volume
+    (mount,) = [m for m in gateway["volumeMounts"] if m["mountPath"] == contract.TOKENIZER_CACHE_DIR]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mount["name"]]
+
+
+def test_the_gateway_role_reads_only_manifests_and_tokenizer_files_under_the_models_prefix() -> None:
+    run = stack_run("prod")
+    (account,) = [
+        r
+        for r in run.of_type("kubernetes:core/v1:ServiceAccount")
+        if r.props["metadata"]["name"] == contract.GATEWAY_NAME
+    ]
+    assert gateway_pod(run)["serviceAccountName"] == contract.GATEWAY_NAME
+    role_arn = account.props["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    (role,) = [r for r in run.of_type("aws:iam/role:Role") if r.props["arn"] == role_arn]
+    (trust,) = json.loads(role.props["assumeRolePolicy"])["Statement"]
+    subjects = {v for k, v in trust["Condition"]["StringEquals"].items() if k.endswith(":sub")}
+    assert subjects == {f"system:serviceaccount:llmfleet:{contract.GATEWAY_NAME}"}
+    (policy,) = [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == role.name]
+    (statement,) = json.loads(policy.props["policy"])["Statement"]
+    arn = bucket(run).props["arn"]
+    assert (statement["Effect"], statement["Action"]) == ("Allow", "s3:GetObject")
+    assert sorted(statement["Resource"]) == [
+        f"{arn}/models/*/files/chat_template.jinja",
+        f"{arn}/models/*/files/tokenizer.json",
+        f"{arn}/models/*/files/tokenizer_config.json",
+        f"{arn}/models/*/manifest.json",
+    ]
+
+
+def test_a_stack_without_a_bucket_gives_its_gateways_no_bucket_and_no_role() -> None:
+    run = stack_run("dev")
+    pod = gateway_pod(run)
+    (gateway,) = pod["containers"]
+    assert not {"LLMFLEET_MODEL_BUCKET", "LLMFLEET_TOKENIZER_CACHE"} & set(env_of(gateway))
+    assert contract.TOKENIZER_CACHE_DIR not in {m["mountPath"] for m in gateway["volumeMounts"]}
+    (account,) = [
+        r
+        for r in run.of_type("kubernetes:core/v1:ServiceAccount")
+        if r.props["metadata"]["name"] == contract.GATEWAY_NAME
+    ]
+    assert not account.props["metadata"].get("annotations")
