@@ -92,8 +92,12 @@ class EngineSpec(Spec):
     """A folder holding the model's tokenizer (`tokenizer.json`, and the chat template in `chat_template.jinja` or
     `tokenizer_config.json`): the engine's `--tokenizer`, and what gateways tokenize prompts with for the
     `kv-cache` scorer, so both count the same tokens. A relative path is from the directory the engine and gateway
-    run in (the repository root locally). Unset: the engine reads the tokenizer with the model, and `kv-cache`
-    scores nothing for the pool."""
+    run in (the repository root locally). Unset: the engine reads the tokenizer with the model. Then on aws a gateway
+    that routes the pool by `kv-cache` (with `kvEvents`) fetches the model's own tokenizer files, as the manifest of
+    `model` at `modelRevision` lists them, from the stack's model bucket when it starts, and checks their sha256. If
+    it cannot (not pushed, no `tokenizer.json`, a checksum mismatch, the bucket unreachable) it logs why, starts
+    anyway and exports `llmfleet_gateway_prompt_tokens_available{pool}` 0: `kv-cache` then scores nothing for the
+    pool, as on the other targets."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
 
