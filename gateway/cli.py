@@ -179,7 +179,9 @@ def _store_tokenizers(args: argparse.Namespace, spec: FleetSpec) -> dict[str, Mo
     """The pools' tokenizers from the model bucket, when there is one (blocking: before the event loop starts)."""
     if not args.model_bucket or args.model_bucket.lower() == "none":
         return {}
-    return store_tokenizers(spec, TokenizerSource(args.model_bucket, spec.model_store.prefix, args.tokenizer_cache))
+    region = spec.region if spec.target == "aws" else None
+    source = TokenizerSource(args.model_bucket, spec.model_store.prefix, args.tokenizer_cache, region)
+    return store_tokenizers(spec, source)
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:

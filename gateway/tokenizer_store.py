@@ -70,6 +70,7 @@ class TokenizerSource:
     bucket: str
     prefix: str
     cache_dir: Path
+    region: str | None = None  # None: boto3's own default (AWS_REGION in a pod with an IRSA role)
 
 
 def wanted(spec: FleetSpec) -> list[PoolSpec]:
@@ -195,39 +196,45 @@ def store_tokenizers(spec: FleetSpec, source: TokenizerSource, client: Any = Non
     pools = wanted(spec)
     if not pools:
         return {}
-    store = TokenizerStore(_s3_client() if client is None else client, source)
+    store = TokenizerStore(_s3_client(source.region) if client is None else client, source)
     return fetch_all(store, pools)
 
 
 def fetch_all(store: TokenizerStore, pools: Iterable[PoolSpec]) -> dict[str, ModelTokenizer]:
     """Each pool's tokenizer, fetched once per model revision; once the bucket is unreachable nothing more is tried."""
-    loaded: dict[tuple[str, str], ModelTokenizer | Exception] = {}
+    loaded: dict[tuple[str, str], ModelTokenizer | TokenizerStoreError | TokenizerError] = {}
     unreachable: StoreUnreachable | None = None
     out: dict[str, ModelTokenizer] = {}
     for pool in pools:
         which = (pool.model, pool.model_revision)
         if which not in loaded:
-            try:
-                if unreachable is not None:
-                    raise unreachable
-                loaded[which] = load_tokenizer(store.fetch(*which))
-            except StoreUnreachable as exc:
-                loaded[which] = unreachable = exc
-            except (TokenizerStoreError, TokenizerError) as exc:
-                loaded[which] = exc
+            outcome = unreachable or _load(store, *which)
+            if isinstance(outcome, StoreUnreachable):
+                unreachable = outcome
+            loaded[which] = outcome
         got = loaded[which]
         if isinstance(got, ModelTokenizer):
             out[pool.name] = got
-            log.info("pool %s: the tokenizer of %s revision %s, from the model store", pool.name, *which)
+            log.info(
+                "pool %s: the tokenizer of %s revision %s from %s", pool.name, *which, store.url(store.source.prefix)
+            )
         else:
             log.warning("pool %s: no prompt tokens, so kv-cache scores nothing for it: %s", pool.name, got)
     return out
 
 
-def _s3_client() -> Any:
+def _load(store: TokenizerStore, model: str, revision: str) -> ModelTokenizer | TokenizerStoreError | TokenizerError:
+    """The revision's tokenizer, or why there is none."""
+    try:
+        return load_tokenizer(store.fetch(model, revision))
+    except (TokenizerStoreError, TokenizerError) as exc:
+        return exc
+
+
+def _s3_client(region: str | None) -> Any:
     import boto3  # only a gateway with a pool to fetch for pays for the import
     from botocore.config import Config
 
     # Short timeouts and few attempts: the fetch runs before the gateway listens, within its startup probe.
     config = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 3})
-    return boto3.client("s3", config=config)
+    return boto3.client("s3", region_name=region, config=config)
