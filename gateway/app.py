@@ -39,6 +39,7 @@ from gateway.admission import Admission
 from gateway.alias_sync import AliasSync
 from gateway.auth import KeyRing
 from gateway.call import REQUEST_ID, authorization, request_id_for
+from gateway.drain import DRAIN
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import GatewayError
 from gateway.kv_events import KvEventFeed
@@ -331,10 +332,14 @@ async def _refused(request: web.Request) -> web.StreamResponse:
 
 
 async def _readyz(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[_MAIN][GATEWAY]
+    main = request.app[_MAIN]
+    gateway = main[GATEWAY]
     pools = {name: gateway.endpoints.routable(name) for name in gateway.endpoints.pools}
-    ready = gateway.refresher.rounds > 0
-    return web.json_response({"ready": ready, "routable_replicas": pools}, status=200 if ready else 503)
+    drain = main.get(DRAIN)
+    draining = drain is not None and drain.started
+    ready = gateway.refresher.rounds > 0 and not draining
+    body = {"ready": ready, "draining": draining, "routable_replicas": pools}
+    return web.json_response(body, status=200 if ready else 503)
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:

@@ -14,9 +14,11 @@ The local stack's demo tenant key ``sk-llmfleet-demo`` is in its stack file as a
 
 On start it prints two lines to stdout: ``llmfleet gateway admin (readiness, metrics) on http://HOST:PORT`` (the
 admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gateway listening on http://HOST:PORT``
-(the public one: the OpenAI API and /healthz). SIGTERM or SIGINT
-stops accepting, lets in-flight requests finish (up to --shutdown-timeout, which the Pulumi program sets from
-``gateway.drain``) and exits 0.
+(the public one: the OpenAI API and /healthz). SIGTERM or SIGINT drains (`gateway.drain`): readiness falls and
+every response says ``Connection: close``; with ``--drain-propagation S`` (the Pulumi program sets
+``gateway.drain.propagationSeconds``) it keeps listening S seconds while load balancers notice and lets idle
+keep-alive connections be used or time out; then it stops accepting, lets in-flight requests finish (up to
+--shutdown-timeout, the rest of ``gateway.drain``'s grace) and exits 0.
 
 With a model bucket (``--model-bucket``, default ``$LLMFLEET_MODEL_BUCKET``, which gateway pods get from the stack)
 the gateway fetches, before it listens, the tokenizer of each pool routed by ``kv-cache`` whose engine publishes KV
@@ -53,6 +55,7 @@ from fleet.spec.stack import FleetSpec
 from fleet.tokenizer import ModelTokenizer
 from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, KeyHashesFile, keys_from_secret
+from gateway.drain import Drain
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
 from gateway.tokenizer_store import TokenizerSource, store_tokenizers
@@ -102,6 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-access-log", action="store_true", help="do not write JSON access log lines")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--drain-propagation",
+        type=float,
+        default=0.0,
+        help="seconds to keep listening after SIGTERM, with readiness down, while load balancers notice (default 0)",
+    )
     parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: PEM certificate chain")
     parser.add_argument("--tls-key", type=Path, default=None, help="serve HTTPS: PEM private key of --tls-cert")
     parser.add_argument(
@@ -211,20 +220,24 @@ async def _serve(
     settings: GatewaySettings,
     host: str,
     ports: tuple[int, int],
-    shutdown_timeout: float,
+    drain: tuple[float, float],
     tls: ssl.SSLContext | None,
     tracer_provider: TracerProvider | None = None,
 ) -> None:
-    """Serve the public application on ``ports[0]`` and the admin one on ``ports[1]`` until SIGTERM/SIGINT."""
+    """Serve the public application on ``ports[0]`` and the admin one on ``ports[1]`` until SIGTERM/SIGINT, then
+    drain it (`gateway.drain`); ``drain``: the propagation delay and the shutdown timeout, seconds."""
     app = create_app(settings, tracer_provider=tracer_provider)
+    keepalive_s = settings.spec.gateway.timeouts.header_read_s
+    draining = Drain(propagation_s=drain[0], keepalive_s=keepalive_s)
+    draining.install(app)
     # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
     # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=shutdown_timeout,
-        keepalive_timeout=settings.spec.gateway.timeouts.header_read_s,
+        shutdown_timeout=drain[1],
+        keepalive_timeout=keepalive_s,
     )
     await runner.setup()
     admin = web.AppRunner(create_admin_app(app), access_log=None, shutdown_timeout=1.0)
@@ -242,7 +255,7 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()  # the admin listener answers until the public one has drained
+    await draining.run(runner)  # the admin listener answers (readiness down) until the public one has drained
     await admin.cleanup()
     if tracer_provider is not None:  # sends the spans still batched (a blocking HTTP call)
         await asyncio.to_thread(tracer_provider.shutdown)
@@ -270,7 +283,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet gateway: the admin port must differ from the public port {port}", file=sys.stderr)
         return 2
     host = args.host or ("127.0.0.1" if settings.spec.target == "local" else "0.0.0.0")
-    _run_loop(args.loop, _serve(settings, host, (port, admin_port), args.shutdown_timeout, tls, tracer_provider))
+    if args.drain_propagation < 0:
+        print(f"llmfleet gateway: --drain-propagation {args.drain_propagation}: give 0 or more", file=sys.stderr)
+        return 2
+    drain = (args.drain_propagation, args.shutdown_timeout)
+    _run_loop(args.loop, _serve(settings, host, (port, admin_port), drain, tls, tracer_provider))
     return 0
 
 

@@ -1,0 +1,89 @@
+"""A gateway told to stop while clients keep their connections: no client sees an error.
+
+Two gateway processes behind a TCP balancer that sends new connections to the ready ones (as an NLB does), and
+16 clients (the real ``openai`` client, retries off, so a reset would surface) sending request after request,
+without pause, over their keep-alive connections. SIGTERM to one gateway: it fails readiness, answers
+``Connection: close``, keeps listening while the balancer notices, and exits once its requests are done; every
+client's next request goes to the other gateway over a new connection. Without the propagation delay (or with
+aiohttp's plain stop) some clients get "Server disconnected without sending a response".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import openai
+
+from tests.gateway.conftest import admin_url
+from tests.support.balancer import Backend, Balancer
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, MODEL, write_stack
+from tests.support.wait import async_wait_for
+
+CLIENTS = 16
+PROPAGATION_S = 1.5
+
+
+class Clients:
+    """``CLIENTS`` clients, each with its own connection pool, each sending one chat request after another."""
+
+    def __init__(self, base_url: str) -> None:
+        self.clients = [
+            openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=KEYS["gold"], max_retries=0, timeout=20.0)
+            for _ in range(CLIENTS)
+        ]
+        self.done = [0] * CLIENTS
+        self.errors: list[str] = []
+        self.stop = asyncio.Event()
+
+    async def _loop(self, i: int) -> None:
+        while not self.stop.is_set():
+            try:
+                await self.clients[i].chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": f"client {i}"}], max_tokens=4
+                )
+                self.done[i] += 1
+            except openai.APIError as exc:
+                self.errors.append(f"client {i} after {self.done[i]}: {exc!r} caused by {exc.__cause__!r}")
+
+    def each_done_more_than(self, counts: list[int]) -> bool:
+        return all(done > seen + 1 for done, seen in zip(self.done, counts, strict=True))
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._loop(i) for i in range(CLIENTS)))
+        for client in self.clients:
+            await client.close()
+
+
+async def test_a_stopping_gateway_hands_every_kept_alive_client_to_the_other_without_an_error(
+    shared_sim: Proc, gateway_procs: Callable[..., Proc], tmp_path: Path
+) -> None:
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
+    propagation = ("--drain-propagation", str(PROPAGATION_S))
+    gateways = [gateway_procs(stack, [shared_sim.url], *propagation) for _ in range(2)]
+    backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
+    balancer = await Balancer(backends).start()
+    clients = Clients(balancer.url)
+    running = asyncio.create_task(clients.run())
+    try:
+        await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
+        await async_wait_for(
+            lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
+        )
+        stopping = gateways[0]
+        stopping.send(signal.SIGTERM)
+        rc = await asyncio.to_thread(stopping.wait, 30.0)
+        after_exit = list(clients.done)
+        await async_wait_for(lambda: clients.each_done_more_than(after_exit), timeout_s=30.0, what="served after exit")
+    finally:
+        clients.stop.set()
+        await running
+        await balancer.close()
+    assert rc == 0, stopping.tail()
+    assert clients.errors == [], clients.errors[:5]
+    assert backends[0].seen_unready, "readiness never fell during the drain"
+    assert "draining" in stopping.text()
+    assert backends[1].connections >= CLIENTS, "the clients did not move to the other gateway"
