@@ -7,9 +7,12 @@ keeping all but one replica up during node drains.
 
 Idle timeout: a plain TCP listener's is set a minute above the request timeout; a TLS listener's is fixed at
 350 s (the controller skips listener attributes on TLS), so validation keeps the request timeout below it
-(`fleet.spec.validate_timing`). Shutdown on aws: the preStop sleep (``drain.propagationSeconds``, at least 120 s)
-outlasts the NLB's deregistration, whose delay attribute is set to that sleep; the fleet namespace is labelled
-for the controller's readiness gates, so a rollout waits for new pods to be healthy targets.
+(`fleet.spec.validate_timing`). Shutdown: the gateway drains itself on SIGTERM (`gateway.drain`,
+``--drain-propagation``: ``drain.propagationSeconds``, at least 120 s on aws): readiness down and ``Connection:
+close`` at once, listening until the NLB's deregistration is over (its delay attribute is set to the propagation),
+then in-flight requests finish; no preStop hook, so the gateway knows from the first second that it is leaving;
+the fleet namespace is labelled for the controller's readiness gates, so a rollout waits for new pods to be
+healthy targets.
 
 Rollouts on change: the pod template carries sha256 checksums of what a gateway reads at start (the rendered
 stack file, the tenant key hashes, the engines' API key), so `pulumi up` rolls the gateways when any changes.
@@ -69,7 +72,7 @@ __all__ = [
     "gateway_service_annotations",
     "load_balanced",
     "nlb_idle_timeout_s",
-    "prestop_seconds",
+    "propagation_seconds",
     "tls_termination",
 ]
 
@@ -106,8 +109,8 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
     ``type: external`` hands the Service to the controller (the in-tree provider ignores it); pod-IP targets
     skip the NodePort hop; the scheme follows ``gateway.public``. A TCP listener's idle timeout is set above the
     request timeout; a TLS listener takes no attribute (its 350 s is fixed and the controller would skip it).
-    The target group's deregistration delay is the preStop sleep: the NLB has stopped routing to a pod by the
-    time it stops listening.
+    The target group's deregistration delay is the gateway's drain propagation: the NLB has stopped routing to a
+    pod by the time it stops listening.
     """
     annotations = {
         contract.ANN_REQUEST_TIMEOUT: str(math.ceil(spec.gateway.timeouts.total_s)),
@@ -126,7 +129,7 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
         annotations[f"{_LB}-listener-attributes.{protocol}-{port}"] = (
             f"tcp.idle_timeout.seconds={nlb_idle_timeout_s(spec)}"
         )
-    annotations[f"{_LB}-target-group-attributes"] = f"{LB_DEREGISTRATION_DELAY}={prestop_seconds(spec)}"
+    annotations[f"{_LB}-target-group-attributes"] = f"{LB_DEREGISTRATION_DELAY}={propagation_seconds(spec)}"
     if spec.gateway.tls.certificate_arn is not None:
         annotations |= {
             f"{_LB}-ssl-cert": spec.gateway.tls.certificate_arn,
@@ -136,8 +139,9 @@ def gateway_service_annotations(spec: FleetSpec) -> dict[str, str]:
     return annotations
 
 
-def prestop_seconds(spec: FleetSpec) -> int:
-    """The gateway's preStop sleep: ``drain.propagationSeconds``, whole seconds."""
+def propagation_seconds(spec: FleetSpec) -> int:
+    """How long a stopping gateway keeps listening (``--drain-propagation``): ``drain.propagationSeconds``, whole
+    seconds."""
     return math.ceil(spec.gateway.drain.propagation_seconds)
 
 
@@ -223,6 +227,8 @@ def _gateway_container(
             str(gw.admin_port),
             "--shutdown-timeout",
             str(gw.drain.shutdown_timeout),
+            "--drain-propagation",
+            str(propagation_seconds(spec)),
             *tls_args,
         ],
         # The admin port (/readyz, /metrics) is no Service's: kubelet and Prometheus reach the pod.
@@ -234,9 +240,6 @@ def _gateway_container(
         "startup_probe": http_probe("/healthz", gw.port, 2, 30, scheme),
         "readiness_probe": http_probe("/readyz", gw.admin_port, 5, 2),
         "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
-        # The pod left the Service's endpoints when it started terminating: the load balancer
-        # deregisters it meanwhile, then SIGTERM stops the listener and in-flight requests finish.
-        "lifecycle": {"pre_stop": {"sleep": {"seconds": prestop_seconds(spec)}}},
         "volume_mounts": mounts,
         "security_context": container_security_context(read_only_root=True),
         "env": [*redis_url_env(spec), *token_env(), engine_api_key_env(), *model_bucket_env(model_bucket), *store],
@@ -252,7 +255,7 @@ def gateway_pod_spec(
     container, volumes = _gateway_container(spec, images, model_bucket)
     pod: dict[str, Any] = {
         "service_account_name": contract.GATEWAY_NAME,
-        "termination_grace_period_seconds": spec.gateway.drain.grace_seconds,  # = preStop + shutdown + margin
+        "termination_grace_period_seconds": spec.gateway.drain.grace_seconds,  # = propagation + shutdown + margin
         "security_context": pod_security_context(),
         "containers": [container],
         "volumes": volumes,

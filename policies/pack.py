@@ -39,7 +39,7 @@ from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
 from policies.timing import (
     engine_grace_covers_longest_request,
-    gateway_prestop_covers_deregistration,
+    gateway_drain_covers_deregistration,
     request_timeout_fits_listener,
 )
 from policies.tls import public_listener_tls
@@ -80,6 +80,6 @@ POLICIES: list[Policy] = [
     custom_resources_after_crds,
     slow_starts_awaited,
     request_timeout_fits_listener,
-    gateway_prestop_covers_deregistration,
+    gateway_drain_covers_deregistration,
     engine_grace_covers_longest_request,
 ]

@@ -4,7 +4,8 @@
   seconds``) plus a 10 s margin fits the idle timeout of its NLB listener: 350 s on a TLS listener (fixed by AWS),
   else the ``tcp.idle_timeout.seconds`` listener attribute (350 s when unset). Else a non-streamed response is
   cut while it is still being generated.
-* ``gateway-prestop-covers-deregistration``: a pod behind an NLB target group keeps listening (preStop) at least
+* ``gateway-drain-covers-deregistration``: a pod behind an NLB target group keeps listening (its preStop sleep plus
+  the gateway's own ``--drain-propagation``) at least
   as long as the NLB keeps sending it new connections: about 120 s whatever the delay
   (kubernetes-sigs/aws-load-balancer-controller#2366), and the group's deregistration delay (300 s by default);
   its termination grace then leaves the request timeout for in-flight requests.
@@ -48,7 +49,7 @@ from policies.common import (
 
 __all__ = [
     "engine_grace_covers_longest_request",
-    "gateway_prestop_covers_deregistration",
+    "gateway_drain_covers_deregistration",
     "listener_idle_timeouts",
     "request_timeout_fits_listener",
 ]
@@ -124,9 +125,17 @@ def _deregistration_delay(service: PolicyResource) -> float:
     return as_float(attributes.get(LB_DEREGISTRATION_DELAY), float(NLB_DEFAULT_DEREGISTRATION_DELAY_S)) or 0.0
 
 
-def gateway_prestop_covers_deregistration_validator(
-    args: StackValidationArgs, report_violation: ReportViolation
-) -> None:
+def listening_seconds(container: Mapping[str, Any]) -> float:
+    """Seconds a stopping container keeps listening: its preStop sleep, then the gateway's ``--drain-propagation``
+    (`gateway.drain`: it keeps serving that long after SIGTERM)."""
+    args = [str(a) for a in sequence(container.get("args"))]
+    propagation = 0.0
+    if "--drain-propagation" in args[:-1]:
+        propagation = as_float(args[args.index("--drain-propagation") + 1]) or 0.0
+    return pre_stop_seconds(container) + propagation
+
+
+def gateway_drain_covers_deregistration_validator(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     services = [r for r in args.resources if r.resource_type == SERVICE and _behind_nlb(r)]
     deployments = [r for r in args.resources if r.resource_type == DEPLOYMENT]
     for service in services:
@@ -135,21 +144,22 @@ def gateway_prestop_covers_deregistration_validator(
         for deployment in (d for d in deployments if _selects(service, d)):
             grace = as_float(pod_spec(deployment.props).get("terminationGracePeriodSeconds"), 30.0) or 0.0
             for container in containers(deployment.props):
-                pre_stop = pre_stop_seconds(container)
-                if pre_stop < needed:
+                listening = listening_seconds(container)
+                if listening < needed:
                     report_violation(
                         f"Deployment {_name(deployment)!r} (container {container.get('name')!r}) stops listening "
-                        f"after a {pre_stop:g} s preStop, but its NLB target group keeps sending it new connections "
+                        f"{listening:g} s after it is told to stop (preStop sleep + --drain-propagation), but its "
+                        "NLB target group keeps sending it new connections "
                         f"for about {needed:g} s (at least {NLB_DEREGISTRATION_S} s whatever the deregistration "
                         "delay, and the delay itself). Risk: every rollout and scale-in resets clients' new "
                         "connections.",
                         deployment.urn,
                     )
-                elif grace < pre_stop + requests + DRAIN_MARGIN_S:
+                elif grace < listening + requests + DRAIN_MARGIN_S:
                     report_violation(
-                        f"Deployment {_name(deployment)!r} has terminationGracePeriodSeconds {grace:g} < preStop "
-                        f"{pre_stop:g} s + request timeout {requests:g} s + {DRAIN_MARGIN_S:g} s. Risk: requests "
-                        "accepted just before the preStop ends are killed before they can finish.",
+                        f"Deployment {_name(deployment)!r} has terminationGracePeriodSeconds {grace:g} < listening "
+                        f"{listening:g} s + request timeout {requests:g} s + {DRAIN_MARGIN_S:g} s. Risk: requests "
+                        "accepted just before it stops listening are killed before they can finish.",
                         deployment.urn,
                     )
 
@@ -191,13 +201,13 @@ request_timeout_fits_listener = StackValidationPolicy(
     validate=request_timeout_fits_listener_validator,
 )
 
-gateway_prestop_covers_deregistration = StackValidationPolicy(
-    name="gateway-prestop-covers-deregistration",
+gateway_drain_covers_deregistration = StackValidationPolicy(
+    name="gateway-drain-covers-deregistration",
     description=(
         "Pods behind an NLB keep listening through the target group's deregistration (>= 120 s and its delay), "
         "and their grace leaves the request timeout after it."
     ),
-    validate=gateway_prestop_covers_deregistration_validator,
+    validate=gateway_drain_covers_deregistration_validator,
 )
 
 engine_grace_covers_longest_request = StackValidationPolicy(

@@ -51,9 +51,10 @@ def test_the_gateway_keeps_listening_through_the_nlbs_deregistration(prod: Offli
     assert _annotations(prod)[f"{LB}-target-group-attributes"] == "deregistration_delay.timeout_seconds=120"
     pod = _gateway(prod, "kubernetes:apps/v1:Deployment").props["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
-    assert pre_stop >= NLB_DEREGISTRATION_S
-    assert pod["terminationGracePeriodSeconds"] >= pre_stop + 330 + 5
+    assert "lifecycle" not in container  # the gateway drains itself on SIGTERM: no preStop sleep to add to it
+    propagation = int(container["args"][container["args"].index("--drain-propagation") + 1])
+    assert propagation >= NLB_DEREGISTRATION_S
+    assert pod["terminationGracePeriodSeconds"] >= propagation + 330 + 5
     assert "--shutdown-timeout" in container["args"]
     shutdown = int(container["args"][container["args"].index("--shutdown-timeout") + 1])
     assert shutdown >= 330

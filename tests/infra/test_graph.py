@@ -243,6 +243,8 @@ def test_prod_gateway_is_an_nlb_with_hpa_pdb_and_zone_spread(prod: OfflineRun, p
         str(prod_spec.gateway.admin_port),
         "--shutdown-timeout",
         str(prod_spec.gateway.drain.shutdown_timeout),
+        "--drain-propagation",
+        "120",
     ]
     assert any(p.props["metadata"]["name"] == contract.GATEWAY_NAME for p in prod.of_type(PDB))
 

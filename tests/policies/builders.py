@@ -168,9 +168,11 @@ def gateway_service(
     )
 
 
-def gateway_deployment(pre_stop: int = 120, grace: int = 725) -> Res:
-    """The gateway's Deployment: a preStop sleep and a termination grace."""
-    container = {"name": "gateway", "lifecycle": {"preStop": {"sleep": {"seconds": float(pre_stop)}}}}
+def gateway_deployment(pre_stop: int = 0, grace: int = 725, propagation: int = 120) -> Res:
+    """The gateway's Deployment: a preStop sleep (none: 0), its ``--drain-propagation`` and a termination grace."""
+    container: dict[str, Any] = {"name": "gateway", "args": ["gateway", "--drain-propagation", str(propagation)]}
+    if pre_stop:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": float(pre_stop)}}}
     props = {
         "metadata": {"name": contract.GATEWAY_NAME, "namespace": "llmfleet", "labels": GATEWAY_LABELS},
         "spec": {

@@ -75,6 +75,14 @@ def _set_engine(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _set_arg(flag: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(props: dict[str, Any]) -> None:
+        args = props["spec"]["template"]["spec"]["containers"][0]["args"]
+        args[args.index(flag) + 1] = value
+
+    return change
+
+
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -218,9 +226,9 @@ BY_PROGRAM_EDIT: dict[str, tuple[str, Callable[[Graph], Graph]]] = {
         "infra/gateway_tier.py lets a request run 600 s behind the NLB's TLS listener",
         _edit(SERVICE, lambda p: p["metadata"]["annotations"].update({contract.ANN_REQUEST_TIMEOUT: "600"}), GATEWAY),
     ),
-    "gateway-prestop-covers-deregistration": (
-        "infra/gateway_tier.py sleeps 10 s in the gateway's preStop",
-        _edit(DEPLOYMENT, _set_engine("lifecycle", {"preStop": {"sleep": {"seconds": 10}}}), GATEWAY),
+    "gateway-drain-covers-deregistration": (
+        "infra/gateway_tier.py lets the gateway keep listening 10 s after SIGTERM",
+        _edit(DEPLOYMENT, _set_arg("--drain-propagation", "10"), GATEWAY),
     ),
     "engine-grace-covers-longest-request": (
         "infra/pools.py gives in-flight requests 105 s (the old 120 s grace) while the gateway allows 330 s",

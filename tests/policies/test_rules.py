@@ -96,9 +96,14 @@ CASES: dict[str, tuple[Case, Case]] = {
         # 600 s behind the fixed 350 s of a TLS listener, and behind a TCP listener's default 350 s.
         lambda: [gateway_service(600, tls=True), gateway_service(600, tls=False)],
     ),
-    "gateway-prestop-covers-deregistration": (
-        lambda: [gateway_service(330, delay=120), gateway_deployment(pre_stop=120, grace=455)],
-        lambda: [gateway_service(330, delay=120), gateway_deployment(pre_stop=10, grace=615)],
+    "gateway-drain-covers-deregistration": (
+        lambda: [
+            gateway_service(330, delay=120),
+            gateway_deployment(propagation=120, grace=455),
+            gateway_deployment(pre_stop=60, propagation=60, grace=455),
+        ],
+        # Listening 10 s after SIGTERM while the NLB keeps sending new connections for 120 s.
+        lambda: [gateway_service(330, delay=120), gateway_deployment(propagation=10, grace=615)],
     ),
     "engine-grace-covers-longest-request": (
         lambda: [
