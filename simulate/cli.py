@@ -18,7 +18,9 @@ KV events reach the ``kv-cache`` scorer of ``p2c+kv`` (`simulate.kvfeed`).
 ``--frontier`` also runs every fixed size (``--sizes`` to choose them) and prints the frontier
 (`simulate.frontier`) and where each row sits against it and against the oracle. ``--plot P`` writes the replay
 over time to P and, with ``--frontier``, the frontier with each scaler's point to P with ``-frontier`` added to
-its name. A simulation prints, it never asserts; it exits 2 on a bad trace or option.
+its name. ``--week`` replays the trace once for each day of a week with engines as old as they would be at
+``--week-hour`` that day, losing ``--degradation-per-72h`` of their speed per 72 h up, with and without the pool's
+restart windows (`simulate.week`). A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from simulate.frontier import compare, frontier_configs, frontier_table, parse_s
 from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_all
 from simulate.report import ORACLE_ROUTING, Row, miss_split, oracle_shares, row, table, write_frontier_plot, write_plot
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
+from simulate.week import week_report
 
 __all__ = ["add_arguments", "configs_for", "run"]
 
@@ -70,6 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed", default=None, help="fixed pools of these sizes (A..B or a,b,c) as the scaling")
     parser.add_argument(
         "--kv-delay-ms", type=float, default=50.0, help="KV events reach p2c+kv's index this much later (default 50)"
+    )
+    parser.add_argument(
+        "--week",
+        action="store_true",
+        help="replay the trace on each day of a week, engines ageing, with and "
+        "without the pool's restart windows (simulate/week.py)",
+    )
+    parser.add_argument("--week-hour", type=float, default=14.0, help="--week: the hour of day replayed (14)")
+    parser.add_argument(
+        "--degradation-per-72h", type=float, default=0.2, help="--week: speed lost per 72 h of uptime (0.2)"
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
@@ -149,6 +162,8 @@ def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[in
     sizes = parse_sizes(prepared.pool, args.sizes) if args.frontier else []
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: give 1 or more processes")
+    if args.week and not (0.0 <= args.week_hour < 24.0 and 0.0 <= args.degradation_per_72h <= 0.9):
+        raise ValueError("--week-hour: give 0 to 24 (not 24); --degradation-per-72h: give 0 to 0.9")
     if args.kv_delay_ms < 0:
         raise ValueError(f"--kv-delay-ms {args.kv_delay_ms:g}: give 0 or more")
     routings = [r for r in (args.routing or "").split(",") if r]
@@ -178,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet simulate: {exc}", file=sys.stderr)
         return 2
     print(_header(args, prepared, replayed), flush=True)
+    if args.week:
+        print(week_report(prepared, own, args.week_hour, args.degradation_per_72h, args.seed, args.jobs))
+        print(f"wall: {time.perf_counter() - started:.0f}s")
+        return 0
     results = run_all(prepared, [*configs, *frontier_configs(own.routing, sizes)], args.seed, args.jobs)
     rows = [row(r, prepared) for r in results]
     rows[: len(configs)] = oracle_shares(rows[: len(configs)])

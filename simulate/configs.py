@@ -50,6 +50,7 @@ class Config:
     scaling: str
     replicas: int | None = None  # ``fixed`` only: this many replicas instead of the plan's
     kv_delay_s: float = KV_EVENT_DELAY_S  # ``p2c+kv``: KV events reach the gateway's index this much later
+    age_s: float = 0.0  # how long the replicas ready at the start have been up (`simulate.week`)
 
     @property
     def name(self) -> str:

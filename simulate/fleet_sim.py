@@ -89,12 +89,14 @@ class FleetSim:
         decode_runs: bool = True,
         gpus: GpuLedger | None = None,
         kv_delay_s: float = KV_EVENT_DELAY_S,
+        initial_age_s: float = 0.0,
     ) -> None:
         self.gpus = gpus  # GPUs shared with other pools (`simulate.shared`): they bill, and say how fast one starts
         self.floor_rids = floor_rids
         self.run_steps = RUN_STEPS if decode_runs else 0  # 0: every step is its own event (the same results)
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
+        self.initial_age_s = initial_age_s  # the replicas ready at t=0 have been up this long (engines age)
         self.interval_s = spec.autoscaling.interval_s
         self.kv_feed = KvFeed.for_router(router, kv_delay_s)  # None: no kv-cache scorer, the engines record nothing
         self.engine_config = replica_config(spec, pool, kv_events=self.kv_feed is not None)
@@ -126,9 +128,10 @@ class FleetSim:
     def push(self, t: float, kind: str, payload: Any = None) -> None:
         heapq.heappush(self.events, (t, next(self.seq), kind, payload))
 
-    def launch(self, now: float, ready: bool = False) -> None:
+    def launch(self, now: float, ready: bool = False, age_s: float = 0.0) -> None:
         name = f"{self.pool.name}-{next(self.names)}"
-        replica = Replica(name, build_replica_scheduler(self.engine_config, started_at=now), launched_at=now)
+        scheduler = build_replica_scheduler(self.engine_config, started_at=now - age_s)
+        replica = Replica(name, scheduler, launched_at=now)
         if ready:
             replica.state = ReplicaState.READY
         else:  # the ledger counts the GPUs held before this one
@@ -151,8 +154,9 @@ class FleetSim:
         """The replicas ready at t=0, every arrival and the first scrape and tick, queued."""
         self.started = time.perf_counter()
         self.end = self.trace[-1].t if self.trace else 0.0
+        self.result.initial_age_s = self.initial_age_s
         for _ in range(self.initial):
-            self.launch(0.0, ready=True)
+            self.launch(0.0, ready=True, age_s=self.initial_age_s)
         for i, a in enumerate(self.trace):
             self.push(a.t, "arrival", (i, a))
         self.push(0.0, "scrape")

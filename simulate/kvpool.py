@@ -71,5 +71,6 @@ def replica_config(spec: FleetSpec, pool: PoolSpec, *, kv_events: bool = False) 
         max_num_seqs=eng.max_num_seqs,
         max_num_batched_tokens=eng.max_num_batched_tokens,
         enable_prefix_caching=eng.enable_prefix_caching,
+        degradation_per_72h=eng.sim.degradation_per_72h,
         kv_events=KVEventSettings(KVEventsConfig(enable_kv_cache_events=True)) if kv_events else None,
     )

@@ -190,6 +190,7 @@ def run_config(prepared: Prepared, config: Config, seed: int, *, decode_runs: bo
         floor_rids=prepared.floor_rids,
         decode_runs=decode_runs,
         kv_delay_s=config.kv_delay_s,
+        initial_age_s=config.age_s,
     )
     return sim.run()
 

@@ -37,6 +37,7 @@ class Result:
     actions: int = 0
     wakes: int = 0  # sleeping replicas woken (sleep mode): each serves a wake, not a cold start, after its decision
     wall_s: float = 0.0
+    initial_age_s: float = 0.0  # uptime of the replicas ready at the start (`simulate.week`)
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prefix-cache hits at each request's first admission
     end_s: float = 0.0  # virtual time the last request finished
