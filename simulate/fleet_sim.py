@@ -21,9 +21,8 @@ only the order in which ITLs are recorded differs, and every figure sorts them.
 
 Prompts are token ids built from the trace's prefix blocks (`simulate.prompts`; the request info carries them
 for the ``kv-cache`` scorer, whose index the replicas' own KV events feed: `simulate.kvfeed`), replicas are
-`simulate.replica`,
-and what a run measured is a `simulate.result.Result`. Requests whose prompt + output exceed the pool's
-``maxModelLen`` are dropped before the replay (vLLM refuses them) and counted.
+`simulate.replica`, what a run measured is a `simulate.result.Result`. Requests whose prompt + output exceed
+the pool's ``maxModelLen`` are dropped before the replay (vLLM refuses them) and counted.
 """
 
 from __future__ import annotations
@@ -96,7 +95,6 @@ class FleetSim:
         self.run_steps = RUN_STEPS if decode_runs else 0  # 0: every step is its own event (the same results)
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
-        self.initial_age_s = initial_age_s  # the replicas ready at t=0 have been up this long (engines age)
         self.interval_s = spec.autoscaling.interval_s
         self.kv_feed = KvFeed.for_router(router, kv_delay_s)  # None: no kv-cache scorer, the engines record nothing
         self.engine_config = replica_config(spec, pool, kv_events=self.kv_feed is not None)
@@ -108,7 +106,7 @@ class FleetSim:
         self.events: list[tuple[float, int, str, Any]] = []
         self.seq = itertools.count()
         self.names = itertools.count()
-        self.result = Result(name)
+        self.result = Result(name, initial_age_s=initial_age_s)
         self.queue_cfg = spec.gateway.queue
         self.gw_queue: deque[tuple[int, TraceRequest]] = deque()
         self.gw_queued: set[str] = set()
@@ -130,8 +128,7 @@ class FleetSim:
 
     def launch(self, now: float, ready: bool = False, age_s: float = 0.0) -> None:
         name = f"{self.pool.name}-{next(self.names)}"
-        scheduler = build_replica_scheduler(self.engine_config, started_at=now - age_s)
-        replica = Replica(name, scheduler, launched_at=now)
+        replica = Replica(name, build_replica_scheduler(self.engine_config, now - age_s), launched_at=now)
         if ready:
             replica.state = ReplicaState.READY
         else:  # the ledger counts the GPUs held before this one
@@ -154,9 +151,8 @@ class FleetSim:
         """The replicas ready at t=0, every arrival and the first scrape and tick, queued."""
         self.started = time.perf_counter()
         self.end = self.trace[-1].t if self.trace else 0.0
-        self.result.initial_age_s = self.initial_age_s
-        for _ in range(self.initial):
-            self.launch(0.0, ready=True, age_s=self.initial_age_s)
+        for _ in range(self.initial):  # up ``initial_age_s`` already: engines age
+            self.launch(0.0, ready=True, age_s=self.result.initial_age_s)
         for i, a in enumerate(self.trace):
             self.push(a.t, "arrival", (i, a))
         self.push(0.0, "scrape")
