@@ -16,9 +16,9 @@ On start it prints two lines to stdout: ``llmfleet gateway admin (readiness, met
 admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gateway listening on http://HOST:PORT``
 (the public one: the OpenAI API and /healthz). SIGTERM or SIGINT drains (`gateway.drain`): readiness falls and
 every response says ``Connection: close``; with ``--drain-propagation S`` (the Pulumi program sets
-``gateway.drain.propagationSeconds``) it keeps listening S seconds while load balancers notice and lets idle
-keep-alive connections be used or time out; then it stops accepting, lets in-flight requests finish (up to
---shutdown-timeout, the rest of ``gateway.drain``'s grace) and exits 0.
+``gateway.drain.propagationSeconds``) it keeps listening S seconds while load balancers notice, then stops
+accepting and serves the connections it has until each is closed by a ``Connection: close`` response or its
+keep-alive timer; in-flight requests get --shutdown-timeout (the rest of ``gateway.drain``'s grace); it exits 0.
 
 With a model bucket (``--model-bucket``, default ``$LLMFLEET_MODEL_BUCKET``, which gateway pods get from the stack)
 the gateway fetches, before it listens, the tokenizer of each pool routed by ``kv-cache`` whose engine publishes KV
@@ -227,8 +227,7 @@ async def _serve(
     """Serve the public application on ``ports[0]`` and the admin one on ``ports[1]`` until SIGTERM/SIGINT, then
     drain it (`gateway.drain`); ``drain``: the propagation delay and the shutdown timeout, seconds."""
     app = create_app(settings, tracer_provider=tracer_provider)
-    keepalive_s = settings.spec.gateway.timeouts.header_read_s
-    draining = Drain(propagation_s=drain[0], keepalive_s=keepalive_s)
+    draining = Drain(propagation_s=drain[0], shutdown_s=drain[1])
     draining.install(app)
     # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
     # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
@@ -236,8 +235,8 @@ async def _serve(
         app,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=drain[1],
-        keepalive_timeout=keepalive_s,
+        shutdown_timeout=draining.runner_timeout_s,
+        keepalive_timeout=settings.spec.gateway.timeouts.header_read_s,
     )
     await runner.setup()
     admin = web.AppRunner(create_admin_app(app), access_log=None, shutdown_timeout=1.0)

@@ -2,7 +2,8 @@
 
 Two gateway processes behind a TCP balancer that sends new connections to the ready ones (as an NLB does), and
 16 clients (the real ``openai`` client, retries off, so a reset would surface) sending request after request,
-without pause, over their keep-alive connections. SIGTERM to one gateway: it fails readiness, answers
+without pause, over their keep-alive connections: half of them short answers, half streams of about half a
+second, some of which began before the stop and so told their client to keep the connection. SIGTERM to one gateway: it fails readiness, answers
 ``Connection: close``, keeps listening while the balancer notices, and exits once its requests are done; every
 client's next request goes to the other gateway over a new connection. Without the propagation delay (or with
 aiohttp's plain stop) some clients get "Server disconnected without sending a response".
@@ -14,10 +15,11 @@ import asyncio
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 
-from tests.gateway.conftest import admin_url
+from tests.gateway.conftest import SimFactory, admin_url
 from tests.support.balancer import Backend, Balancer
 from tests.support.procs import Proc
 from tests.support.stacks import KEYS, MODEL, write_stack
@@ -40,11 +42,17 @@ class Clients:
         self.stop = asyncio.Event()
 
     async def _loop(self, i: int) -> None:
+        messages: list[Any] = [{"role": "user", "content": f"client {i}"}]
         while not self.stop.is_set():
             try:
-                await self.clients[i].chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": f"client {i}"}], max_tokens=4
-                )
+                if i % 2:  # a stream of about half a second: some are under way when the stop begins
+                    stream = await self.clients[i].chat.completions.create(
+                        model=MODEL, messages=messages, max_tokens=32, stream=True
+                    )
+                    async for _ in stream:
+                        pass
+                else:
+                    await self.clients[i].chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
                 self.done[i] += 1
             except openai.APIError as exc:
                 self.errors.append(f"client {i} after {self.done[i]}: {exc!r} caused by {exc.__cause__!r}")
@@ -59,17 +67,18 @@ class Clients:
 
 
 async def test_a_stopping_gateway_hands_every_kept_alive_client_to_the_other_without_an_error(
-    shared_sim: Proc, gateway_procs: Callable[..., Proc], tmp_path: Path
+    sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
 ) -> None:
+    (sim,) = sims([], time_scale=1.0, max_num_seqs=32)  # real time: a 32-token stream takes ~0.5 s
     stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
     propagation = ("--drain-propagation", str(PROPAGATION_S))
-    gateways = [gateway_procs(stack, [shared_sim.url], *propagation) for _ in range(2)]
+    gateways = [gateway_procs(stack, [sim.url], *propagation) for _ in range(2)]
     backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
     balancer = await Balancer(backends).start()
+    await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
     clients = Clients(balancer.url)
     running = asyncio.create_task(clients.run())
     try:
-        await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
         await async_wait_for(
             lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
         )
