@@ -198,10 +198,10 @@ class Fleet:
         argv += ["--log-dir", str(self.logs), "--state-dir", str(self.folder / "state")]
         self.control_plane = Child("control-plane", argv, self.logs / "control-plane.log", env=self.env)
 
-    def start_gateway(self) -> GatewayProc:
+    def start_gateway(self, drain_propagation_s: float = 0.0) -> GatewayProc:
         port, admin = free_port(), free_port()
         argv = ["gateway", "--stack", str(self.stack), "--port", str(port), "--admin-port", str(admin)]
-        argv += ["--control-plane", self.cp_url]
+        argv += ["--control-plane", self.cp_url, "--drain-propagation", f"{drain_propagation_s:g}"]
         name = f"gateway-{len(self.gateways)}"
         gateway = GatewayProc(Child(name, argv, self.logs / f"{name}.log", env=self.env), port, admin)
         self.gateways.append(gateway)
@@ -228,7 +228,8 @@ class Fleet:
         if redis:
             self.start_redis()
         self.start_control_plane()
-        started = [self.start_gateway() for _ in range(gateways)]
+        # Behind the forwarder a stopping gateway keeps listening a second (gateway.drain), as behind an NLB.
+        started = [self.start_gateway(1.0 if gateways > 1 else 0.0) for _ in range(gateways)]
         wanted = int(self.document["config"]["llmfleet:pools"][0]["replicas"]["min"])
 
         async def ready() -> bool:
