@@ -3,10 +3,11 @@
 Two gateway processes behind a TCP balancer that sends new connections to the ready ones (as an NLB does), and
 16 clients (the real ``openai`` client, retries off, so a reset would surface) sending request after request,
 without pause, over their keep-alive connections: half of them short answers, half streams of about half a
-second, some of which began before the stop and so told their client to keep the connection. SIGTERM to one gateway: it fails readiness, answers
-``Connection: close``, keeps listening while the balancer notices, and exits once its requests are done; every
-client's next request goes to the other gateway over a new connection. Without the propagation delay (or with
-aiohttp's plain stop) some clients get "Server disconnected without sending a response".
+second, some of which began before the stop and so told their client to keep the connection. SIGTERM to one
+gateway: it fails readiness, answers ``Connection: close``, keeps listening while the balancer notices, and
+exits once its connections are gone; every client's next request goes to the other gateway over a new
+connection. Without the propagation delay (or with aiohttp's plain stop) some clients get "Server disconnected
+without sending a response".
 """
 
 from __future__ import annotations
