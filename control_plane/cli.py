@@ -8,9 +8,10 @@ actuator (the local actuator drains and stops every agent it started), then the 
 
 **Restarts** (docs/operations.md, "Control plane restart"). Before serving, the restart leases are loaded from the
 actuator's lease store (`control_plane.leases.stores`: Lease objects on a cluster, ``<state dir>/leases.json``
-locally) and the local actuator adopts the agents recorded in ``<state dir>/local-agents.json``. ``--state-dir``
-defaults to ``--log-dir`` (where ``llmfleet up`` keeps the fleet's files); with neither, nothing persists. No pool
-is scaled or listed to gateways until the agents alive have reported (`control_plane.startup`).
+locally), the canary rollouts from the same kind of store (`control_plane.rollout_stores`) and the local actuator
+adopts the agents recorded in ``<state dir>/local-agents.json``. ``--state-dir`` defaults to ``--log-dir`` (where
+``llmfleet up`` keeps the fleet's files); with neither, nothing persists. No pool is scaled or listed to gateways
+until the agents alive have reported (`control_plane.startup`).
 
 **Error budgets** (docs/operations.md, "Error budget") are counted from the admin /metrics of the gateways that
 report (in memory, since this process started), or read from a Prometheus with ``--prometheus URL``.
@@ -39,6 +40,7 @@ from control_plane.budget.sources import make_source
 from control_plane.leases.stores import LeaseStoreError, build_lease_store
 from control_plane.plane import ControlPlane
 from control_plane.plugins import REGISTRIES
+from control_plane.rollout_stores import build_rollout_store
 from control_plane.startup import hold_for
 from fleet.protocol.clock import SystemClock
 from fleet.protocol.control_api import ApiServer, bind
@@ -134,6 +136,7 @@ async def serve(args: argparse.Namespace) -> int:
         log.info("restart leases in %s: %d held", store.where(), restored)
     except LeaseStoreError as exc:  # lease calls answer 503 and retry the load until it succeeds
         log.error("restart leases could not be loaded from %s: %s", store.where(), exc)
+    await cp.restore_rollouts(build_rollout_store(spec, env, actuator_name))
     server = ApiServer(create_app(cp, auth), sock)
     await server.start()
     log.info(

@@ -189,6 +189,7 @@ class ControlLoop:
         out: list[Decision] = []
         if self.rollouts is not None:
             self.rollouts.tick(when)
+            await self.rollouts.save()
         for pool in self.spec.pools:
             decision = await self.decide(pool, when)
             if self.record(decision) and not isinstance(decision, Hold):

@@ -14,6 +14,7 @@ report's source address and ``gateway.adminPort``).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from control_plane.leases.leases import LeaseTable
 from control_plane.leases.stores import LeaseStore
 from control_plane.loop import ControlLoop
 from control_plane.reports import GatewayRegistry, ReplicaRegistry
+from control_plane.rollout_stores import RolloutStore, RolloutStoreError
 from control_plane.rollouts import Rollouts
 from control_plane.scaling.decisions import Decision, Freeze
 from control_plane.starts import StartLedger
@@ -40,6 +42,8 @@ __all__ = ["DECISION_HISTORY", "FREEZE_LOG_EVERY_S", "ControlPlane"]
 
 FREEZE_LOG_EVERY_S = 300.0  # a refusal repeated within this of the last one logged is not logged again
 DECISION_HISTORY = 500  # decisions the log keeps
+
+log = logging.getLogger("llmfleet.control_plane")
 
 
 @dataclass
@@ -75,10 +79,12 @@ class ControlPlane:
         store: LeaseStore | None = None,
         budget_source: BudgetSource | None = None,
         startup_hold_s: float = 0.0,
+        rollout_store: RolloutStore | None = None,
     ) -> ControlPlane:
         """A control plane over ``spec``, scaling through ``actuator`` (None: discovery only, no loop); leases kept
-        in ``store`` (None: in memory only); error budgets counted by ``budget_source`` (None: the ``local``
-        source); pools held for ``startup_hold_s`` after a start (`control_plane.startup`)."""
+        in ``store`` and rollouts in ``rollout_store`` (None: in memory only); error budgets counted by
+        ``budget_source`` (None: the ``local`` source); pools held for ``startup_hold_s`` after a start
+        (`control_plane.startup`)."""
         cp = spec.control_plane
         pools = {p.name: p for p in spec.pools}
         registry = ReplicaRegistry(cp.stale_after_s)
@@ -90,7 +96,7 @@ class ControlPlane:
             budget_source = LocalSource(LocalSource.Params(), http)
         decisions: deque[Decision] = deque(maxlen=DECISION_HISTORY)
         log = decisions.append if actuator is not None else (lambda decision: None)
-        rollouts = Rollouts(spec, log, lambda pool: _live(registry, pool, clock.time()))
+        rollouts = Rollouts(spec, log, lambda pool: _live(registry, pool, clock.time()), rollout_store)
         loop = None
         if actuator is not None:
             # Ticked with the scaling decisions (retired baselines scale to 0); a replica draining for its planned
@@ -107,6 +113,16 @@ class ControlPlane:
                 decisions=decisions,
             )
         return cls(spec, clock, registry, gateways, leases, ErrorBudgets(spec, budget_source), rollouts, loop, http)
+
+    async def restore_rollouts(self, store: RolloutStore) -> None:
+        """Keep the rollouts in ``store`` from now on and load what it holds, before serving
+        (`control_plane.rollouts.Rollouts.restore`); a store that cannot be read is logged, and the stack's
+        weights are served until a rollout starts (whose record then replaces the unreadable one)."""
+        self.rollouts.store = store
+        try:
+            log.info("rollouts in %s: %d restored", store.where(), await self.rollouts.restore())
+        except RolloutStoreError as exc:
+            log.error("rollouts could not be loaded from %s: %s", store.where(), exc)
 
     def admission_capacity(self, pool: str, now: float) -> int:
         """What all gateways together may admit into ``pool``: its fresh ready replicas x (maxNumSeqs +
@@ -148,8 +164,10 @@ class ControlPlane:
             self.loop.stop()
 
     async def close(self) -> None:
-        """Wait for the error budget's read in progress, then close the client `build` made for it."""
+        """Wait for the error budget's read in progress, then close the client `build` made for it and the
+        rollouts' store."""
         await self.budgets.close()
+        await self.rollouts.store.close()
         if self.http is not None:
             await self.http.aclose()
 

@@ -11,16 +11,26 @@ pools' answers as the gateways reported them (`rollout.slis.SliLedger`). Promoti
 and the baseline at 0; with ``rollout.baselineAfter: zero`` the baseline's ``replicas.min`` is read as 0 from then
 on (`bounds`), so the autoscaler drains it down to no replica the way it scales any idle pool in (stabilisation,
 step limits, drains: no request is lost). A rollback or an abort leaves the candidate at 0 and the baseline at
-100. The weights and states live in this process: a restarted control plane serves the stack's weights again.
+100.
+
+**Restarts.** The states and the retired baselines are kept in a `control_plane.rollout_stores.RolloutStore` (a
+Lease object on a cluster, ``<state dir>/rollouts.json`` locally): `save` writes them after every start, step,
+promotion, rollback and abort (not after a hold: a hold changes only its reason), and `restore` loads them before
+the control plane serves. A restarted control plane so serves the same weights and judges the same step, its
+bake time measured from when the step began. The gateways' answers before the restart are not kept: the step's
+window counts the answers reported since (so ``minSamples`` may take longer to reach, never less). A write that
+fails is logged and tried again on the next tick; until it succeeds a restart would find the previous record.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from control_plane.rollout_stores import MemoryRolloutStore, RolloutRecord, RolloutStore, RolloutStoreError
 from control_plane.scaling.decisions import Decision, RolloutStep
 from fleet.protocol.wire import AliasEntry, AliasWeights, RolloutSide, RolloutStatus
 from fleet.spec.stack import FleetSpec, PoolSpec
@@ -42,6 +52,8 @@ __all__ = ["KEEP_S", "RolloutCollector", "RolloutError", "Rollouts"]
 
 KEEP_S = 60.0  # gateway answers kept this long outside any running rollout's window
 
+log = logging.getLogger("llmfleet.control_plane.rollouts")
+
 
 class RolloutError(ValueError):
     """A rollout request that cannot be carried out: ``status`` (404 unknown alias, 400 bad request, 409 conflict)
@@ -58,22 +70,59 @@ def _gist(reason: str) -> str:
 
 class Rollouts:
     """Every alias's rollout (running, or the last finished) and current weights; ``log`` receives decisions,
-    ``replicas(pool)`` counts a pool's replicas for them."""
+    ``replicas(pool)`` counts a pool's replicas for them; ``store`` keeps them across restarts (None: memory)."""
 
     def __init__(
         self,
         spec: FleetSpec,
         log: Callable[[Decision], None] = lambda decision: None,
         replicas: Callable[[str], int] = lambda pool: 0,
+        store: RolloutStore | None = None,
     ) -> None:
         self.spec = spec
         self.log = log
         self.replicas = replicas
+        self.store = store or MemoryRolloutStore()
+        self.unsaved = False  # a change the store does not hold yet
         self.ledger = SliLedger()
         self.states: dict[str, CanaryState] = {}
         self.weights: dict[str, dict[str, int]] = {name: dict(a.pools) for name, a in spec.aliases.items()}
         self.retired: set[str] = set()  # baselines promoted away from, whose replicas.min is read as 0
         self._holds: dict[str, str] = {}  # alias -> gist of the last hold logged
+
+    async def restore(self) -> int:
+        """Take the store's rollouts as the current ones (before serving); returns how many. RolloutStoreError
+        when the store cannot be read (then the stack's weights are served until a rollout starts). A rollout of
+        an alias or a pool the stack no longer has is dropped."""
+        record = await self.store.load()
+        if record is None:
+            return 0
+        pools = {p.name for p in self.spec.pools}
+        for alias, state in record.states.items():
+            entry = self.spec.aliases.get(alias)
+            plan = state.plan
+            if entry is None or not {plan.baseline, plan.candidate} <= pools:
+                log.warning("rollout of %s to %s dropped: the stack has no such alias or pool", alias, plan.candidate)
+                continue
+            self.states[alias] = state
+            self.weights[alias] = {**{p: 0 for p in entry.pools}, **state.weights}
+        self.retired = set(record.retired) & pools
+        return len(self.states)
+
+    async def save(self) -> bool:
+        """Write the rollouts to the store if a change is not saved yet; False when the write failed (logged, and
+        tried again on the next call)."""
+        if not self.unsaved:
+            return True
+        try:
+            await self.store.save(RolloutRecord(dict(self.states), frozenset(self.retired)))
+        except RolloutStoreError as exc:
+            log.error(
+                "rollouts not saved to %s (%s): a restart now would not find the last change", self.store.where(), exc
+            )
+            return False
+        self.unsaved = False
+        return True
 
     def plan(self, alias: str, candidate: str) -> CanaryPlan:
         """The plan for rolling ``alias`` to ``candidate`` from the stack's settings; RolloutError saying why not."""
@@ -144,6 +193,7 @@ class Rollouts:
 
     def _apply(self, state: CanaryState, decision: CanaryDecision, now: float) -> None:
         plan = state.plan
+        self.unsaved = self.unsaved or decision.action != "hold"
         self.states[plan.alias] = state
         self.weights[plan.alias] = {**{p: 0 for p in self.spec.aliases[plan.alias].pools}, **state.weights}
         if decision.action == "promote" and plan.baseline_after == "zero":

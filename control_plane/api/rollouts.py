@@ -73,6 +73,7 @@ async def start_rollout(req: RolloutStart, cp: ControlPlane = control_plane) -> 
         cp.rollouts.start(plan, cp.clock.time())
     except RolloutError as exc:
         return _refused(exc)
+    await cp.rollouts.save()
     return cp.rollouts.status(req.alias)
 
 
@@ -88,4 +89,5 @@ async def abort_rollout(alias: str, cp: ControlPlane = control_plane) -> Rollout
         cp.rollouts.abort(alias, cp.clock.time())
     except RolloutError as exc:
         return _refused(exc)
+    await cp.rollouts.save()
     return cp.rollouts.status(alias)

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from control_plane.actuators import ActuatorEnv
 from control_plane.leases.leases import LeaseRefused, LeaseTable
@@ -28,10 +27,10 @@ from control_plane.leases.stores import (
 from fleet.protocol.wire import LeaseGrant
 from fleet.spec.stack import FleetSpec
 from tests.support import stacks
+from tests.support.kube_api import FakeApiServer, fake_api_server
 
 POOL = "qwen-7b"
 NS = "llmfleet-prod"
-LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 T0 = 1_700_000_000.25  # an absolute time with a fraction: expiry must survive to the microsecond
 
 
@@ -43,66 +42,10 @@ async def grant(leases: LeaseTable, replica: str, now: float, ttl_s: float = 30.
     return await leases.acquire_and_save(POOL, replica, now, ttl_s)
 
 
-class FakeApiServer:
-    """Lease objects in one namespace: list (label selectors of ``k=v`` terms), create, replace, delete."""
-
-    def __init__(self) -> None:
-        self.leases: dict[str, dict[str, Any]] = {}
-        self.version = 0
-        self.verbs: set[str] = set()
-
-    def _stamp(self, lease: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        lease["metadata"]["resourceVersion"] = str(self.version)
-        return lease
-
-    async def handle(self, request: web.Request) -> web.Response:
-        if not request.path.startswith(LEASES):
-            return web.json_response({"kind": "Status", "code": 404}, status=404)
-        name = request.path[len(LEASES) + 1 :]
-        body = await request.json() if request.can_read_body else None
-        if request.method == "GET" and not name:
-            self.verbs.add("list")
-            terms = [t.split("=", 1) for t in request.query.get("labelSelector", "").split(",") if t]
-            items = [
-                lease
-                for lease in self.leases.values()
-                if all(lease["metadata"].get("labels", {}).get(k) == v for k, v in terms)
-            ]
-            return web.json_response({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "items": items})
-        if request.method == "POST" and not name:
-            self.verbs.add("create")
-            assert body["apiVersion"] == "coordination.k8s.io/v1" and body["kind"] == "Lease"
-            if body["metadata"]["name"] in self.leases:
-                return web.json_response({"kind": "Status", "reason": "AlreadyExists", "code": 409}, status=409)
-            self.leases[body["metadata"]["name"]] = self._stamp(body)
-            return web.json_response(body, status=201)
-        if request.method == "PUT" and name in self.leases:
-            self.verbs.add("update")
-            if body["metadata"].get("resourceVersion") != self.leases[name]["metadata"]["resourceVersion"]:
-                return web.json_response({"kind": "Status", "reason": "Conflict", "code": 409}, status=409)
-            self.leases[name] = self._stamp(body)
-            return web.json_response(body)
-        if request.method == "DELETE":
-            self.verbs.add("delete")
-            if self.leases.pop(name, None) is None:
-                return web.json_response({"kind": "Status", "code": 404}, status=404)
-            return web.json_response({"kind": "Status", "status": "Success"})
-        return web.json_response({"kind": "Status", "code": 405}, status=405)
-
-
 @pytest.fixture
 async def api() -> AsyncIterator[tuple[FakeApiServer, httpx.AsyncClient]]:
-    server = FakeApiServer()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}", timeout=5) as client:
-        yield server, client
-    await runner.cleanup()
+    async with fake_api_server(NS) as served:
+        yield served
 
 
 async def check_survives_a_restart(make_store: Any) -> None:
