@@ -87,8 +87,8 @@ class ControlPlane:
         (`control_plane.startup`)."""
         cp = spec.control_plane
         pools = {p.name: p for p in spec.pools}
-        registry = ReplicaRegistry(cp.stale_after_s)
-        gateways = GatewayRegistry(registry.stale_after_s)
+        registry = ReplicaRegistry(cp.stale_after_s, cp.forget_after)
+        gateways = GatewayRegistry(cp.stale_after_s, cp.forget_after)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)
         http = None
         if budget_source is None:

@@ -3,7 +3,8 @@
 A report is trusted for ``staleAfterS`` seconds after it *arrived* (the control plane's clock, not the reporter's
 ``ts``, so clock skew between machines cannot make a reporter look fresh). After that it is ``stale``: gateways
 see the flag and the scaler treats its load as unknown, never as zero. Reporters silent for ``forget_after_s``
-(default 20x the stale limit) are dropped.
+(``controlPlane.forgetAfterS``: by default the stale limit plus ten report intervals) are dropped: a dead replica
+leaves the gateways' replica list and the scaler's view on that bounded timer.
 
 `ReportRegistry` holds the last report per (pool, reporter id) under those rules, for any report type.
 `ReplicaRegistry` keeps the agents' load reports and also drops ``stopped`` replicas after the stale limit and

@@ -5,11 +5,14 @@ Part of `fleet.spec.stack` (every model is importable from there).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fleet.spec.base import PluginRef, Spec
 
-__all__ = ["AutoscalingSpec", "ControlPlaneSpec"]
+__all__ = ["FORGET_AFTER_REPORTS", "AutoscalingSpec", "ControlPlaneSpec"]
+
+# A reporter silent this many report intervals past the stale limit is taken for gone (the default forgetAfterS).
+FORGET_AFTER_REPORTS = 10
 
 
 class AutoscalingSpec(Spec):
@@ -62,6 +65,25 @@ class ControlPlaneSpec(Spec):
     """A replica whose last report is older is stale (never read as idle)."""
     lease_ttl_s: float = Field(default=600.0, gt=0, le=86_400)
     """A restart lease expires after this if its holder does not release it."""
+    forget_after_s: float | None = Field(default=None, gt=0, le=86_400)
+    """A replica or gateway silent this long leaves the control plane's lists (discovery, the scaler's view);
+    more than staleAfterS. Default: staleAfterS + 10 x reportIntervalS (15 s with the defaults)."""
+
+    @model_validator(mode="after")
+    def _forget_after_stale(self) -> ControlPlaneSpec:
+        if self.forget_after_s is not None and self.forget_after_s <= self.stale_after_s:
+            raise ValueError(
+                f"forgetAfterS {self.forget_after_s:g} must be more than staleAfterS {self.stale_after_s:g}: a "
+                "replica is stale (listed, its load unknown) before it is forgotten"
+            )
+        return self
+
+    @property
+    def forget_after(self) -> float:
+        """Seconds of silence after which a reporter is forgotten: ``forgetAfterS`` or its default."""
+        if self.forget_after_s is not None:
+            return self.forget_after_s
+        return self.stale_after_s + FORGET_AFTER_REPORTS * self.report_interval_s
 
     @property
     def client_url(self) -> str:

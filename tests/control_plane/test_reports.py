@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 
+from control_plane.plane import ControlPlane
 from control_plane.reports import GatewayRegistry, ReplicaRegistry, ReportRegistry
+from fleet.spec.errors import SpecError
 from tests.control_plane.builders import gateway_report, report
+from tests.control_plane.conftest import Clock
+from tests.support import stacks
 
 
 @pytest.mark.parametrize(
@@ -91,3 +95,28 @@ def test_a_stopped_replica_is_forgotten_once_stale_while_a_stale_gateway_stays_l
     gateways = GatewayRegistry(stale_after_s=5.0)
     gateways.record(gateway_report("a", waiting=0), now=100.0)
     assert [s.stale for s in gateways.seen("qwen-7b", now=106.0)] == [True]
+
+
+@pytest.mark.parametrize(
+    ("settings", "forget_s"),
+    [
+        ({}, 15.0),  # staleAfterS 5 + 10 report intervals of 1 s
+        ({"controlPlane.reportIntervalS": 0.25, "controlPlane.staleAfterS": 2}, 4.5),
+        ({"controlPlane.forgetAfterS": 30}, 30.0),
+    ],
+)
+def test_a_dead_replica_leaves_the_replica_list_on_the_spec_timer(settings: dict[str, Any], forget_s: float) -> None:
+    spec = stacks.spec("local", **settings)
+    assert spec.control_plane.forget_after == forget_s
+    cp = ControlPlane.build(spec, Clock(0.0))
+    for registry, sent in ((cp.registry, report("a", ts=0.0)), (cp.gateways, gateway_report("a", ts=0.0))):
+        registry.record(sent, now=100.0)  # type: ignore[arg-type]
+        assert [s.stale for s in registry.seen("qwen-7b", now=100.0 + forget_s)] == [True]  # listed, stale
+        assert registry.seen("qwen-7b", now=100.0 + forget_s + 0.01) == []  # then gone
+    cp.registry.record(report("b", ts=0.0), now=100.0)
+    assert cp.registry.replica_list("qwen-7b", "m", now=100.0 + forget_s + 0.01).replicas == []
+
+
+def test_forget_after_must_exceed_the_stale_limit() -> None:
+    with pytest.raises(SpecError, match="forgetAfterS 5 must be more than staleAfterS 5"):
+        stacks.spec("local", **{"controlPlane.forgetAfterS": 5})

@@ -154,6 +154,7 @@ async def test_a_replica_whose_reports_stop_is_not_idle_capacity(served: Served)
 
 
 async def test_stale_replicas_block_scale_down(served: Served) -> None:
+    served.cp.registry.forget_after_s = 120.0  # as with controlPlane.forgetAfterS 120: c stays listed, stale
     await post(served, "a")
     await post(served, "b")
     await post(served, "c")
