@@ -8,6 +8,8 @@ simulation calls it too, so a simulated pool is scaled by exactly this code.
 ``tick(now)`` is one pass and returns the decisions, so tests drive it with explicit times; ``run()`` repeats it
 until ``stop()``. The decision log keeps every scale-up and scale-down and each change of reason while holding.
 Each tick first judges the running canary rollouts (`control_plane.rollouts`), whose decisions join the log.
+Each pool's departures are carried from tick to tick (`control_plane.scaling.departures`): a replica that died is
+replaced once, and the pool does not shrink while its replacement starts.
 
 With ``startup_hold_s`` > 0 (the control plane's CLI passes `control_plane.startup.hold_for`) a pool is held, and its
 actuator neither applies nor reconciles anything, until the pool is settled (`control_plane.startup.StartupHold`):
@@ -27,7 +29,8 @@ from control_plane.actuators import Actuator, FleetView
 from control_plane.reports import GatewayRegistry, ReplicaRegistry, ReplicaSeen, gateway_demand
 from control_plane.rollouts import Rollouts
 from control_plane.scaling.context import ReplicaLoad
-from control_plane.scaling.decisions import Decision, Hold
+from control_plane.scaling.decisions import Decision, Hold, ScaleDown
+from control_plane.scaling.departures import Departures, observe
 from control_plane.scaling.policies import make_policy
 from control_plane.scaling.step import DemandHistory, ScalingState, decide, pick_victims
 from control_plane.startup import StartupHold
@@ -103,7 +106,7 @@ class ControlLoop:
     ) -> None:
         self.spec = spec
         self.registry = registry
-        self.gateways = gateways or GatewayRegistry(registry.stale_after_s)
+        self.gateways = gateways or GatewayRegistry(registry.stale_after_s, registry.forget_after_s)
         self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
         self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.pools}
         self.paid = {p.name: paid_floor(spec, p) for p in spec.pools}
@@ -114,6 +117,7 @@ class ControlLoop:
         self.last: dict[str, Decision] = {}
         self._state: dict[str, ScalingState] = {}
         self._demand: dict[str, DemandHistory] = {}
+        self._departures: dict[str, Departures] = {}
         self._stop = asyncio.Event()
         self.startup = StartupHold(clock.time(), startup_hold_s)
         self.restarting = restarting
@@ -153,6 +157,8 @@ class ControlLoop:
             inputs = {"replicas": [asdict(r) for r in replicas], "reported": sorted(reported)}
             current = sum(1 for r in replicas if r.state not in (ReplicaState.DRAINING, ReplicaState.STOPPED))
             return Hold(pool.name, current, current, reason, now, inputs, self.policy.name)
+        window = pool.cold_start_seconds + self.node_lead_s[pool.name]  # until a replacement launched now serves
+        departures = observe(self._departures.get(pool.name, Departures()), replicas, now, window)
         step = decide(
             pool,
             self.spec.autoscaling,
@@ -165,7 +171,11 @@ class ControlLoop:
             state=self._state.get(pool.name),
             node_lead_s=self.node_lead_s[pool.name],
             paid=self.paid.get(pool.name),
+            replacing=departures.replacing,
         )
+        if isinstance(step.decision, ScaleDown):  # its victims leave: no death, nothing to replace
+            departures = departures.expect((*step.decision.victims, *step.decision.sleep), now)
+        self._departures[pool.name] = departures
         self._state[pool.name] = step.state
         self._demand[pool.name] = step.demand_history
         return step.decision

@@ -102,6 +102,8 @@ class ScalingContext:
     per_replica_qps: float | None = None
     # demand (running + waiting over fresh replicas) per past tick: ((t, value), ...) oldest first
     demand_history: tuple[tuple[float, float], ...] = ()
+    # replicas that died within a cold start (`control_plane.scaling.departures`): a replacement is on its way
+    replacing: tuple[str, ...] = ()
     # the state the policy returned last tick, its own only: the guard-rails keep theirs apart (its parameters
     # are its own too, fixed when it is built)
     state: Mapping[str, Any] = field(default_factory=dict)
@@ -203,11 +205,13 @@ def build_context(
     state: Mapping[str, Any] | None = None,
     node_lead_s: float = 0.0,
     paid: PaidFloor | None = None,
+    replacing: tuple[str, ...] = (),
 ) -> ScalingContext:
     """The context of one pool at ``now``: the spec's targets and bounds plus the observed load.
 
     ``gateway`` is ``(waiting, request_rate, stale_gateways)`` as `control_plane.reports.gateway_demand` sums it;
-    ``paid`` is the pool's `fleet.capacity.paid_floor.paid_floor` (None: no floor). The live loop and the fleet
+    ``paid`` is the pool's `fleet.capacity.paid_floor.paid_floor` (None: no floor); ``replacing`` the replicas that
+    died recently (`control_plane.scaling.departures.Departures.replacing`). The live loop and the fleet
     simulation both build contexts here, so they decide from the same fields.
     """
     return ScalingContext(
@@ -230,5 +234,6 @@ def build_context(
         gateways_stale=gateway[2],
         per_replica_qps=per_replica_qps,
         demand_history=demand_history,
+        replacing=replacing,
         state=state if state is not None else {},
     )

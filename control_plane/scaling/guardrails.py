@@ -77,6 +77,7 @@ def _observed(ctx: ScalingContext) -> dict[str, Any]:
         "draining": len(ctx.draining),
         "unknown": [r.replica for r in ctx.unknown],
         "failed": [r.replica for r in ctx.failed],
+        "replacing": list(ctx.replacing),
         "queue_depth": ctx.queue_depth,
         "gateway_waiting": ctx.gateway_waiting,
         "request_rate": None if ctx.request_rate is None else round(ctx.request_rate, 3),

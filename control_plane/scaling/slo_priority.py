@@ -1,14 +1,16 @@
 """SLO priority: availability > TTFT > throughput, so two triggers never act against each other.
 
-Availability: capacity below ``min`` is restored at once; while any replica is stale, failed or without metrics
-the pool never shrinks (its load is unknown, never zero), nor while a gateway's reports are stale (its queue is
-unknown). TTFT: P99 above the SLO adds one replica while requests wait (a median over the last
-``ttftQueueWindowS``, default a cold start, of at least ``ttftQueuePerReplica`` per ready replica, engines and
-gateways), unless capacity is already arriving (cold start), and P99 within 80% of the SLO blocks shrinking, on
-the same queueing evidence. Without it the misses are prompts whose prefill alone exceeds the SLO (the TTFT
-floor: 16% of the Azure code trace's requests) or a burst's own backlog, gone before a replica launched now
-serves; acting on them added a replica per cold start and never let the pool shrink. Throughput: the policy's
-own number. A lower priority can never undo a higher one: the first rule that blocks shrinking is the one named.
+Availability: capacity below ``min`` is restored at once; while a replica that died is being replaced (within a
+cold start of its death, `control_plane.scaling.departures`) the pool never shrinks, so the starting replacement is
+never scaled in and launched again; nor while any replica is stale, failed or without metrics (its load is unknown,
+never zero), nor while a gateway's reports are stale (its queue is unknown). TTFT: P99 above the SLO adds one
+replica while requests wait (a median over the last ``ttftQueueWindowS``, default a cold start, of at least
+``ttftQueuePerReplica`` per ready replica, engines and gateways), unless capacity is already arriving (cold start),
+and P99 within 80% of the SLO blocks shrinking, on the same queueing evidence. Without it the misses are prompts
+whose prefill alone exceeds the SLO (the TTFT floor: 16% of the Azure code trace's requests) or a burst's own
+backlog, gone before a replica launched now serves; acting on them added a replica per cold start and never let the
+pool shrink. Throughput: the policy's own number. A lower priority can never undo a higher one: the first rule that
+blocks shrinking is the one named.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def availability(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Dra
         reason = f"availability: capacity {capacity} below min {ctx.min_replicas}"
         return replace(draft, desired=max(draft.desired, ctx.min_replicas), reason=reason)
     no_shrink = None
-    if ctx.unknown:
+    if ctx.replacing:
+        names = ", ".join(sorted(ctx.replacing))
+        no_shrink = f"availability: replacing {names} (died within a cold start); the replacement is on its way"
+    elif ctx.unknown:
         names = ", ".join(sorted(r.replica for r in ctx.unknown))
         no_shrink = f"availability: load of {names} unknown (stale or no metrics), not counted as capacity"
     elif not ctx.has_metrics and capacity > 0:

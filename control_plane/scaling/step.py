@@ -111,9 +111,11 @@ def decide(
     state: ScalingState | None = None,
     node_lead_s: float = 0.0,
     paid: PaidFloor | None = None,
+    replacing: tuple[str, ...] = (),
 ) -> Step:
     """One pool, one tick: the decision (not yet applied), with the next state and demand window. ``paid`` is the
-    pool's paid floor (`fleet.capacity.paid_floor.paid_floor`, fixed when the caller is built; None: none)."""
+    pool's paid floor (`fleet.capacity.paid_floor.paid_floor`, fixed when the caller is built; None: none);
+    ``replacing`` the replicas that died within a cold start (`control_plane.scaling.departures`)."""
     state = state or ScalingState()
     ctx = build_context(
         pool,
@@ -126,6 +128,7 @@ def decide(
         state=state.policy,
         node_lead_s=node_lead_s,
         paid=paid,
+        replacing=replacing,
     )
     if ctx.has_metrics:
         history = advance_window(demand_history, now, ctx.demand, window_horizon(pool, autoscaling))
