@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, UndecodableBody
 
 __all__ = ["DEFAULT_RESERVE_TOKENS", "ParsedRequest", "parse_body"]
 
@@ -106,9 +106,9 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(raw.decode("utf-8"))  # strict: bytes that are not UTF-8 are the client's error
     except (ValueError, UnicodeDecodeError):
-        raise BadRequest("request body is not valid UTF-8 JSON") from None
+        raise UndecodableBody("request body is not valid UTF-8 JSON") from None
     except RecursionError:
-        raise BadRequest("request body is nested too deeply") from None
+        raise UndecodableBody("request body is nested too deeply") from None
     if not isinstance(payload, dict):
         raise BadRequest("request body must be a JSON object")
     if _LONE_SURROGATE.search(raw) and _has_lone_surrogate(payload):

@@ -14,12 +14,13 @@ import re
 import uuid
 
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError, DecompressSizeError
 from aiohttp.web_protocol import RequestPayloadError
 
 from fleet.spec.stack import PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS
 from gateway.body import ParsedRequest
-from gateway.errors import BadRequest, BodyTooLarge, RequestTimeout
+from gateway.errors import BadEncoding, BodyTooLarge, BrokenBody, MalformedHeader, RequestTimeout
 from gateway.outcome import Outcome
 from gateway.routing.base import RequestInfo
 from gateway.tracing import RequestSpans
@@ -87,19 +88,20 @@ def request_id_for(sent: str | None) -> str:
 
 
 def authorization(request: web.Request) -> str | None:
-    """The one Authorization header; BadRequest, before any work, when it is repeated or not ASCII (a client
-    cannot mean two keys, and a key is never anything but ASCII)."""
+    """The one Authorization header; MalformedHeader, before any work, when it is repeated or not ASCII (a client
+    cannot mean two keys, and a key is never anything but ASCII). `gateway.edge.header_guard` refuses such a
+    header before any route runs; this check keeps a route correct without it."""
     values = request.headers.getall("Authorization", [])
     if len(values) > 1:
-        raise BadRequest("more than one Authorization header", param="Authorization")
+        raise MalformedHeader("more than one Authorization header", param="Authorization")
     if values and not values[0].isascii():
-        raise BadRequest("malformed Authorization header: not ASCII", param="Authorization")
+        raise MalformedHeader("malformed Authorization header: not ASCII", param="Authorization")
     return values[0] if values else None
 
 
 async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The whole body: BodyTooLarge over ``limit`` bytes, RequestTimeout when it takes over ``timeout_s``,
-    BadRequest when it does not match its Content-Encoding."""
+    BadEncoding when it does not match its Content-Encoding, BrokenBody when its framing is broken."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(f"request body of {request.content_length} bytes exceeds {limit}")
     try:
@@ -108,7 +110,9 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
     except web.HTTPRequestEntityTooLarge:
         raise BodyTooLarge(f"request body exceeds {limit} bytes") from None
     except RequestPayloadError as exc:
-        raise BadRequest("the request body cannot be read: it does not match its Content-Encoding") from exc
+        if isinstance(exc.__cause__, ContentEncodingError | DecompressSizeError):
+            raise BadEncoding("the request body cannot be read: it does not match its Content-Encoding") from None
+        raise BrokenBody("the request body cannot be read: its framing is broken or cut short") from None
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g}s") from None
 

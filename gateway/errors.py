@@ -2,13 +2,20 @@
 status.
 
     GatewayError                    status, OpenAI ``type`` and ``code``; ``retry_after`` adds Retry-After
-      BadRequest                    400 bad JSON or parameters
+      BadRequest                    400 bad parameters
+        MalformedHeader             a header the gateway reads is repeated or not ASCII   (client error: header)
+        MalformedTarget             the request target's percent-encoding is broken        (client error: url)
+        UndecodableBody             the body is not UTF-8 JSON, or nested too deeply       (client error: body)
+        BadEncoding                 the body does not match its Content-Encoding           (encoding; closes)
+        BrokenBody                  the body's framing is broken or cut short              (body; closes)
       Unauthorized                  401 missing or unknown API key
       ModelNotAllowed               403 the tenant may not use this model
       ModelNotFound                 404 no pool serves this model
-      RequestTimeout                408 the body did not arrive within timeouts.bodyReadS
+      RequestTimeout                408 the body did not arrive within timeouts.bodyReadS (client error: body_timeout;
+                                    closes)
       BodyTooLarge                  413 request body over gateway.maxBodyBytes
       UnsupportedMediaType          415 a body that is not declared application/json
+        UnsupportedEncoding         a Content-Encoding other than gzip, deflate or identity (client error: encoding)
       TooManyRequests               429 (Retry-After)
         QuotaExceeded               tenant over requests/s, tokens/min or concurrency
         QueueFull                   admission queue full, or evicted by a higher-priority request
@@ -25,7 +32,11 @@ status.
       retryable = False: UpstreamTimeout, UpstreamStatus (any other non-2xx, relayed as is),
                          UpstreamBroken (failed after the first byte: ends the stream with an SSE error)
 
-The retry loop branches on ``retryable`` (a class attribute), never on messages.
+The retry loop branches on ``retryable`` (a class attribute), never on messages. Likewise ``client_kind`` marks the
+errors that are a client's malformed or abandoned input: the middleware that answers them counts each in
+``llmfleet_gateway_client_errors_total{kind}`` and logs it on one line (`GatewayMetrics.client_error`); ``closes``
+marks those after which the connection is closed at once (the rest of the body is stalled or undecodable: nothing
+is gained by reading it).
 """
 
 from __future__ import annotations
@@ -35,8 +46,14 @@ from typing import ClassVar
 from fleet.protocol.openai_error import error_body
 
 __all__ = [
+    "BadEncoding",
     "BadRequest",
     "BodyTooLarge",
+    "BrokenBody",
+    "MalformedHeader",
+    "MalformedTarget",
+    "UndecodableBody",
+    "UnsupportedEncoding",
     "UnsupportedMediaType",
     "GatewayError",
     "GatewayTimeout",
@@ -67,6 +84,8 @@ class GatewayError(Exception):
 
     status: ClassVar[int] = 500
     type: ClassVar[str] = "internal_error"
+    client_kind: ClassVar[str | None] = None  # the client_errors_total kind, for a client's malformed input
+    closes: ClassVar[bool] = False  # the connection closes after the answer
 
     def __init__(self, message: str, *, param: str | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -92,6 +111,28 @@ class BadRequest(GatewayError):
     type = "invalid_request_error"
 
 
+class MalformedHeader(BadRequest):
+    client_kind = "header"
+
+
+class MalformedTarget(BadRequest):
+    client_kind = "url"
+
+
+class UndecodableBody(BadRequest):
+    client_kind = "body"
+
+
+class BadEncoding(BadRequest):
+    client_kind = "encoding"
+    closes = True
+
+
+class BrokenBody(BadRequest):
+    client_kind = "body"
+    closes = True
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
@@ -110,6 +151,8 @@ class ModelNotFound(GatewayError):
 class RequestTimeout(GatewayError):
     status = 408
     type = "invalid_request_error"
+    client_kind = "body_timeout"
+    closes = True
 
 
 class BodyTooLarge(GatewayError):
@@ -120,6 +163,10 @@ class BodyTooLarge(GatewayError):
 class UnsupportedMediaType(GatewayError):
     status = 415
     type = "invalid_request_error"
+
+
+class UnsupportedEncoding(UnsupportedMediaType):
+    client_kind = "encoding"
 
 
 class TooManyRequests(GatewayError):

@@ -15,7 +15,8 @@ load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total, kv_e
 kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt blocks routed, and of
 those the ones the chosen replica's engine held: the index's hit rate), prompt_tokens_available{pool} (1: the
 gateway has the pool's tokenizer; 0: it has none, from its folder or the model store, and kv-cache scores nothing
-for the pool).
+for the pool); client_errors_total{kind} (requests a client got wrong or abandoned, `CLIENT_ERROR_KINDS`, each
+also one log line on ``llmfleet.gateway.client``: never a traceback, as none is the gateway's fault).
 """
 
 from __future__ import annotations
@@ -33,7 +34,24 @@ if TYPE_CHECKING:
     from gateway.kv_events import KvEventFeed
     from gateway.quota.base import QuotaBackend
 
-__all__ = ["AccessLog", "GatewayMetrics"]
+__all__ = ["CLIENT_ERROR_KINDS", "AccessLog", "GatewayMetrics"]
+
+# What a client can get wrong or abandon (docs/gateway.md, "Failures"): a header the gateway reads that is
+# repeated or not ASCII; a request line or header over the size limits; HTTP the parser refuses (bad method,
+# control characters, a repeated Content-Length, broken chunk framing); a malformed request target; a body in an
+# unsupported or mismatched Content-Encoding; a body that is not UTF-8 JSON or is cut short; a body that stalled
+# past timeouts.bodyReadS; a client gone before its answer was complete.
+CLIENT_ERROR_KINDS = (
+    "header",
+    "too_large",
+    "malformed",
+    "url",
+    "encoding",
+    "body",
+    "body_timeout",
+    "disconnect",
+)
+_client_log = logging.getLogger("llmfleet.gateway.client")
 
 # 200 (the denominator), 429 (quota, not an error) and the 5xx an answer can have: the availability SLI's series.
 _SLO_STATUSES = ("200", "429", "500", "502", "503", "504")
@@ -93,6 +111,11 @@ class GatewayMetrics:
             ["model", "outcome"],
             registry=r,
         )
+        self.client_errors = Counter(
+            p + "client_errors", "Requests a client got wrong or abandoned, by kind", ["kind"], registry=r
+        )
+        for kind in CLIENT_ERROR_KINDS:  # at 0 from the start: rate() sees the first one
+            self.child(self.client_errors, kind)
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoised: prometheus_client's own lookup takes a lock on every call."""
@@ -101,6 +124,14 @@ class GatewayMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def client_error(self, kind: str, detail: str, remote: str | None) -> None:
+        """Count one client error of ``kind`` (one of `CLIENT_ERROR_KINDS`) and log it on one line, at INFO: the
+        client's doing, so no traceback and no warning. ``detail`` is cut to 200 characters."""
+        if kind not in CLIENT_ERROR_KINDS:
+            raise ValueError(f"client error kind {kind!r}: not one of {', '.join(CLIENT_ERROR_KINDS)}")
+        self.child(self.client_errors, kind).inc()
+        _client_log.info("client error kind=%s remote=%s: %s", kind, remote or "-", ascii(detail[:200]))
 
     def start_at_zero(self, tenants: Sequence[str], models: Sequence[str]) -> None:
         """Export ``requests_total`` at 0 for every tenant and model with the statuses the SLOs count, before any

@@ -112,6 +112,8 @@ class Gateway:
             raise
         except (asyncio.CancelledError, ConnectionResetError):
             out.status, out.error = 499, "client_closed"
+            if request.transport is None or request.transport.is_closing():  # not a stop cancelling it
+                self.metrics.client_error("disconnect", f"gone during {request.method} {request.path}", request.remote)
             raise
         finally:
             out.done_s = self.clock.monotonic() - out.received
