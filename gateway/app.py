@@ -15,7 +15,10 @@ GET /readyz and GET /metrics for the gateway ``main`` runs: replica counts per p
 engines' figures never reach the public port. No other path is forwarded: the engines' development endpoints
 (`ENGINE_DEV_PATHS`: sleep, wake, RPC, cache and pause control, which vLLM's ``--api-key`` does not guard) answer
 404 for every method, on an explicit route, so that no later catch-all can start forwarding them.
-Every response (errors included) carries ``x-request-id``, the client's when it sent a sane one.
+Every response (errors included) carries ``x-request-id``, the client's when it sent a sane one. Both applications
+refuse malformed headers before any route runs (`gateway.edge.header_guard`) and answer unknown paths (404) and
+methods (405, with Allow) as OpenAI error JSON, like every other error; their listeners run under
+`gateway.edge.EdgeRunner`, which does the same for what aiohttp refuses before the application sees it.
 aiohttp serves as well as proxies: measured on this machine it costs a fraction of the CPU per request of an
 ASGI stack (see docs/gateway.md).
 """
@@ -40,6 +43,7 @@ from gateway.alias_sync import AliasSync
 from gateway.auth import KeyRing
 from gateway.call import REQUEST_ID, authorization, request_id_for
 from gateway.drain import DRAIN
+from gateway.edge import METRICS, error_response, header_guard
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import GatewayError
 from gateway.kv_events import KvEventFeed
@@ -77,6 +81,7 @@ ENGINE_DEV_PATHS = (
 
 GATEWAY = web.AppKey("gateway", Gateway)
 _MAIN = web.AppKey("main", web.Application)
+_SESSION_HEADER = web.AppKey("session_header", str)  # read by both listeners' header guards
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -94,8 +99,7 @@ async def _request_id(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         response = await handler(request)
     except GatewayError as exc:
-        response = web.Response(status=exc.status, body=exc.body(), content_type="application/json")
-        response.headers.update(exc.headers())
+        return await error_response(request, exc, rid)
     except web.HTTPException as exc:  # unknown path, wrong method
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
         response = web.Response(
@@ -120,13 +124,16 @@ def create_app(
     stop with it. ``clock`` defaults to the system's.
     ``tracer_provider`` receives the request spans (`gateway.tracing`); None: no spans. Its owner shuts it down."""
     clock = clock or SystemClock()
-    app = web.Application(middlewares=[_request_id], client_max_size=settings.spec.gateway.max_body_bytes)
+    guard = header_guard(settings.spec.gateway.session_header)
+    app = web.Application(middlewares=[_request_id, guard], client_max_size=settings.spec.gateway.max_body_bytes)
+    app[_SESSION_HEADER] = settings.spec.gateway.session_header
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         session = session_factory()
         backend = quota or quota_backend(settings, clock)
         gateway = build_gateway(settings, session, backend, clock, Tracing(tracer_provider))
         app[GATEWAY] = gateway
+        app[METRICS] = gateway.metrics
         await gateway.refresher.refresh_once()
         tasks = [asyncio.create_task(_refresh_forever(gateway))]
         if settings.control_plane:
@@ -293,12 +300,17 @@ def _refresher(
 def create_admin_app(main: web.Application) -> web.Application:
     """The admin listener's application for the gateway that ``main`` (from `create_app`) runs; start it after
     ``main``'s runner is set up (its handlers read ``main``'s gateway)."""
-    admin = web.Application(middlewares=[_request_id])
+    admin = web.Application(middlewares=[_request_id, header_guard(main[_SESSION_HEADER])])
     admin[_MAIN] = main
+    admin.on_startup.append(_share_metrics)
     admin.router.add_get("/healthz", _healthz)
     admin.router.add_get("/readyz", _readyz)
     admin.router.add_get("/metrics", _metrics)
     return admin
+
+
+async def _share_metrics(admin: web.Application) -> None:
+    admin[METRICS] = admin[_MAIN][METRICS]  # the admin listener's client errors count with the public one's
 
 
 async def _refresh_forever(gateway: Gateway) -> None:

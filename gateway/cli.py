@@ -56,6 +56,7 @@ from fleet.tokenizer import ModelTokenizer
 from gateway.app import create_admin_app, create_app
 from gateway.auth import KEY_HASHES_FILE, KeyHashesFile, keys_from_secret
 from gateway.drain import Drain
+from gateway.edge import EdgeRunner
 from gateway.routing import REGISTRIES as ROUTING_REGISTRIES
 from gateway.settings import GatewaySettings
 from gateway.tokenizer_store import TokenizerSource, store_tokenizers
@@ -229,17 +230,13 @@ async def _serve(
     app = create_app(settings, tracer_provider=tracer_provider)
     draining = Drain(propagation_s=drain[0], shutdown_s=drain[1])
     draining.install(app)
-    # aiohttp closes a connection that has not delivered a whole request within the keep-alive timeout, from its
-    # first byte on: set to the header read timeout, a client sending its headers slowly is cut off there.
-    runner = web.AppRunner(
-        app,
-        handler_cancellation=True,
-        access_log=None,
-        shutdown_timeout=draining.runner_timeout_s,
-        keepalive_timeout=settings.spec.gateway.timeouts.header_read_s,
+    # Both listeners close a connection whose headers or body stall and answer malformed HTTP with a 4xx (gateway.edge)
+    timeouts = settings.spec.gateway.timeouts
+    runner = EdgeRunner(
+        app, timeouts, handler_cancellation=True, access_log=None, shutdown_timeout=draining.runner_timeout_s
     )
     await runner.setup()
-    admin = web.AppRunner(create_admin_app(app), access_log=None, shutdown_timeout=1.0)
+    admin = EdgeRunner(create_admin_app(app), timeouts, access_log=None, shutdown_timeout=1.0)
     await admin.setup()
     admin_sock = _bind(host, ports[1])
     await web.SockSite(admin, admin_sock).start()
