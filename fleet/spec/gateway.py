@@ -44,10 +44,13 @@ class TimeoutSpec(Spec):
     total_s: float = Field(default=600.0, gt=0, le=7200)
     """Whole request."""
     header_read_s: float = Field(default=10.0, gt=0, le=300)
-    """A client's request line and headers must arrive within this (slow-header clients are closed); also how
-    long an idle keep-alive connection stays open."""
+    """A client's request line and headers must arrive within this, from the connection's first byte or the end of
+    its previous answer, on both listeners, else the connection is closed; also how long an idle keep-alive
+    connection stays open."""
     body_read_s: float = Field(default=30.0, gt=0, le=600)
-    """A client's request body must arrive within this, else 408."""
+    """A client's request body must arrive within this, else 408 and the connection is closed; a body no route
+    reads (a GET's, or one answered early) is read and dropped for at most this long before the connection
+    closes."""
 
 
 class RetrySpec(Spec):
