@@ -146,6 +146,7 @@ def create_app(
                 settings.spec.control_plane.report_interval_s,
                 credential=settings.control_credential,
                 on_share=gateway.shares.update,
+                on_peers=gateway.quota.peers,
             )
             tasks.append(asyncio.create_task(reporter.run(gateway.cold)))
             aliases = AliasSync(

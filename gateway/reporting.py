@@ -138,9 +138,12 @@ class GatewayReporter:
         max_backoff_s: float = 30.0,
         credential: ClientCredential | None = None,
         on_share: Callable[[str, float | None], None] = lambda pool, share: None,
+        on_peers: Callable[[int], None] = lambda gateways: None,
     ) -> None:
-        """``on_share(pool, share)`` receives the admission share each accepted report is answered with."""
+        """``on_share(pool, share)`` receives the admission share each accepted report is answered with,
+        ``on_peers(gateways)`` the count of gateways it was divided among."""
         self.on_share = on_share
+        self.on_peers = on_peers
         self.credential = credential or ClientCredential.from_env(Kind.GATEWAY)
         self.url = control_plane.rstrip("/") + "/v1/gateway-reports"
         self.session = session
@@ -195,7 +198,10 @@ class GatewayReporter:
                         raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
                 self.pushed += 1
                 self.traffic[report.pool].reported(report.outcomes)
-                self.on_share(report.pool, _share(body))
+                accepted = _accepted(body)
+                self.on_share(report.pool, None if accepted is None else accepted.admission_share)
+                if accepted is not None and "gateways" in accepted.model_fields_set:
+                    self.on_peers(accepted.gateways)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if ok and self.backoff.failures == 0:
                     log.warning("gateway report to %s failed (%s); retrying with backoff", self.url, exc)
@@ -225,9 +231,9 @@ def _plus(a: list[int], b: list[int]) -> list[int]:
     return [x + y for x, y in zip(a, b, strict=True)]
 
 
-def _share(body: bytes) -> float | None:
-    """The admission share in a control plane's answer; None when it has none (or is older and sends none)."""
+def _accepted(body: bytes) -> GatewayAccepted | None:
+    """A control plane's answer to a report; None when it is not one (an older control plane's plain answer)."""
     try:
-        return GatewayAccepted.model_validate_json(body).admission_share
+        return GatewayAccepted.model_validate_json(body)
     except ValueError:
         return None

@@ -29,7 +29,8 @@ def quota_backend(settings: GatewaySettings, clock: Clock) -> QuotaBackend:
     """The backend ``gateway.quotaBackend`` names; ValueError when it is redis and no URL is configured.
 
     Redis comes wrapped in a `FailoverQuota` (``gateway.quotaStoreDown``) whose local fallback counts with
-    ``clock``; its share divisor is ``gateway.replicas``, the replica count the stack deploys.
+    ``clock``; its share divisor is the control plane's count of reporting gateways while fresh
+    (``controlPlane.staleAfterS``), else ``gateway.replicas``, the replica count the stack deploys.
     """
     gateway = settings.spec.gateway
     lease = gateway.timeouts.total_s + 60
@@ -48,5 +49,6 @@ def quota_backend(settings: GatewaySettings, clock: Clock) -> QuotaBackend:
             mode=gateway.quota_store_down,
             gateways=gateway.replicas,
             clock=clock,
+            peers_hold_s=settings.spec.control_plane.stale_after_s,
         )
     return MemoryQuota(clock, lease_s=lease)

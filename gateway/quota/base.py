@@ -85,5 +85,9 @@ class QuotaBackend(abc.ABC):
         """The shared store's health; None for a backend without one (the default)."""
         return None
 
+    def peers(self, gateways: int) -> None:  # noqa: B027 - optional hook
+        """How many gateways count the tenants' limits together now (the control plane's answer to this gateway's
+        last report); only a backend that may fall back to counting alone uses it (no-op by default)."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (no-op by default)."""

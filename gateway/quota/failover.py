@@ -2,12 +2,13 @@
 
 ``gateway.quotaStoreDown`` chooses what an outage means:
 
-* ``fail-open`` (default): each gateway counts quotas in memory (`MemoryQuota`), holding ``1 / gateway.replicas`` of
-  every tenant's limits: requests/s and tokens/min divided by the replica count, maxConcurrency divided and rounded
-  down, each at least 1 (so a tenant is never locked out entirely; with more replicas than slots the gateways
-  together may admit up to one request each). The divisor is the configured replica count because a gateway
-  cannot count its peers without the store it lost; while a rollout surges or a pod is missing, the real count
-  differs and the fleet-wide total is off by that ratio until the store is back.
+* ``fail-open`` (default): each gateway counts quotas in memory (`MemoryQuota`), holding ``1 / N`` of every
+  tenant's limits: requests/s and tokens/min divided by N, maxConcurrency divided and rounded down, each at least 1
+  (so a tenant is never locked out entirely; with more gateways than slots they together may admit up to one
+  request each). N is the number of gateways the control plane counts as reporting (not stale) in its answer to
+  this gateway's last report (`peers`), trusted for ``peers_hold_s`` (``controlPlane.staleAfterS``) after it came:
+  a rollout's surge or a missing pod changes it within a report interval. Without a fresh count (no control
+  plane, or it is down too) N is ``gateway.replicas``, the count the stack deploys.
 * ``fail-closed``: `QuotaStoreUnavailable`, a 503 with Retry-After, as before.
 
 State machine: *up* until a call to Redis fails (one WARNING line), then *down*; while down, the first request at
@@ -71,6 +72,7 @@ class FailoverQuota(QuotaBackend):
         mode: Mode,
         gateways: int,
         clock: Clock,
+        peers_hold_s: float = 0.0,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 0.5,
         max_pending: int = 10_000,
@@ -79,7 +81,9 @@ class FailoverQuota(QuotaBackend):
         self._shared = shared
         self._local = local
         self._mode: Mode = mode
-        self._gateways = gateways
+        self._gateways = gateways  # the configured count, when the control plane's is missing or old
+        self._peers: tuple[int, float] | None = None  # (the control plane's count, when it came)
+        self._peers_hold_s = peers_hold_s
         self._clock = clock
         self._probe_interval_s = probe_interval_s
         self._probe_timeout_s = probe_timeout_s
@@ -94,6 +98,15 @@ class FailoverQuota(QuotaBackend):
         self._gate = asyncio.Semaphore(max_in_flight)
         self._decided_locally = 0
         self._refused = 0
+
+    def peers(self, gateways: int) -> None:
+        self._peers = (max(1, gateways), self._clock.monotonic())
+
+    def divisor(self) -> int:
+        """N of the local share: the control plane's fresh count of gateways, else the configured one."""
+        if self._peers is not None and self._clock.monotonic() - self._peers[1] <= self._peers_hold_s:
+            return self._peers[0]
+        return self._gateways
 
     def health(self) -> StoreHealth:
         return StoreHealth(up=self._up, decided_locally=self._decided_locally, refused=self._refused)
@@ -110,7 +123,7 @@ class FailoverQuota(QuotaBackend):
             self._refused += 1
             raise QuotaStoreUnavailable("the quota store is unavailable; retry shortly")
         self._decided_locally += 1
-        taken = await self._local.acquire(tenant, local_share(limits, self._gateways), request_id, tokens)
+        taken = await self._local.acquire(tenant, local_share(limits, self.divisor()), request_id, tokens)
         return _LocalReservation(taken.tenant, taken.request_id, taken.tokens, taken.limits)
 
     async def release(self, reservation: Reservation, used_tokens: int) -> None:
@@ -145,7 +158,7 @@ class FailoverQuota(QuotaBackend):
                 "quota store down (%s): counting quotas in this gateway, 1/%d of each tenant's limits, until it "
                 "answers again",
                 cause,
-                self._gateways,
+                self.divisor(),
             )
         else:
             log.warning("quota store down (%s): refusing requests with 503 until it answers again", cause)

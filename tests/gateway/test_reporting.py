@@ -72,6 +72,34 @@ async def test_gateway_queue_reaches_control_plane_decisions(
         assert "gateway" in found["reason"]
 
 
+async def test_each_gateway_learns_how_many_gateways_report_to_the_control_plane(
+    start_control_plane: Callable[[Path], Proc], tmp_path: Path
+) -> None:
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **QUEUE)
+    cp = start_control_plane(stack)
+    settings = GatewaySettings(spec=spec("gateway", **QUEUE), access_log=False)  # reports only through these:
+    async with aiohttp.ClientSession() as session, serve(settings) as (_, gw):
+        heard: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+        reporters = {
+            name: GatewayReporter(
+                cp.url,
+                session,
+                gw.admission,
+                gw.traffic,
+                SystemClock(),
+                gateway_id=f"gw-{name}",
+                on_peers=heard[name].append,
+            )
+            for name in heard
+        }
+        for name in ("a", "b", "c"):
+            assert await reporters[name].push_once() is True
+        assert await reporters["a"].push_once() is True
+    # Each answer counts the gateways that have reported (and are not stale) by then, this one included.
+    assert heard["a"][0] == 1 and heard["b"][0] == 2 and heard["c"][0] == 3
+    assert heard["a"][-1] == 3
+
+
 async def test_control_plane_down_backs_off_and_keeps_serving() -> None:
     port = free_port()  # nothing listens here
     settings = GatewaySettings(

@@ -99,6 +99,35 @@ async def test_fail_open_counts_a_local_share_while_down_and_uses_redis_once_it_
         await quota.acquire("t", limits, "s5", 1)
 
 
+async def test_the_local_share_divides_by_the_gateways_the_control_plane_counts_while_that_count_is_fresh(
+    redis_server: RedisServer,
+) -> None:
+    clock = ManualClock(100.0)
+    limits = QuotaLimits(**ROOMY, max_concurrency=12)
+    backend = FailoverQuota(
+        RedisQuota.from_url(redis_server.url, lease_s=60),
+        MemoryQuota(clock, lease_s=60),
+        mode="fail-open",
+        gateways=2,  # the stack deploys two
+        clock=clock,
+        peers_hold_s=5.0,
+    )
+    try:
+        backend.peers(4)  # a rollout's surge: four report to the control plane
+        redis_server.kill()
+        held = [await backend.acquire("t", limits, f"a{i}", 1) for i in range(3)]  # 12 / 4
+        with pytest.raises(QuotaExceeded, match="maxConcurrency"):
+            await backend.acquire("t", limits, "a3", 1)
+        assert backend.divisor() == 4
+        clock.now += 5.5  # no answer from the control plane since: back to the configured count, 12 / 2
+        assert backend.divisor() == 2
+        held += [await backend.acquire("t", limits, f"b{i}", 1) for i in range(3)]
+        with pytest.raises(QuotaExceeded, match="maxConcurrency"):
+            await backend.acquire("t", limits, "b3", 1)
+    finally:
+        await backend.close()
+
+
 async def test_fail_closed_refuses_with_503_while_down(redis_server: RedisServer) -> None:
     clock, metrics = ManualClock(100.0), GatewayMetrics()
     limits = QuotaLimits(**ROOMY, max_concurrency=4)
