@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
+from engine_sim.tokenizer import APPROX, SimTokenizer, load_file_tokenizer
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.protocol.ports import free_port
 from fleet.protocol.promtext import counter_value, gauge_value, parse
@@ -217,6 +218,12 @@ class Fleet:
                     return found
             await asyncio.sleep(0.1)
         raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what} (logs in {self.logs})")
+
+    def engine_tokenizer(self) -> SimTokenizer:
+        """The tokenizer the pool's simulated engines count prompts with (``engine.tokenizer``, from the repository
+        root, where the fleet runs), else the simulator's approximate one."""
+        folder = self.document["config"]["llmfleet:pools"][0].get("engine", {}).get("tokenizer")
+        return APPROX if folder is None else load_file_tokenizer(Path(folder))
 
     async def ready_replicas(self) -> int:
         pools = (await self.http.get(self.cp_url + "/v1/pools")).json()["pools"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from engine_sim.tokenizer import chat_prompt_ids, filler_ids, filler_text
+from engine_sim.tokenizer import APPROX, SimTokenizer
 
 __all__ = ["Load", "Outcome"]
 
@@ -86,13 +86,14 @@ class Outcome:
         return self.event_error and str(code).isdigit() and int(str(code)) >= 500
 
 
-def _body(rng: random.Random, index: int, model: str) -> tuple[dict[str, Any], str]:
-    """A request and the answer the simulator gives it, uninterrupted."""
+def _body(rng: random.Random, index: int, model: str, tokenizer: SimTokenizer) -> tuple[dict[str, Any], str]:
+    """A request and the answer the simulator gives it, uninterrupted (its words depend on where the prompt ends,
+    as ``tokenizer``, the engines' own, counts it)."""
     words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 60)))
     messages = [{"role": "user", "content": f"Question {index}: {words}?"}]
     max_tokens, seed = rng.randint(64, 192), rng.randrange(1000)
-    start = len(chat_prompt_ids(messages))
-    expected = filler_text(filler_ids(seed, start, max_tokens))
+    start = len(tokenizer.chat_prompt_ids(messages))
+    expected = tokenizer.filler_text(tokenizer.filler_ids(seed, start, max_tokens))
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "seed": seed, "stream": True}
     return body, expected
 
@@ -101,8 +102,9 @@ class Load:
     """Poisson arrivals at ``rps`` (changeable while it runs) to ``url`` until `stop`, then waits for the
     requests in flight (each bounded by the client's stall timeout)."""
 
-    def __init__(self, url: str, key: str, model: str, rps: float, seed: int) -> None:
+    def __init__(self, url: str, key: str, model: str, rps: float, seed: int, tokenizer: SimTokenizer = APPROX) -> None:
         self.url, self.key, self.model, self.rps = url, key, model, rps
+        self.tokenizer = tokenizer  # the engines' (``engine.tokenizer``): the expected text depends on it
         self.rng = random.Random(seed)
         self.outcomes: list[Outcome] = []
         self._stop = asyncio.Event()
@@ -145,7 +147,7 @@ class Load:
             next_send = loop.time()
             while not self._stop.is_set():
                 while next_send <= loop.time():
-                    body, expected = _body(self.rng, len(self.outcomes), self.model)
+                    body, expected = _body(self.rng, len(self.outcomes), self.model, self.tokenizer)
                     outcome = Outcome(len(self.outcomes), expected, time.monotonic())
                     self.outcomes.append(outcome)
                     task = asyncio.create_task(self._one(session, body, outcome))
