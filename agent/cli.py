@@ -10,7 +10,9 @@ Credentials come from the environment, never the command line: the control crede
 (``$LLMFLEET_CONTROL_TOKEN`` or the projected token at ``$LLMFLEET_CONTROL_TOKEN_FILE``) goes on the agent's
 reports and lease calls, and only to the control plane's origin; the engine key (``$LLMFLEET_ENGINE_API_KEY``) goes
 to the engine (as ``$VLLM_API_KEY``) and on the agent's own calls to it. ``--auth`` (as the control plane's) decides
-who may drain or reset this agent; ``--prestop-from`` adds addresses allowed to call ``/prestop`` without one.
+who may drain or reset this agent: with no credential and no explicit ``--auth none`` the agent exits 2 before
+starting anything (`fleet.protocol.control_auth.resolve_mode`). ``--prestop-from`` adds addresses allowed to call
+``/prestop`` without one.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from fleet.protocol.control_auth import (
     ControlAuth,
     Kind,
     OriginAuth,
-    default_mode,
     make_verifier,
+    resolve_mode,
 )
 from fleet.protocol.model_manifest import ModelKeys
 from fleet.protocol.ports import free_port
@@ -100,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--auth",
         choices=AUTH_MODES,
         default=None,
-        help="who may drain or reset this agent (default as the control plane)",
+        help="who may drain or reset this agent (default as the control plane's; with no credential, give --auth none "
+        "to run open)",
     )
     parser.add_argument(
         "--prestop-from",
@@ -203,12 +206,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = build_options(args, stack.spec)
     try:
-        auth = ControlAuth(make_verifier(args.auth or default_mode()))
+        auth = ControlAuth(make_verifier(resolve_mode(args.auth)))
         config = LaunchConfig(options.engine_host, options.engine_port, extra_args=options.engine_args)
         make_launcher(pool, config).argv()
         if options.model_store is not None:
             ModelKeys(options.model_store.prefix, pool.model, pool.model_revision)
-    except ValueError as exc:  # an engine command line that could never start: fail before spawning anything
+    except ValueError as exc:  # no credential, or an engine command line that could never start: fail before spawning
         print(f"llmfleet agent: {exc}", file=sys.stderr)
         return 2
 

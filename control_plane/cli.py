@@ -16,10 +16,11 @@ until the agents alive have reported (`control_plane.startup`).
 **Error budgets** (docs/operations.md, "Error budget") are counted from the admin /metrics of the gateways that
 report (in memory, since this process started), or read from a Prometheus with ``--prometheus URL``.
 
-``--auth none|shared-secret|kubernetes`` chooses how writes are authenticated (`fleet.protocol.control_auth`); the
-default
-is shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none, which logs a
-warning: then anyone who reaches the port can register an engine.
+``--auth none|shared-secret|kubernetes`` chooses how callers are authenticated (`fleet.protocol.control_auth`): writes
+and the ``/v1`` reads (which name engines) need a credential; ``/healthz`` and ``/metrics`` stay open. The default is
+shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster; with neither it exits 2 naming
+them: a control plane runs open only with an explicit ``--auth none``, which logs a warning (then anyone who reaches
+the port can register an engine and list every engine's address).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from control_plane.rollout_stores import build_rollout_store
 from control_plane.startup import hold_for
 from fleet.protocol.clock import SystemClock
 from fleet.protocol.control_api import ApiServer, bind
-from fleet.protocol.control_auth import AUTH_MODES, ControlAuth, default_mode, make_verifier
+from fleet.protocol.control_auth import AUTH_MODES, ControlAuth, make_verifier, resolve_mode
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
 
@@ -71,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--auth",
         choices=AUTH_MODES,
         default=None,
-        help="how writes are authenticated (default: shared-secret with $LLMFLEET_CONTROL_TOKEN, kubernetes in a "
-        "cluster, else none)",
+        help="how callers are authenticated (default: shared-secret with $LLMFLEET_CONTROL_TOKEN, kubernetes in a "
+        "cluster; with neither, give --auth none to run open)",
     )
     parser.add_argument(
         "--prometheus",
@@ -107,7 +108,7 @@ def _stack_ref(stack: str) -> str:
 async def serve(args: argparse.Namespace) -> int:
     loaded = load_spec(args.stack, registries=REGISTRIES)
     spec = loaded.spec
-    mode = args.auth or default_mode()
+    mode = resolve_mode(args.auth)  # before anything starts: no credential and no --auth none is exit 2
     auth = ControlAuth(make_verifier(mode))
     if auth.verifier is None:
         log.warning("control auth is OFF (--auth none): anyone reaching this port can register engines and leases")
@@ -121,6 +122,7 @@ async def serve(args: argparse.Namespace) -> int:
         control_plane_url=url,
         log_dir=args.log_dir,
         state_dir=args.state_dir or args.log_dir,
+        auth=mode,
         nodegroups=dict(args.nodegroup),
     )
     actuator_name = args.actuator or spec.autoscaling.actuator
@@ -172,6 +174,6 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
-    except ValueError as exc:  # an --auth mode without its credential
+    except ValueError as exc:  # no credential, or an --auth mode without its own
         print(f"llmfleet control-plane: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,12 @@ the gateway fetches, before it listens, the tokenizer of each pool routed by ``k
 events and names no ``engine.tokenizer`` folder, into ``--tokenizer-cache`` (`gateway.tokenizer_store`); a pool
 whose tokenizer cannot be fetched is routed without kv-cache, with a warning.
 
+With a control plane (``--control-plane``, or the stack's ``controlPlane.url``) the gateway presents a control
+credential on its reports and on its discovery and alias reads (`fleet.protocol.control_auth.client_credential`):
+``$LLMFLEET_CONTROL_TOKEN`` (``--auth shared-secret``) or the projected token at ``$LLMFLEET_CONTROL_TOKEN_FILE``
+(``--auth kubernetes``); with neither it exits 2 unless ``--auth none`` says to call without one. A gateway with
+static replicas only talks to no control plane and needs no credential.
+
 With ``gateway.tracing.otlpEndpoint`` set, request spans go to that collector over OTLP/HTTP in batches (the
 ``otlp`` extra; exit 2 when it is missing), and the batch left at shutdown is sent before exiting.
 """
@@ -49,6 +55,7 @@ from aiohttp import web
 from opentelemetry.sdk.trace import TracerProvider
 
 from fleet.protocol import contract
+from fleet.protocol.control_auth import AUTH_MODES, Kind, client_credential
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec
@@ -92,12 +99,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the KV event socket (tcp://host:port) of the pool's static replica of the same position (repeatable)",
     )
     parser.add_argument(
-        "--control-plane",
-        default=None,
-        metavar="URL",
-        help="discover replicas from the control plane (default: the stack's controlPlane.url)",
-    )
-    parser.add_argument(
         "--secrets-dir",
         type=Path,
         default=Path("/etc/llmfleet/secrets"),
@@ -120,8 +121,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="event loop: uvloop when installed (auto), or the standard one",
     )
+    _control_arguments(parser)
     _store_arguments(parser)
     parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _control_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the control plane is, and the credential the gateway presents to it."""
+    parser.add_argument(
+        "--control-plane",
+        default=None,
+        metavar="URL",
+        help="discover replicas from the control plane (default: the stack's controlPlane.url)",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default=None,
+        help="the credential on control-plane calls: $LLMFLEET_CONTROL_TOKEN (shared-secret), "
+        "$LLMFLEET_CONTROL_TOKEN_FILE (kubernetes) or none (default: whichever is set; with a control plane and "
+        "neither, give --auth none to call it without one)",
+    )
 
 
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,17 +189,19 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
                 logging.getLogger("llmfleet.gateway").warning(
                     "tenant %s has no keys: secret %s not found", tenant.name, tenant.api_keys_secret
                 )
+    control_plane = args.control_plane or spec.control_plane.url
     return GatewaySettings(
         spec=spec,
         extra_hashes=hashes,
         static_replicas=dict(static),
         static_kv_events=dict(kv_events),
-        control_plane=args.control_plane or spec.control_plane.url,
+        control_plane=control_plane,
         extra_keys=extra,
         access_log=not args.no_access_log,
         routing_seed=args.seed,
         redis_url=os.environ.get(contract.REDIS_URL_ENV) or None,
-        control_credential=GatewaySettings.control_credential_from(os.environ),
+        # With a control plane, no credential and no --auth none is exit 2; static replicas alone need none.
+        control_credential=client_credential(Kind.GATEWAY, args.auth) if control_plane else None,
         engine_api_key=GatewaySettings.engine_api_key_from(os.environ),
         tokenizers=_store_tokenizers(args, spec),
     )
@@ -271,6 +293,10 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, KeyError, ValueError, TracingUnavailable) as exc:
         print(f"llmfleet gateway: {exc}", file=sys.stderr)
         return 2
+    if settings.control_plane and settings.control_credential is None:
+        logging.getLogger("llmfleet.gateway").warning(
+            "control auth is OFF (--auth none): control-plane calls carry no credential"
+        )
     port = settings.spec.gateway.port if args.port is None else args.port
     admin_port = args.admin_port
     if admin_port is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.protocol.control_auth import ENGINE_API_KEY_ENV, ClientCredential, Kind
+from fleet.protocol.control_auth import ENGINE_API_KEY_ENV, ClientCredential
 from fleet.spec.stack import FleetSpec
 from fleet.tokenizer import ModelTokenizer
 
@@ -24,15 +24,11 @@ class GatewaySettings:
     access_log: bool = True
     routing_seed: int | None = None  # fixes the pickers' random draws (tests, benchmarks)
     redis_url: str | None = None  # the quota Redis; overrides gateway.redisUrl (from a Secret, so never in the stack)
-    control_credential: ClientCredential | None = None  # on gateway reports ($LLMFLEET_CONTROL_TOKEN[_FILE])
+    # on every control-plane call: reports, discovery, alias weights ($LLMFLEET_CONTROL_TOKEN[_FILE], gateway.cli)
+    control_credential: ClientCredential | None = None
     engine_api_key: str | None = field(default=None, repr=False)  # sent upstream ($LLMFLEET_ENGINE_API_KEY)
     # pool -> its tokenizer from the model store, for pools without engine.tokenizer (`gateway.tokenizer_store`)
     tokenizers: Mapping[str, ModelTokenizer] = field(default_factory=dict, repr=False)
-
-    @staticmethod
-    def control_credential_from(env: Mapping[str, str]) -> ClientCredential | None:
-        """The gateway's control credential from ``$LLMFLEET_CONTROL_TOKEN`` or ``$LLMFLEET_CONTROL_TOKEN_FILE``."""
-        return ClientCredential.from_env(Kind.GATEWAY, env)
 
     @staticmethod
     def engine_api_key_from(env: Mapping[str, str]) -> str | None:

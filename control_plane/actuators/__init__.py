@@ -60,6 +60,7 @@ class ActuatorEnv:
     control_plane_url: str
     log_dir: Path | None = None
     state_dir: Path | None = None  # what outlives the control plane locally (leases, launched agents); None: nothing
+    auth: str | None = None  # the control plane's --auth mode, which the agents it starts locally run too
     kubernetes_client: httpx.AsyncClient | None = None  # base_url = the API server; None: in-cluster account
     eks_client: Any = None  # a boto3 EKS client; None: boto3.client("eks") in the stack's region
     autoscaling_client: Any = None  # a boto3 Auto Scaling client; None: boto3.client("autoscaling")

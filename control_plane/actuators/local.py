@@ -190,6 +190,8 @@ class LocalActuator(Actuator, name="local"):
             "--control-plane",
             self.env.control_plane_url,
         ]
+        if self.env.auth is not None:  # an agent runs as its control plane does: --auth none only if it does
+            argv += ["--auth", self.env.auth]
         out: IO[bytes] | None = None
         if self.env.log_dir is not None:
             self.env.log_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Control auth: who may call the control plane's and the agents' write endpoints.
+"""Control auth: who may call the control plane (its writes, and its reads, which name engines) and the agents' writes.
 
 A credential travels as ``Authorization: Bearer <token>``. A `Verifier` turns a token (and the TCP peer's address)
 into a `Caller`, or None when the token is not valid. Two verifiers:
@@ -18,9 +18,11 @@ control plane holds a report's ``engine_url`` to it (`same_host`).
 Server side, `ControlAuth.require(*kinds)` is a FastAPI dependency: no or an invalid credential -> 401, a valid
 one of another kind -> 403, a verifier that cannot reach the API server -> 503 with Retry-After (an outage is not
 the caller's fault: agents and gateways retry), all as OpenAI's error JSON (`install` registers the handler).
-``ControlAuth(None)``
-lets everyone through (auth off). Client side, `ClientCredential` gives the header, re-reading a token file
-when it changes (projected tokens rotate); `BearerAuth` plugs it into an httpx client.
+``ControlAuth(None)`` lets everyone through (auth off). No process runs that way unless told to: `resolve_mode` gives
+the ``--auth`` mode from the flag or the environment and refuses (`NO_CREDENTIAL`) when there is neither a credential
+nor ``--auth none``; `client_credential` does the same for a client's credential. Client side, `ClientCredential`
+gives the header, re-reading a token file when it changes (projected tokens rotate); `BearerAuth` plugs it into an
+httpx client.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "CONTROL_TOKEN_ENV",
     "CONTROL_TOKEN_FILE_ENV",
     "ENGINE_API_KEY_ENV",
+    "NO_CREDENTIAL",
     "SERVICE_ACCOUNTS",
     "BearerAuth",
     "Caller",
@@ -62,9 +65,12 @@ __all__ = [
     "TokenReview",
     "Verifier",
     "bearer_token",
+    "client_credential",
     "default_mode",
     "make_verifier",
+    "operator_auth",
     "origin",
+    "resolve_mode",
     "same_host",
 ]
 
@@ -296,13 +302,51 @@ class BearerAuth(httpx.Auth):
 
 
 AUTH_MODES = ("none", "shared-secret", "kubernetes")
+NO_CREDENTIAL = (
+    f"no control credential: set ${CONTROL_TOKEN_ENV} (the fleet secret) for --auth shared-secret, run in a cluster "
+    "for --auth kubernetes, or pass --auth none to run without authentication (anyone reaching the port is trusted)"
+)
 
 
-def default_mode(env: Mapping[str, str] = os.environ) -> str:
-    """shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else none."""
+def default_mode(env: Mapping[str, str] = os.environ) -> str | None:
+    """shared-secret when ``$LLMFLEET_CONTROL_TOKEN`` is set, else kubernetes in a cluster, else None: no credential
+    (never ``none``: a fleet runs open only when told so, see `resolve_mode`)."""
     if env.get(CONTROL_TOKEN_ENV):
         return "shared-secret"
-    return "kubernetes" if env.get("KUBERNETES_SERVICE_HOST") else "none"
+    return "kubernetes" if env.get("KUBERNETES_SERVICE_HOST") else None
+
+
+def resolve_mode(flag: str | None, env: Mapping[str, str] = os.environ) -> str:
+    """The ``--auth`` mode a process runs: ``flag`` when given, else `default_mode`; ValueError (`NO_CREDENTIAL`,
+    naming the ways out) when neither gives one, so nothing runs unauthenticated without an explicit ``--auth none``."""
+    mode = flag or default_mode(env)
+    if mode is None:
+        raise ValueError(NO_CREDENTIAL)
+    return mode
+
+
+def client_credential(kind: Kind, flag: str | None, env: Mapping[str, str] = os.environ) -> ClientCredential | None:
+    """What a client of the control plane presents under ``--auth flag``: None for ``none``, the shared secret for
+    ``shared-secret``, the projected token (``$LLMFLEET_CONTROL_TOKEN_FILE``) for ``kubernetes``, whichever the
+    environment holds for no flag (`ClientCredential.from_env`); ValueError when that credential is missing."""
+    if flag == "none":
+        return None
+    if flag == "shared-secret":
+        env, missing = (
+            {CONTROL_TOKEN_ENV: env.get(CONTROL_TOKEN_ENV, "")},
+            f"--auth shared-secret needs ${CONTROL_TOKEN_ENV}",
+        )
+    elif flag == "kubernetes":
+        env = {CONTROL_TOKEN_FILE_ENV: env.get(CONTROL_TOKEN_FILE_ENV, "")}
+        missing = f"--auth kubernetes needs ${CONTROL_TOKEN_FILE_ENV} (a projected service-account token)"
+    elif flag is None:
+        missing = f"{NO_CREDENTIAL}; in a cluster ${CONTROL_TOKEN_FILE_ENV} names the projected token"
+    else:
+        raise ValueError(f"unknown auth mode {flag!r}; modes: {', '.join(AUTH_MODES)}")
+    found = ClientCredential.from_env(kind, env)
+    if found is None:
+        raise ValueError(missing)
+    return found
 
 
 def make_verifier(mode: str, env: Mapping[str, str] = os.environ) -> Verifier | None:
@@ -339,3 +383,10 @@ class OriginAuth(httpx.Auth):
         if token is not None:
             request.headers["Authorization"] = f"Bearer {token()}"
         yield request
+
+
+def operator_auth(control_plane: str, env: Mapping[str, str] = os.environ) -> OriginAuth | None:
+    """httpx auth for an operator's reads and writes (``llmfleet status``, ``slo``, ``rollout``, ``up``'s own): the
+    control-plane kind's credential from ``env``, sent to ``control_plane``'s origin only; None without one."""
+    credential = ClientCredential.from_env(Kind.CONTROL_PLANE, env)
+    return None if credential is None else OriginAuth({control_plane: credential.token})

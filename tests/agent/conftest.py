@@ -59,6 +59,7 @@ def start_agent(procs: Procs, tmp_path: Path) -> Callable[..., AgentProc]:
             "--port", str(port), "--replica", replica, "--control-plane", control_plane or "none",
             "--log-dir", str(tmp_path / replica), "--probe-interval", "0.2", "--liveness-failures", "3",
             "--backoff-base", "0.1", "--backoff-max", "0.5", "--lease-retry", "0.3", "--report-backoff-max", "1",
+            "--auth", "none",  # an --auth in extra comes later and wins
             *extra,
         ]  # fmt: skip
         log = tmp_path / replica / "agent.log"
@@ -73,13 +74,14 @@ def start_agent(procs: Procs, tmp_path: Path) -> Callable[..., AgentProc]:
 
 @pytest.fixture
 def start_control_plane(procs: Procs, tmp_path: Path) -> Callable[..., Proc]:
-    """Start ``llmfleet control-plane --dry-run`` (on ``port``, else a free one) and wait until it answers."""
+    """Start ``llmfleet control-plane --dry-run --auth none`` (on ``port``, else a free one) and wait until it
+    answers."""
 
     def start(stack: Path, port: int | None = None) -> Proc:
         port = port or free_port()
         argv = [
             "control-plane", "--stack", str(stack), "--port", str(port),
-            "--dry-run", "--log-dir", str(tmp_path / "cp-agents"),
+            "--dry-run", "--log-dir", str(tmp_path / "cp-agents"), "--auth", "none",
         ]  # fmt: skip
         proc = procs.start(argv, name="control-plane", url=f"http://127.0.0.1:{port}", stop_timeout_s=10)
         proc.wait_http("/healthz", timeout_s=30)

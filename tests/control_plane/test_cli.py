@@ -18,7 +18,7 @@ from tests.support.wait import wait_for
 
 def test_dry_run_control_plane_logs_decisions_and_starts_no_agent(tmp_path: Path) -> None:
     port = free_port()
-    argv = ["control-plane", "--stack", "local", "--port", str(port), "--dry-run"]
+    argv = ["control-plane", "--stack", "local", "--port", str(port), "--dry-run", "--auth", "none"]
     cp = Proc.start(argv, tmp_path / "control-plane.log", url=f"http://127.0.0.1:{port}")
     try:
         decisions: list[dict[str, object]] = wait_for(
@@ -51,7 +51,8 @@ def test_port_zero_prints_the_bound_address_and_serves_on_it(tmp_path: Path) -> 
     out = tmp_path / "stdout.txt"
     with out.open("w") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet.cli", "control-plane", "--stack", "local", "--port", "0", "--dry-run"],
+            [sys.executable, "-m", "llmfleet.cli", "control-plane", "--stack", "local", "--port", "0", "--dry-run"]
+            + ["--auth", "none"],
             stdout=handle,
             stderr=subprocess.DEVNULL,
         )

@@ -134,10 +134,11 @@ def gateway_procs(procs: Procs) -> Callable[..., Proc]:
 
 @pytest.fixture
 def start_control_plane(procs: Procs) -> Callable[[Path], Proc]:
-    """Start ``llmfleet control-plane --dry-run`` on a free port (it reports the port it was given)."""
+    """Start ``llmfleet control-plane --dry-run --auth none`` on a free port (it reports the port it was given): these
+    tests are about routing, not credentials (tests/control_plane/test_control_auth_processes.py is)."""
 
     def start(stack: Path) -> Proc:
-        argv = ["control-plane", "--stack", str(stack), "--port", str(free_port()), "--dry-run"]
+        argv = ["control-plane", "--stack", str(stack), "--port", str(free_port()), "--dry-run", "--auth", "none"]
         proc = procs.start(argv, name="control-plane")
         proc.wait_url("listening on")
         return proc

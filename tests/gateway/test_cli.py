@@ -14,6 +14,7 @@ import pytest
 
 from fleet.protocol.keys import DEMO_API_KEY
 from tests.gateway.conftest import admin_url
+from tests.support.auth import NO_CREDENTIAL_ENV, assert_names_the_ways_out
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import MODEL, write_stack
 
@@ -71,6 +72,25 @@ def test_an_admin_port_equal_to_the_public_port_is_refused(procs: Procs) -> None
     proc = procs.start(["gateway", "--stack", "local", "--port", "18080", "--admin-port", "18080"], name="gw")
     assert proc.wait(timeout_s=30) == 2
     assert "the admin port must differ from the public port 18080" in proc.text()
+
+
+def test_a_gateway_with_a_control_plane_but_no_credential_or_auth_none_exits_2(procs: Procs) -> None:
+    argv = ["gateway", "--stack", "local", "--port", "0", "--admin-port", "0", "--control-plane", "http://127.0.0.1:9"]
+    proc = procs.start(argv, name="gw", env=NO_CREDENTIAL_ENV)
+    assert proc.wait(timeout_s=30) == 2
+    assert_names_the_ways_out(proc.text())
+
+
+def test_a_gateway_with_auth_none_or_static_replicas_only_starts_without_a_credential(
+    procs: Procs, shared_sim: Proc
+) -> None:
+    base = ["gateway", "--stack", "local", "--port", "0", "--admin-port", "0"]
+    with_cp = [*base, "--control-plane", "http://127.0.0.1:9", "--auth", "none"]
+    open_cp = procs.start(with_cp, name="gw-open", env=NO_CREDENTIAL_ENV)
+    static = procs.start([*base, "--replica", shared_sim.url], name="gw-static", env=NO_CREDENTIAL_ENV)
+    for proc in (open_cp, static):
+        proc.wait_url("listening on")
+    assert "control auth is OFF" in open_cp.text() and "control auth is OFF" not in static.text()
 
 
 def test_a_gateway_given_the_model_bucket_tokenizes_a_pushed_model_and_routes_an_unpushed_one_by_load(

@@ -36,6 +36,7 @@ STACK = {
 async def test_requests_held_through_zero_to_one_all_succeed(procs: Procs, tmp_path: Path) -> None:
     stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **STACK)
     argv = ["control-plane", "--stack", str(stack), "--port", str(free_port()), "--log-dir", str(tmp_path / "cp")]
+    argv += ["--auth", "none"]
     cp = procs.start(argv, name="control-plane", stop_timeout_s=30)
     cp.wait_url("listening on")
     settings = GatewaySettings(spec=spec("gateway", **STACK), control_plane=cp.url, access_log=False)

@@ -258,7 +258,7 @@ def _start_agent(procs: Procs, tmp_path: Path, engine_port: int) -> AgentProc:
     argv = [
         "agent", "--stack", str(stack), "--pool", "qwen-7b", "--port", str(port), "--replica", "r0",
         "--control-plane", "none", "--engine-port", str(engine_port), "--log-dir", str(tmp_path / "r0"),
-        "--probe-interval", "0.2", "--backoff-base", "0.1", "--backoff-max", "0.5",
+        "--auth", "none", "--probe-interval", "0.2", "--backoff-base", "0.1", "--backoff-max", "0.5",
     ]  # fmt: skip
     agent = procs.add(AgentProc.start(argv, tmp_path / "agent.log", name="agent", url=f"http://127.0.0.1:{port}"))
     agent.wait_http("/readyz", timeout_s=40)

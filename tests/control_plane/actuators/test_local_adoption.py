@@ -26,7 +26,9 @@ async def test_a_new_actuator_adopts_the_last_ones_agent_and_drains_it(tmp_path:
     stack = write_stack(tmp_path / "Pulumi.agenttest.yaml", "local-sim", **{"pools.0.drain.propagationSeconds": 0.2})
     spec = load_spec(str(stack)).spec
     pool = spec.pools[0]
-    env = ActuatorEnv(stack=str(stack), control_plane_url=f"http://127.0.0.1:{free_port()}", state_dir=tmp_path)
+    env = ActuatorEnv(
+        stack=str(stack), control_plane_url=f"http://127.0.0.1:{free_port()}", auth="none", state_dir=tmp_path
+    )
     stranger = subprocess.Popen(["sleep", "60"])  # a recorded pid that now belongs to another program
     gone = subprocess.Popen(["true"])
     gone.wait()

@@ -33,7 +33,9 @@ async def test_the_local_actuator_sleeps_a_scale_down_victim_and_wakes_it_on_sca
     )
     spec = load_spec(str(stack)).spec
     pool = spec.pools[0]
-    env = ActuatorEnv(stack=str(stack), control_plane_url=f"http://127.0.0.1:{free_port()}", log_dir=tmp_path)
+    env = ActuatorEnv(
+        stack=str(stack), control_plane_url=f"http://127.0.0.1:{free_port()}", auth="none", log_dir=tmp_path
+    )
     actuator = LocalActuator(spec, env)
     try:
         replica = actuator.launch(pool.name)
