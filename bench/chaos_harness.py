@@ -28,7 +28,7 @@ import httpx
 import yaml
 
 from engine_sim.tokenizer import APPROX, SimTokenizer, load_file_tokenizer
-from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV, operator_auth
 from fleet.protocol.ports import free_port
 from fleet.protocol.promtext import counter_value, gauge_value, parse
 from llmfleet.local.procs import Child
@@ -172,7 +172,8 @@ class Fleet:
         self.gateways: list[GatewayProc] = []
         self.redis: subprocess.Popen[bytes] | None = None
         self.redis_port = redis_port
-        self.http = httpx.AsyncClient(timeout=2.0, trust_env=False)
+        # The fleet secret on the control plane's reads (they name engines), sent to its origin only.
+        self.http = httpx.AsyncClient(timeout=2.0, trust_env=False, auth=operator_auth(self.cp_url, self.env))
 
     @property
     def cp_url(self) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from fleet.protocol.control_auth import ClientCredential
 from fleet.protocol.wire import AliasWeights
 from gateway.routing.aliases import AliasTable, WeightedAlias
 
@@ -45,8 +46,10 @@ class AliasSync:
         apply: Callable[[AliasTable], None],
         interval_s: float,
         timeout_s: float = 2.0,
+        credential: ClientCredential | None = None,
     ) -> None:
         self.url = control_plane.rstrip("/") + "/v1/aliases"
+        self.credential = credential  # the gateway's control credential (None: sends none, for --auth none)
         self.session = session
         self.apply = apply
         self.interval_s = interval_s
@@ -57,10 +60,11 @@ class AliasSync:
     async def sync_once(self) -> bool:
         """Read the weights and apply them if they changed; True when the table was replaced."""
         try:
-            async with self.session.get(self.url, timeout=self.timeout) as resp:
+            headers = self.credential.headers() if self.credential is not None else None
+            async with self.session.get(self.url, timeout=self.timeout, headers=headers) as resp:
                 resp.raise_for_status()
                 weights = AliasWeights.model_validate_json(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:  # OSError: an unreadable token file
             if not self._failing:
                 log.warning("alias weights from %s unavailable (%s): keeping the current ones", self.url, exc)
             self._failing = True

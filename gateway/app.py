@@ -150,7 +150,11 @@ def create_app(
             )
             tasks.append(asyncio.create_task(reporter.run(gateway.cold)))
             aliases = AliasSync(
-                settings.control_plane, session, gateway.set_aliases, settings.spec.gateway.routing.scrape_interval_s
+                settings.control_plane,
+                session,
+                gateway.set_aliases,
+                settings.spec.gateway.routing.scrape_interval_s,
+                credential=settings.control_credential,
             )
             await aliases.sync_once()  # a rollout's weights, not the stack's, from the first request on
             tasks.append(asyncio.create_task(aliases.run()))
@@ -295,6 +299,7 @@ def _refresher(
         timeout_s=max(0.25, min(2.0, interval_s * 2)),
         kv_feed=kv_feed,
         static_kv=settings.static_kv_events,
+        credential=settings.control_credential,
     )
 
 

@@ -1,8 +1,9 @@
 """Endpoints: the replicas of each pool, their load and health, kept fresh by a background loop.
 
-Membership comes from the control plane (``GET /v1/pools/{pool}/replicas``, `fleet.protocol.wire.ReplicaList`) when one
-is configured, else from static engine URLs (``PoolSpec.staticReplicas`` or ``--replica``). If the control plane
-is unreachable the last known membership stays (in-flight work and routing go on). Every
+Membership comes from the control plane (``GET /v1/pools/{pool}/replicas``, `fleet.protocol.wire.ReplicaList`, read
+with the gateway's control credential) when one is configured, else from static engine URLs
+(``PoolSpec.staticReplicas`` or ``--replica``). If the control plane is unreachable the last known membership stays
+(in-flight work and routing go on). Every
 ``routing.scrapeIntervalS`` each engine is probed: ``/health`` (static mode: readiness) and ``/metrics``
 (load, parsed with `fleet.protocol.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
 rotation on that refresh (``sleeping`` and ``waking`` are not ``ready``); an engine answering 503 leaves it until its
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from fleet.protocol.clock import Clock
+from fleet.protocol.control_auth import ClientCredential
 from fleet.protocol.promtext import EngineMetrics, engine_asleep, parse
 from fleet.protocol.wire import ReplicaList
 from fleet.spec.stack import PoolSpec
@@ -215,8 +217,10 @@ class Refresher:
         timeout_s: float,
         kv_feed: KvEventFeed | None = None,
         static_kv: Mapping[str, Sequence[str]] | None = None,
+        credential: ClientCredential | None = None,
     ) -> None:
         self.endpoints = endpoints
+        self.credential = credential  # on discovery reads (the control plane's only): None sends none
         self.kv_feed = kv_feed  # told each pool's ready replicas' KV event sockets after every discovery
         self._static_kv = static_kv or {}
         self._session = session
@@ -249,11 +253,12 @@ class Refresher:
 
     async def _discover(self, pool: str) -> None:
         url = f"{self._cp}/v1/pools/{pool}/replicas"
-        try:
-            async with self._session.get(url, timeout=self._timeout) as resp:
+        try:  # a token file that cannot be read (OSError) is an outage of this round, as the control plane's is
+            headers = self.credential.headers() if self.credential is not None else None
+            async with self._session.get(url, timeout=self._timeout, headers=headers) as resp:
                 resp.raise_for_status()
                 listing = ReplicaList.model_validate_json(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             log.warning("control plane unreachable (%s): keeping %s's last known replicas", exc, pool)
             return
         self.endpoints.set_members(

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from fleet.protocol.control_auth import BearerAuth, ClientCredential, Kind
+from fleet.protocol.control_auth import operator_auth
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import control_plane_url
 
@@ -80,10 +80,8 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
-    credential = ClientCredential.from_env(Kind.CONTROL_PLANE)
-    auth = BearerAuth(credential) if credential is not None else None
     try:
-        with httpx.Client(base_url=url, timeout=10.0, auth=auth) as client:
+        with httpx.Client(base_url=url, timeout=10.0, auth=operator_auth(url)) as client:
             if args.action == "start":
                 response = client.post("/v1/rollouts", json={"alias": args.alias, "candidate": args.candidate})
             elif args.action == "abort":

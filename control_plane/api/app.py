@@ -22,7 +22,10 @@ gateway reports).
 
 Writes need a control credential (`fleet.protocol.control_auth`, given as ``create_app(cp, auth)``): reports from
 an agent, gateway reports from a gateway, leases from an agent, rollouts from the control plane's own kind; 401
-without a valid one, 403 for another kind. Reads stay open. ``ControlAuth(None)`` (the default) accepts every
+without a valid one, 403 for another kind. The ``/v1`` reads need a credential of any kind (401 without one): the
+replica list names every engine, the decisions, leases and rollouts the fleet's workings. ``/healthz`` stays open
+(probes carry no token), and so does ``/metrics`` (Prometheus scrapes it; its series name pools and gateways, never
+an engine's address), as do ``/openapi.json`` and ``/docs``. ``ControlAuth(None)`` (the default) accepts every
 caller, as ``--auth none`` does.
 """
 

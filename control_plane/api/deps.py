@@ -17,7 +17,7 @@ from control_plane.plane import ControlPlane
 from fleet.protocol.control_api import error_response
 from fleet.protocol.control_auth import Caller, ControlAuth, Kind
 
-__all__ = ["agent", "control_plane", "gateway", "operator", "plane", "unknown_pool"]
+__all__ = ["agent", "control_plane", "gateway", "operator", "plane", "reader", "unknown_pool"]
 
 
 async def plane(request: Request) -> ControlPlane:
@@ -25,10 +25,10 @@ async def plane(request: Request) -> ControlPlane:
     return cast(ControlPlane, request.app.state.plane)
 
 
-def _require(kind: Kind) -> Callable[[Request], Awaitable[Caller | None]]:
+def _require(*kinds: Kind) -> Callable[[Request], Awaitable[Caller | None]]:
     async def caller(request: Request) -> Caller | None:
         auth = cast(ControlAuth, request.app.state.auth)
-        return await auth.require(kind)(request)
+        return await auth.require(*kinds)(request)
 
     return caller
 
@@ -37,6 +37,8 @@ def _require(kind: Kind) -> Callable[[Request], Awaitable[Caller | None]]:
 agent = Depends(_require(Kind.AGENT))
 gateway = Depends(_require(Kind.GATEWAY))
 operator = Depends(_require(Kind.CONTROL_PLANE))
+# The caller of a read: any fleet member (the replica list and the decisions name engines); 401 without one.
+reader = Depends(_require(Kind.AGENT, Kind.GATEWAY, Kind.CONTROL_PLANE))
 control_plane = Depends(plane)
 
 

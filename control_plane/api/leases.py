@@ -9,7 +9,8 @@
 Taking and giving back a lease needs an agent's credential, and is refused with 403 unless the replica it names
 last reported from the caller's address: an agent takes and gives back its own replica's lease only, so no pod can
 hold a pool's leases to block its restarts, or release another replica's. Every grant and release is written to
-the lease store (`control_plane.leases.leases`), awaited, so leases survive a restart of the control plane.
+the lease store (`control_plane.leases.leases`), awaited, so leases survive a restart of the control plane. Reading
+them needs a control credential of any kind.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from control_plane.api.deps import agent, control_plane, unknown_pool
+from control_plane.api.deps import agent, control_plane, reader, unknown_pool
 from control_plane.api.metrics import ControlPlaneMetrics, series
 from control_plane.leases.leases import LeaseRefused, LeaseStoreError
 from control_plane.plane import ControlPlane
@@ -98,7 +99,7 @@ async def delete_lease(
         return _store_down(exc)
 
 
-@router.get("/v1/leases", response_model=LeasesResponse, responses=errors())
+@router.get("/v1/leases", response_model=LeasesResponse, responses=errors(401), dependencies=[reader])
 async def get_leases(cp: ControlPlane = control_plane) -> LeasesResponse:
     """Lease holders per pool and the recent lease events."""
     return LeasesResponse.model_validate(cp.leases.snapshot(cp.clock.time()))

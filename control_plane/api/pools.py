@@ -9,7 +9,8 @@
                                               the pool's agents (`control_plane.startup`): gateways keep their list
     GET    /v1/decisions[?pool=P&limit=N]     DecisionsResponse: decisions, newest last, each with inputs and reason
 
-Reads, open to every caller.
+Reads, for fleet members only (`control_plane.api.deps.reader`: a control credential of any kind, 401 without one):
+the replica list gives every engine's address, the decisions and summaries the fleet's shape.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import asdict
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from control_plane.api.deps import control_plane, unknown_pool
+from control_plane.api.deps import control_plane, reader, unknown_pool
 from control_plane.plane import ControlPlane
 from control_plane.scaling.decisions import decision_to_json
 from fleet.protocol.control_api import error_response, errors
@@ -36,7 +37,7 @@ from fleet.spec.stack import PoolSpec
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(dependencies=[reader])
 
 
 def _summary(cp: ControlPlane, pool: PoolSpec, now: float) -> PoolSummary:
@@ -55,14 +56,14 @@ def _summary(cp: ControlPlane, pool: PoolSpec, now: float) -> PoolSummary:
     )
 
 
-@router.get("/v1/pools", response_model=PoolsResponse, responses=errors())
+@router.get("/v1/pools", response_model=PoolsResponse, responses=errors(401))
 async def get_pools(cp: ControlPlane = control_plane) -> PoolsResponse:
     """Every pool: bounds, replica counts and the last decision."""
     now = cp.clock.time()
     return PoolsResponse(pools=[_summary(cp, pool, now) for pool in cp.spec.pools], generated_at=now)
 
 
-@router.get("/v1/pools/{pool}/budget", response_model=PoolBudget, responses=errors(404))
+@router.get("/v1/pools/{pool}/budget", response_model=PoolBudget, responses=errors(401, 404))
 async def get_budget(pool: str, cp: ControlPlane = control_plane) -> PoolBudget | JSONResponse:
     """The pool's error budget per SLO over ``slo.budgetWindow`` (planned restart windows excluded), read
     again from the budget source when older than its refresh period, and whether risky changes may go ahead."""
@@ -83,7 +84,7 @@ async def get_budget(pool: str, cp: ControlPlane = control_plane) -> PoolBudget 
     )
 
 
-@router.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(404, 503))
+@router.get("/v1/pools/{pool}/replicas", response_model=ReplicaList, responses=errors(401, 404, 503))
 async def get_replicas(pool: str, cp: ControlPlane = control_plane) -> ReplicaList | JSONResponse:
     """Discovery for gateways: the pool's replicas (stopped ones excluded), each with its ``stale`` flag; 503
     until a control plane that just started has heard from the pool's agents."""
@@ -96,7 +97,7 @@ async def get_replicas(pool: str, cp: ControlPlane = control_plane) -> ReplicaLi
     return cp.registry.replica_list(pool, cp.pools[pool].served_name, now)
 
 
-@router.get("/v1/decisions", response_model=DecisionsResponse, responses=errors(400))
+@router.get("/v1/decisions", response_model=DecisionsResponse, responses=errors(400, 401))
 async def get_decisions(
     pool: str | None = None, limit: int = 100, cp: ControlPlane = control_plane
 ) -> DecisionsResponse:

@@ -9,7 +9,8 @@
     DELETE /v1/rollouts/{alias}      abort: the candidate back to 0 -> 200 RolloutStatus | 404 | 409 (finished)
 
 Starting and aborting are writes: they need a control credential of kind ``control-plane`` (the fleet secret, or
-the control plane's service-account token), as the agents' drain endpoint does; reads stay open. A start asks
+the control plane's service-account token), as the agents' drain endpoint does; reads need a credential of any kind
+(gateways read the alias weights with theirs). A start asks
 `control_plane.plane.ControlPlane.budget_allows` whether the baseline's error budget lets it go ahead.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from control_plane.api.deps import control_plane, operator
+from control_plane.api.deps import control_plane, operator, reader
 from control_plane.plane import ControlPlane
 from control_plane.rollouts import RolloutError
 from fleet.protocol.control_api import error_response, errors
@@ -33,19 +34,19 @@ def _refused(exc: RolloutError) -> JSONResponse:
     return error_response(exc.status, str(exc), exc.param)
 
 
-@router.get("/v1/aliases", response_model=AliasWeights, responses=errors())
+@router.get("/v1/aliases", response_model=AliasWeights, responses=errors(401), dependencies=[reader])
 async def get_aliases(cp: ControlPlane = control_plane) -> AliasWeights:
     """Every alias's weights as gateways should serve them now."""
     return cp.rollouts.alias_weights(cp.clock.time())
 
 
-@router.get("/v1/rollouts", response_model=RolloutsResponse, responses=errors())
+@router.get("/v1/rollouts", response_model=RolloutsResponse, responses=errors(401), dependencies=[reader])
 async def list_rollouts(cp: ControlPlane = control_plane) -> RolloutsResponse:
     """Each alias's rollout: the running one, else the last finished."""
     return RolloutsResponse(rollouts=[cp.rollouts.status(alias) for alias in cp.rollouts.states])
 
 
-@router.get("/v1/rollouts/{alias}", response_model=RolloutStatus, responses=errors(404))
+@router.get("/v1/rollouts/{alias}", response_model=RolloutStatus, responses=errors(401, 404), dependencies=[reader])
 async def get_rollout(alias: str, cp: ControlPlane = control_plane) -> RolloutStatus | JSONResponse:
     """One alias's rollout, with both pools' figures over the current step's window."""
     try:

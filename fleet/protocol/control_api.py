@@ -42,6 +42,7 @@ _TYPES = {404: "not_found_error", 409: "conflict_error"}
 
 _DESCRIPTIONS = {
     400: "Invalid request: a malformed body or query parameter",
+    401: "No or an invalid control credential (Authorization: Bearer <token>)",
     404: "Not found",
     409: "Conflict",
     503: "Unavailable",

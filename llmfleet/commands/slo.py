@@ -18,10 +18,12 @@ from typing import Any
 
 import httpx
 
+from fleet.protocol.control_auth import operator_auth
 from fleet.protocol.wire import PoolBudget, SloBudget
 from fleet.slo.budget import allows, pool_budgets
 from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
+from llmfleet.local.status import UNAUTHORIZED
 
 __all__ = ["add_arguments", "format_budgets", "from_control_plane", "from_prometheus", "run"]
 
@@ -124,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         url = args.control_plane or spec.control_plane.client_url
         try:
-            with httpx.Client(base_url=url, timeout=10.0) as client:
+            with httpx.Client(base_url=url, timeout=10.0, auth=operator_auth(url)) as client:
                 budgets = from_control_plane(client, spec)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != 401:
+                raise
+            print(f"error: the control plane at {url} wants a credential: {UNAUTHORIZED}", file=sys.stderr)
+            return 1
         except httpx.HTTPError as exc:
             print(f"error: control plane at {url} did not answer ({exc}); is `llmfleet up` running?", file=sys.stderr)
             return 1

@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from fleet.protocol.control_auth import ClientCredential, Kind
 from fleet.protocol.keys import DEMO_API_KEY
 from fleet.spec.loader import load_or_report
 from llmfleet.local.timeseries import Recorder
@@ -204,27 +205,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def poll_ready(control_plane: str, stats: LoadStats, stop: asyncio.Event, interval_s: float = 1.0) -> None:
-    """Until ``stop``: every ``interval_s``, record each pool's ready replicas from ``GET /v1/pools`` in
-    ``stats.recorder``. A control plane that does not answer leaves a gap: unknown is not zero."""
+async def poll_ready(
+    control_plane: str,
+    stats: LoadStats,
+    stop: asyncio.Event,
+    interval_s: float = 1.0,
+    credential: ClientCredential | None = None,
+) -> None:
+    """Until ``stop``: every ``interval_s``, record each pool's ready replicas from ``GET /v1/pools`` (read with
+    ``credential``) in ``stats.recorder``. A control plane that does not answer (or refuses: 401 without a
+    credential) leaves a gap: unknown is not zero."""
     assert stats.recorder is not None
     timeout = aiohttp.ClientTimeout(total=min(1.0, interval_s))
     async with aiohttp.ClientSession(control_plane, timeout=timeout) as client:
         while not stop.is_set():
             try:
-                async with client.get("/v1/pools", raise_for_status=True) as response:
+                headers = credential.headers() if credential is not None else None
+                async with client.get("/v1/pools", raise_for_status=True, headers=headers) as response:
                     pools = (await response.json())["pools"]
                 stats.recorder.on_ready(stats.since_start(), {p["pool"]: int(p["ready"]) for p in pools})
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError):
                 pass
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
 
 
-async def _recorded(load: Awaitable[LoadStats], control_plane: str, stats: LoadStats) -> LoadStats:
+async def _recorded(
+    load: Awaitable[LoadStats], control_plane: str, stats: LoadStats, credential: ClientCredential | None
+) -> LoadStats:
     """``load``, with the ready replicas polled alongside until it ends."""
     stop = asyncio.Event()
-    poller = asyncio.create_task(poll_ready(control_plane, stats, stop))
+    poller = asyncio.create_task(poll_ready(control_plane, stats, stop, credential=credential))
     try:
         return await load
     finally:
@@ -268,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(load)
     else:
         control_plane = args.control_plane or spec.control_plane.client_url
-        asyncio.run(_recorded(load, control_plane, stats))
+        asyncio.run(_recorded(load, control_plane, stats, ClientCredential.from_env(Kind.CONTROL_PLANE)))
     if tty:
         print(file=sys.stderr)
     summary = {"gateway": gateway, "model": model, "rps": args.rps, **stats.summary()}

@@ -1,6 +1,7 @@
 """Status: ``llmfleet status [--json]``: canary rollouts (weights, step, window), pools, their error budget spent,
 replicas (engine URL, state, load: waiting, running, KV usage, the prefix cache's recent hit rate, TTFT p99) and
-the last decisions."""
+the last decisions. The control plane's reads need a credential: ``$LLMFLEET_CONTROL_TOKEN`` (or
+``$LLMFLEET_CONTROL_TOKEN_FILE``), sent to the control plane only."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from typing import Any
 
 import httpx
 
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, operator_auth
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import control_plane_url
 
-__all__ = ["add_arguments", "collect", "format_status", "run"]
+__all__ = ["UNAUTHORIZED", "add_arguments", "collect", "format_status", "run"]
+
+UNAUTHORIZED = f"set ${CONTROL_TOKEN_ENV} to the fleet secret (`llmfleet up` keeps it in <log dir>/control-token)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,8 +137,13 @@ def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     try:
-        with httpx.Client(base_url=url, timeout=5.0) as client:
+        with httpx.Client(base_url=url, timeout=5.0, auth=operator_auth(url)) as client:
             status = collect(client, args.decisions)
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code != 401:
+            raise
+        print(f"error: the control plane at {url} wants a credential: {UNAUTHORIZED}", file=sys.stderr)
+        return 1
     except httpx.HTTPError as exc:
         print(f"error: control plane at {url} not reachable ({exc}); is `llmfleet up` running?", file=sys.stderr)
         return 1

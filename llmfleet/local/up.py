@@ -15,9 +15,11 @@ on PATH a local Prometheus scrapes every part and evaluates the cluster's alert 
 
 Control traffic is authenticated: a fresh fleet secret (32 random bytes) goes to the control plane (which hands it
 to the agents it starts) and to the gateway through ``$LLMFLEET_CONTROL_TOKEN``, never on a command line, so the
-control plane runs ``--auth shared-secret`` and refuses reports and leases from anything else on this machine.
-When ``$LLMFLEET_CONTROL_TOKEN`` is already set, that is the fleet secret instead, so that operator commands that
-write (``llmfleet rollout start|abort``) work from the same shell.
+control plane runs ``--auth shared-secret`` and refuses reports, leases and reads (the replica list names every
+engine) from anything else on this machine; ``up``'s own reads (readiness, the live view, Prometheus' targets) carry
+it too. When ``$LLMFLEET_CONTROL_TOKEN`` is already set, that is the fleet secret instead, so that operator commands
+(``llmfleet status``, ``llmfleet rollout``) work from the same shell; either way it is written to
+``<log dir>/control-token`` (mode 0600), which the banner names for other shells.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from control_plane.actuators.local_state import pid_alive
-from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV, OriginAuth, operator_auth
 from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.slo.rules import rules_yaml
 from fleet.spec.loader import LoadedStack, load_or_report
@@ -46,7 +48,9 @@ from llmfleet.local.prometheus import LocalPrometheus
 from llmfleet.local.watch import Watch, start_prometheus
 from llmfleet.registries import all_registries
 
-__all__ = ["add_arguments", "banner", "run"]
+__all__ = ["TOKEN_FILE", "add_arguments", "banner", "run"]
+
+TOKEN_FILE = "control-token"  # in the log dir: the fleet secret
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,14 +111,15 @@ print()
 PY
 
 Watch it scale:  llmfleet load --rps 30 --duration 60 --gateway {gateway}
+                 export {CONTROL_TOKEN_ENV}="$(cat {log_dir / TOKEN_FILE})"   # the fleet secret, for:
                  llmfleet status --control-plane {control_plane}
 Ctrl-C drains and stops everything.
 """.strip("\n")
 
 
-def _pools_ready(control_plane: str, loaded: LoadedStack) -> bool:
+def _pools_ready(control_plane: str, loaded: LoadedStack, auth: OriginAuth | None) -> bool:
     try:
-        pools = httpx.get(f"{control_plane}/v1/pools", timeout=1.0).json()["pools"]
+        pools = httpx.get(f"{control_plane}/v1/pools", timeout=1.0, auth=auth).json()["pools"]
     except (httpx.HTTPError, ValueError, KeyError):
         return False
     wanted = {p.name: p.replicas.min for p in loaded.spec.pools}
@@ -153,6 +158,19 @@ class _Layout:
         return f"http://127.0.0.1:{self.control_plane_port}"
 
     @property
+    def auth(self) -> OriginAuth | None:
+        """The fleet secret on ``up``'s own reads of the control plane (and nowhere else)."""
+        return operator_auth(self.control_plane, self.env)
+
+    def write_token(self) -> None:
+        """``<log dir>/control-token``: the fleet secret, readable by this user only, for operator commands."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / TOKEN_FILE
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(self.env[CONTROL_TOKEN_ENV] + "\n")
+
+    @property
     def gateway(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}"
 
@@ -166,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     if loaded is None:
         return 2
     at = _Layout.of(args, loaded.spec)
+    at.write_token()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -176,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         _start(children, at, loaded, stop, args.ready_timeout)
         prometheus, about = start_prometheus(args, at.log_dir, at.control_plane, at.admin, rules_yaml(loaded.spec))
         print(banner(loaded, at.gateway, at.admin, at.control_plane, at.log_dir, about), flush=True)
-        with Watch(args, loaded.name, at.admin, at.control_plane, prometheus) as watch:
+        with Watch(args, loaded.name, at.admin, at.control_plane, prometheus, auth=at.auth) as watch:
             while not stop.wait(0.5):
                 for child in children:
                     if child.process.poll() is not None:
@@ -203,7 +222,7 @@ def _start(children: list[Child], at: _Layout, loaded: LoadedStack, stop: thread
     if not wait_http(f"{at.control_plane}/healthz", deadline, alive=cp):
         raise RuntimeError(f"the control plane did not start:\n{cp.tail()}")
     print("waiting for the pools' minimum replicas to be ready ...", flush=True)
-    while not _pools_ready(at.control_plane, loaded):
+    while not _pools_ready(at.control_plane, loaded, at.auth):
         if stop.is_set() or cp.process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"replicas did not become ready (logs in {at.log_dir})")
         time.sleep(0.2)

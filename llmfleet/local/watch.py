@@ -57,12 +57,13 @@ class Watch:
         admin: str,
         control_plane: str,
         prometheus: LocalPrometheus | None,
+        auth: httpx.Auth | None = None,
     ) -> None:
         self.args = args
         self.stack = stack
         self.control_plane = control_plane
         self.prometheus = prometheus
-        self.client = httpx.Client(timeout=1.0)
+        self.client = httpx.Client(timeout=1.0, auth=auth)  # auth: the control plane's reads need a credential
         self.view = LiveView(admin, control_plane) if args.live or args.live_png else None
         self.screen = Screen(sys.stdout, sys.stdout.isatty()) if args.live else None
         self._next = {"targets": 0.0, "view": 0.0, "png": time.monotonic() + args.live_png_every}

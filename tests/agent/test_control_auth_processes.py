@@ -1,5 +1,6 @@
 """An agent, its simulated engine and a control plane sharing a fleet secret and an engine key: reports reach the
-control plane, drain and reset need the control plane's credential, and the engine serves only with the key."""
+control plane, drain and reset need the control plane's credential, and the engine serves only with the key. An
+agent with no credential and no ``--auth none`` does not start."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV
 from fleet.protocol.ports import free_port
 from llmfleet.local.procs import Child
 from tests.agent.conftest import AgentProc
+from tests.support.auth import NO_CREDENTIAL_ENV, assert_names_the_ways_out
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import write_stack
 from tests.support.wait import wait_for
@@ -71,7 +73,7 @@ def test_authenticated_reports_reach_the_control_plane(fleet: tuple[Proc, AgentP
     cp, agent = fleet
 
     def listed() -> bool | None:
-        answer = cp.get("/v1/pools/qwen-7b/replicas").json()
+        answer = cp.get("/v1/pools/qwen-7b/replicas", headers=bearer("gateway")).json()
         return True if any(r["replica"] == "r-auth" for r in answer["replicas"]) else None
 
     wait_for(listed, timeout_s=20, what="r-auth in discovery", diagnostics=agent.tail)
@@ -121,3 +123,15 @@ def test_prestop_from_loopback_needs_no_credential(own_fleet: tuple[Proc, AgentP
     _, agent = own_fleet
     assert agent.get("/prestop").status_code == 200
     assert agent.wait(30) == 0
+
+
+def test_an_agent_without_a_credential_or_auth_none_exits_2_before_starting_its_engine(tmp_path: Path) -> None:
+    stack = write_stack(tmp_path / "Pulumi.agenttest.yaml", "local-sim")
+    argv = ["agent", "--stack", str(stack), "--pool", "qwen-7b", "--port", str(free_port()), "--control-plane", "none"]
+    agent = Proc(Child("agent", argv, tmp_path / "agent.log", env=NO_CREDENTIAL_ENV))
+    try:
+        assert agent.wait(30) == 2
+        assert_names_the_ways_out(agent.text())
+        assert agent.text().strip().splitlines() == [agent.text().strip()]  # that one line: nothing was started
+    finally:
+        agent.kill()

@@ -1,5 +1,6 @@
-"""A control plane process with ``--auth shared-secret``: writes need the right credential of the right kind, and a
-report claiming another host's engine never reaches discovery."""
+"""A control plane process with ``--auth shared-secret``: writes need the right credential of the right kind, reads
+need a credential of any kind, a report claiming another host's engine never reaches discovery, and without a
+credential or ``--auth none`` the process does not start."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fleet.protocol.ports import free_port
 from llmfleet.local.procs import Child
 from tests.control_plane.builders import gateway_report, report
 from tests.support import stacks
+from tests.support.auth import NO_CREDENTIAL_ENV, assert_names_the_ways_out
 from tests.support.procs import Proc
 
 SECRET = secrets.token_hex(32)
@@ -39,7 +41,7 @@ def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
 
 
 def replicas(cp: Proc) -> list[str]:
-    answer = cp.get(f"/v1/pools/{POOL}/replicas")  # reads stay open
+    answer = cp.get(f"/v1/pools/{POOL}/replicas", headers=bearer("gateway"))
     assert answer.status_code == 200
     return [r["replica"] for r in answer.json()["replicas"]]
 
@@ -101,7 +103,7 @@ def test_leases_need_an_agent_credential_and_a_replica_that_reported_from_the_ca
     assert refused.status_code == 403 and refused.json()["error"]["param"] == "replica"  # it never reported
     assert post_report(cp, "r-lease", bearer("agent"))[0] == 200
     assert cp.post("/v1/leases/restart", json=request, headers=bearer("agent")).status_code == 200
-    leases = cp.get("/v1/leases").json()
+    leases = cp.get("/v1/leases", headers=bearer("agent")).json()
     assert "r-lease" in str(leases)
 
 
@@ -111,5 +113,51 @@ def test_shared_secret_mode_without_the_secret_exits_2(tmp_path: Path) -> None:
     try:
         assert proc.wait(30) == 2
         assert CONTROL_TOKEN_ENV in proc.text()
+    finally:
+        proc.kill()
+
+
+READS = [f"/v1/pools/{POOL}/replicas", "/v1/pools", f"/v1/pools/{POOL}/budget", "/v1/decisions", "/v1/leases",
+         "/v1/aliases", "/v1/rollouts"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", READS)
+def test_a_read_without_a_valid_credential_is_401(cp: Proc, path: str) -> None:
+    for headers in ({}, bearer("gateway", "not-the-secret")):
+        answer = cp.get(path, headers=headers)
+        assert answer.status_code == 401, (path, headers, answer.text)
+        assert answer.json()["error"]["type"] == "authentication_error"
+        assert answer.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("kind", ["agent", "gateway", "control-plane"])
+def test_any_fleet_member_may_read_the_replica_list(cp: Proc, kind: str) -> None:
+    assert cp.get(f"/v1/pools/{POOL}/replicas", headers=bearer(kind)).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+def test_probes_and_metrics_need_no_credential(cp: Proc, path: str) -> None:
+    assert cp.get(path).status_code == 200
+
+
+def test_without_a_credential_or_auth_none_it_exits_2_naming_the_ways_out(tmp_path: Path) -> None:
+    argv = ["control-plane", "--stack", "local", "--port", "0", "--dry-run"]
+    proc = Proc(Child("control-plane", argv, tmp_path / "cp.log", env=NO_CREDENTIAL_ENV))
+    try:
+        assert proc.wait(30) == 2
+        assert_names_the_ways_out(proc.text())
+        assert "listening on" not in proc.text()
+    finally:
+        proc.kill()
+
+
+def test_auth_none_given_explicitly_runs_open_with_a_warning(tmp_path: Path) -> None:
+    port = free_port()
+    argv = ["control-plane", "--stack", "local", "--port", str(port), "--dry-run", "--auth", "none"]
+    proc = Proc(Child("control-plane", argv, tmp_path / "cp.log", env=NO_CREDENTIAL_ENV), f"http://127.0.0.1:{port}")
+    try:
+        proc.wait_http("/healthz")
+        assert proc.get(f"/v1/pools/{POOL}/replicas").status_code == 200
+        assert "control auth is OFF" in proc.text()
     finally:
         proc.kill()

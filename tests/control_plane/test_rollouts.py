@@ -202,7 +202,9 @@ async def test_starting_and_aborting_need_a_control_plane_credential() -> None:
         assert (await canary.start(Authorization="Bearer gateway:s3cret")).status_code == 403
         assert (await canary.start(Authorization="Bearer control-plane:s3cret")).status_code == 200
         assert (await canary.http.delete("/v1/rollouts/chat")).status_code == 401
-        assert (await canary.http.get("/v1/rollouts/chat")).status_code == 200  # reads stay open
+        assert (await canary.http.get("/v1/rollouts/chat")).status_code == 401  # reads need a credential too
+        read = await canary.http.get("/v1/rollouts/chat", headers={"Authorization": "Bearer gateway:s3cret"})
+        assert read.status_code == 200  # of any kind
 
 
 async def test_an_exhausted_baseline_budget_refuses_the_start_and_logs_the_freeze(gateway_admin: GatewayAdmin) -> None:

@@ -15,8 +15,10 @@ import httpx
 import pytest
 
 from control_plane.actuators.local_state import pid_alive
+from fleet.protocol.control_auth import CONTROL_TOKEN_ENV
 from fleet.protocol.ports import free_port
 from llmfleet.local.procs import descendants
+from llmfleet.local.up import TOKEN_FILE
 from tests.support.procs import Proc
 from tests.support.stacks import write_stack
 from tests.support.wait import async_wait_for
@@ -74,17 +76,34 @@ class Fleet:
     log_dir: Path
     output: list[str]
 
+    @property
+    def secret(self) -> str:
+        """The fleet secret, as ``up`` leaves it for operator commands in ``<log dir>/control-token``."""
+        return (self.log_dir / TOKEN_FILE).read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The control plane's reads need a credential: an operator's, holding the fleet secret."""
+        return {"Authorization": f"Bearer control-plane:{self.secret}"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of an operator command (``llmfleet status``) run against this fleet."""
+        return {**os.environ, CONTROL_TOKEN_ENV: self.secret}
+
     def pools(self) -> list[dict[str, Any]]:
-        pools: list[dict[str, Any]] = httpx.get(f"{self.control_plane}/v1/pools", timeout=2).json()["pools"]
+        answer = httpx.get(f"{self.control_plane}/v1/pools", timeout=2, headers=self.headers)
+        pools: list[dict[str, Any]] = answer.json()["pools"]
         return pools
 
     def replicas(self) -> list[dict[str, Any]]:
-        body = httpx.get(f"{self.control_plane}/v1/pools/qwen-7b/replicas", timeout=2).json()
+        body = httpx.get(f"{self.control_plane}/v1/pools/qwen-7b/replicas", timeout=2, headers=self.headers).json()
         replicas: list[dict[str, Any]] = body["replicas"]
         return replicas
 
     def decisions(self) -> list[dict[str, Any]]:
-        body = httpx.get(f"{self.control_plane}/v1/decisions", params={"limit": 1000}, timeout=2).json()
+        params = {"limit": 1000}
+        body = httpx.get(f"{self.control_plane}/v1/decisions", params=params, timeout=2, headers=self.headers).json()
         decisions: list[dict[str, Any]] = body["decisions"]
         return decisions
 

@@ -51,7 +51,7 @@ def test_up_prints_the_banner_and_a_streamed_completion_works(fleet: Fleet) -> N
 
 
 async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: Fleet) -> None:
-    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2) as cp:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2, headers=fleet.headers) as cp:
         busy = LoadStats()
         burst = _load(fleet, busy, rps=12, duration_s=10, prompt_tokens=64, output_tokens=48, seed=1)
         served: dict[str, float] = {}
@@ -94,7 +94,7 @@ async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: 
 
 
 async def test_a_replica_whose_reports_stop_is_not_counted_as_idle_capacity(fleet: Fleet) -> None:
-    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2) as cp:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=2, headers=fleet.headers) as cp:
         [victim] = [r["replica"] for r in await replicas(cp) if r["state"] == "ready"]
         pid = agent_pid(fleet, victim)
         os.kill(pid, signal.SIGSTOP)  # the agent freezes: its reports stop, its engine still runs
@@ -123,16 +123,10 @@ RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 30, "che
 
 def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "llmfleet.cli"]
-    table = subprocess.run(
-        [*cli, "status", "--control-plane", fleet.control_plane], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
+    table = subprocess.run([*cli, "status", "--control-plane", fleet.control_plane], **RUN, env=fleet.env).stdout
     assert "pool qwen-7b" in table and "recent decisions:" in table and "scale-up" in table
     raw = subprocess.run(
-        [*cli, "status", "--json", "--control-plane", fleet.control_plane],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
+        [*cli, "status", "--json", "--control-plane", fleet.control_plane], **RUN, env=fleet.env
     ).stdout
     [pool] = json.loads(raw)["pools"]
     assert pool["replica_list"] and pool["replica_list"][0]["engine_url"].startswith("http://127.0.0.1:")
@@ -156,7 +150,8 @@ def test_status_and_load_commands_against_the_running_fleet(fleet: Fleet, tmp_pa
     assert "HIT" in table
 
     def hit_rates() -> list[float] | None:
-        raw = subprocess.run([*cli, "status", "--json", "--control-plane", fleet.control_plane], **RUN).stdout
+        argv = [*cli, "status", "--json", "--control-plane", fleet.control_plane]
+        raw = subprocess.run(argv, **RUN, env=fleet.env).stdout
         rates = [r["last_report"]["prefix_hit_rate"] for r in json.loads(raw)["pools"][0]["replica_list"]]
         return [r for r in rates if r is not None] or None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.protocol.control_auth import ClientCredential, Kind
 from fleet.protocol.keys import DEMO_API_KEY
 from llmfleet.local.load import LoadStats, poll_ready, run_load
 from llmfleet.local.timeseries import Recorder
@@ -25,7 +26,8 @@ MODEL = "qwen2.5-7b-instruct"
 async def test_the_recorded_series_counts_every_request_once(faulty_fleet: Fleet) -> None:
     stats = LoadStats(recorder=Recorder())
     stop = asyncio.Event()
-    poller = asyncio.create_task(poll_ready(faulty_fleet.control_plane, stats, stop, interval_s=0.5))
+    credential = ClientCredential(Kind.CONTROL_PLANE, secret=faulty_fleet.secret)
+    poller = asyncio.create_task(poll_ready(faulty_fleet.control_plane, stats, stop, 0.5, credential))
     try:
         await run_load(
             faulty_fleet.gateway, DEMO_API_KEY, MODEL, 8, 3.0, prompt_tokens=32, output_tokens=16, stats=stats
@@ -48,7 +50,8 @@ def test_load_plot_writes_a_png_with_the_run(faulty_fleet: Fleet, tmp_path: Path
     png = tmp_path / "load.png"
     argv = ["load", "--rps", "6", "--duration", "3", "--gateway", faulty_fleet.gateway]
     argv += ["--control-plane", faulty_fleet.control_plane, "--plot", str(png)]
-    done = subprocess.run([sys.executable, "-m", "llmfleet.cli", *argv], capture_output=True, text=True, timeout=90)
+    cli = [sys.executable, "-m", "llmfleet.cli", *argv]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=90, env=faulty_fleet.env)
     assert done.returncode == 1, done.stderr  # some requests failed, as the engine was told to
     assert f"plot: {png}" in done.stderr
     pixels = matplotlib.image.imread(png)

@@ -165,7 +165,7 @@ async def status_of(cp: httpx.AsyncClient) -> dict[str, Any]:
 async def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_while_the_baseline_fails_none(
     fleet: Fleet,
 ) -> None:
-    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=5) as cp:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=5, headers=fleet.headers) as cp:
         async with Load(fleet) as load:
             started = rollout(fleet, "start", "--alias", "chat", "--candidate", "qwen-bad")
             assert started.returncode == 0, started.stderr
@@ -202,7 +202,7 @@ async def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_while_
 
 async def test_a_good_candidate_is_promoted_and_the_old_pool_drained_without_a_failed_request(fleet: Fleet) -> None:
     failed_before = sum(server_errors_by_pool(fleet).values())
-    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=5) as cp:
+    async with httpx.AsyncClient(base_url=fleet.control_plane, timeout=5, headers=fleet.headers) as cp:
 
         async def baseline_gone() -> bool:
             replicas = (await cp.get("/v1/pools/qwen-v1/replicas")).json()["replicas"]
