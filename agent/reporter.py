@@ -77,11 +77,13 @@ class LoadTracker:
             ttft = histogram_quantile(recent, 0.99)
             queried = metrics.prefix_queries - oldest.prefix_queries
             hit_rate = (metrics.prefix_hits - oldest.prefix_hits) / queried if queried > 0 else None
+            # A prefix counter reset between scrapes can take the ratio out of [0, 1], which reports may not say.
+            hit_rate = None if hit_rate is None else min(1.0, max(0.0, hit_rate))
         self._history.append((now, metrics))
         return Load(
             waiting=metrics.waiting,
             running=metrics.running,
-            kv_usage=metrics.kv_usage,
+            kv_usage=min(1.0, max(0.0, metrics.kv_usage)),  # a fraction, as reports must say
             ttft_p99_s=ttft,
             tokens_per_s=tokens_per_s,
             prefix_hit_rate=hit_rate,

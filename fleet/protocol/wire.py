@@ -84,38 +84,60 @@ class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+# What a load report may say (else 400 naming the field): far beyond any real engine, so only a broken or hostile
+# reporter meets a bound, and nothing downstream (the scaler's sums, the gauges, gateways' routing) sees a negative
+# count, a NaN or 1e308.
+MAX_COUNT = 1_000_000  # requests waiting or running in one engine; restarts of one replica
+MAX_TOKENS_PER_S = 100_000_000.0  # one engine's generation rate
+MAX_SECONDS = 10_000_000_000.0  # a time since the epoch (year 2286), an uptime, a latency, a phase of a start
+Count = Annotated[float, Field(ge=0, le=MAX_COUNT, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]  # a replica or pool: a Kubernetes object name's limit
+Text = Annotated[str, Field(max_length=2048)]  # a URL, a model name, an engine version
+
+
 class StartPhases(Wire):
     """The current or last engine start, phase by phase (`agent.starts`); None for a phase not seen in it."""
 
-    started_at: float = Field(description="Unix time the start began: its model fetch, else the engine's launch")
-    fetch_s: float | None = Field(description="the agent's model fetch; None without one in this start")
-    load_s: float | None = Field(description="the engine's model load into GPU memory, from its log")
-    compile_s: float | None = Field(description="torch.compile (Dynamo and Inductor), from the engine's log")
-    graphs_s: float | None = Field(description="CUDA graph capture, from the engine's log (whole seconds)")
-    ready_s: float | None = Field(description="launch to the engine's first healthy /health, the agent's clock")
+    started_at: Seconds = Field(description="Unix time the start began: its model fetch, else the engine's launch")
+    fetch_s: Seconds | None = Field(description="the agent's model fetch; None without one in this start")
+    load_s: Seconds | None = Field(description="the engine's model load into GPU memory, from its log")
+    compile_s: Seconds | None = Field(description="torch.compile (Dynamo and Inductor), from the engine's log")
+    graphs_s: Seconds | None = Field(description="CUDA graph capture, from the engine's log (whole seconds)")
+    ready_s: Seconds | None = Field(description="launch to the engine's first healthy /health, the agent's clock")
 
 
 class LoadReport(Wire):
-    """What an agent pushes about once a second. Load fields are None when the last scrape failed."""
+    """What an agent pushes about once a second. Load fields are None when the last scrape failed. Every field is
+    bounded (`MAX_COUNT`, `MAX_SECONDS`, fractions in [0, 1], no NaN or infinity, names and URLs of sane length)."""
 
-    replica: str
-    pool: str
-    engine_url: str
-    agent_url: str | None = None
-    kv_events_url: str | None = Field(default=None, description="the engine's KV-cache event socket (kvEvents)")
+    replica: Name
+    pool: Name
+    engine_url: Text
+    agent_url: Text | None = None
+    kv_events_url: Text | None = Field(default=None, description="the engine's KV-cache event socket (kvEvents)")
     state: AgentState
-    waiting: float | None = None
-    running: float | None = None
-    kv_usage: float | None = None
-    ttft_p99_s: float | None = None
-    tokens_per_s: float | None = None
-    prefix_hit_rate: float | None = Field(default=None, description="recent prompt tokens served from the prefix cache")
-    model: str
-    engine_version: str
-    uptime_s: float = 0.0
-    restarts: int = 0
+    waiting: Count | None = None
+    running: Count | None = None
+    kv_usage: Fraction | None = None
+    ttft_p99_s: Seconds | None = None
+    tokens_per_s: Annotated[float, Field(ge=0.0, le=MAX_TOKENS_PER_S, allow_inf_nan=False)] | None = None
+    prefix_hit_rate: Fraction | None = Field(
+        default=None, description="recent prompt tokens served from the prefix cache"
+    )
+    model: Text
+    engine_version: Text
+    uptime_s: Seconds = 0.0
+    restarts: int = Field(default=0, ge=0, le=MAX_COUNT)
     start: StartPhases | None = Field(default=None, description="the engine's current or last start, by phase")
-    ts: float = Field(description="agent wall-clock time of the report, seconds since the epoch")
+    # The agent's clock is not trusted (arrival times are the control plane's): any finite time of sane size.
+    ts: float = Field(
+        ge=-MAX_SECONDS,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="agent wall-clock time of the report, seconds since the epoch",
+    )
 
 
 # Upper bounds (seconds) of the latency buckets gateways count TTFT and TPOT in: about x1.5 apart, so a p99 read

@@ -1,9 +1,10 @@
 """A control plane process with ``--auth shared-secret``: writes need the right credential of the right kind, reads
-need a credential of any kind, a report claiming another host's engine never reaches discovery, and without a
-credential or ``--auth none`` the process does not start."""
+need a credential of any kind, a report claiming another host's engine or outside the bounds of a load never reaches
+discovery, and without a credential or ``--auth none`` the process does not start."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,37 @@ def test_any_fleet_member_may_read_the_replica_list(cp: Proc, kind: str) -> None
 @pytest.mark.parametrize("path", ["/healthz", "/metrics"])
 def test_probes_and_metrics_need_no_credential(cp: Proc, path: str) -> None:
     assert cp.get(path).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("waiting", -1),
+        ("running", 10**7),
+        ("kv_usage", 1.5),
+        ("prefix_hit_rate", -0.1),
+        ("ttft_p99_s", float("nan")),
+        ("tokens_per_s", float("inf")),
+        ("uptime_s", -5.0),
+        ("restarts", -1),
+        ("ts", 1e12),
+        ("replica", ""),
+        ("model", "m" * 5000),
+    ],
+)
+def test_a_report_outside_the_bounds_is_400_naming_the_field_and_never_listed(
+    cp: Proc, field: str, value: object
+) -> None:
+    body = report(f"bounds-{field}", pool=POOL).model_dump(mode="json")
+    body["engine_url"] = "http://127.0.0.1:9/bounds"
+    body[field] = value
+    # json.dumps writes NaN and Infinity as JavaScript does (httpx's json= refuses them): a hostile reporter could.
+    headers = {**bearer("agent"), "Content-Type": "application/json"}
+    answer = cp.post("/v1/reports", content=json.dumps(body), headers=headers)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == field and field in error["message"]
+    assert f"bounds-{field}" not in replicas(cp)
 
 
 def test_without_a_credential_or_auth_none_it_exits_2_naming_the_ways_out(tmp_path: Path) -> None:
