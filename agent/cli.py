@@ -206,11 +206,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     options = build_options(args, stack.spec)
     try:
-        auth = ControlAuth(make_verifier(resolve_mode(args.auth)))
         config = LaunchConfig(options.engine_host, options.engine_port, extra_args=options.engine_args)
         make_launcher(pool, config).argv()
         if options.model_store is not None:
             ModelKeys(options.model_store.prefix, pool.model, pool.model_revision)
+        auth = ControlAuth(make_verifier(resolve_mode(args.auth)))
     except ValueError as exc:  # no credential, or an engine command line that could never start: fail before spawning
         print(f"llmfleet agent: {exc}", file=sys.stderr)
         return 2
