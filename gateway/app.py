@@ -149,13 +149,7 @@ def create_app(
                 on_peers=gateway.quota.peers,
             )
             tasks.append(asyncio.create_task(reporter.run(gateway.cold)))
-            aliases = AliasSync(
-                settings.control_plane,
-                session,
-                gateway.set_aliases,
-                settings.spec.gateway.routing.scrape_interval_s,
-                credential=settings.control_credential,
-            )
+            aliases = _alias_sync(settings, settings.control_plane, session, gateway.set_aliases)
             await aliases.sync_once()  # a rollout's weights, not the stack's, from the first request on
             tasks.append(asyncio.create_task(aliases.run()))
         yield
@@ -284,6 +278,17 @@ def _routers(settings: GatewaySettings, metrics: GatewayMetrics) -> dict[str, Ro
         p.name: Router.from_refs(filters, routing.scorers, picker, lambda n, s: timing.labels(n).observe(s))
         for p in settings.spec.pools
     }
+
+
+def _alias_sync(
+    settings: GatewaySettings,
+    control_plane: str,
+    session: aiohttp.ClientSession,
+    apply: Callable[[AliasTable], None],
+) -> AliasSync:
+    """The alias-weight sync, reading with the gateway's control credential every ``routing.scrapeIntervalS``."""
+    interval_s = settings.spec.gateway.routing.scrape_interval_s
+    return AliasSync(control_plane, session, apply, interval_s, credential=settings.control_credential)
 
 
 def _refresher(

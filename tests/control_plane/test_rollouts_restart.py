@@ -52,7 +52,7 @@ def gateways_saw(cp: Proc, ok: int) -> None:
 
 
 def rollout(cp: Proc) -> dict[str, Any]:
-    body: dict[str, Any] = cp.get("/v1/rollouts/chat").raise_for_status().json()
+    body: dict[str, Any] = cp.get("/v1/rollouts/chat", headers=OPERATOR).raise_for_status().json()
     return body
 
 
@@ -100,13 +100,13 @@ def test_a_control_plane_killed_mid_rollout_resumes_it_at_the_same_step(tmp_path
         same = ("phase", "step", "weight", "weights", "started_at", "step_started_at", "baseline", "candidate")
         assert {k: after[k] for k in same} == {k: before[k] for k in same}
         assert after["step_started_at"] < restarted_at  # the step's bake counts from when it began
-        aliases = cp.get("/v1/aliases").json()["aliases"]["chat"]["pools"]
+        aliases = cp.get("/v1/aliases", headers=GATEWAY).json()["aliases"]["chat"]["pools"]
         assert aliases == {"qwen-v1": 50, "qwen-v2": 50}  # gateways are served the rollout's weights at once
 
         promoted = at_step(cp, 2)
         assert (promoted["phase"], promoted["weight"]) == ("promoted", 100)
         assert promoted["started_at"] == before["started_at"]
-        decisions = cp.get("/v1/decisions", params={"pool": "qwen-v2"}).json()["decisions"]
+        decisions = cp.get("/v1/decisions", params={"pool": "qwen-v2"}, headers=OPERATOR).json()["decisions"]
         assert [d["action"] for d in decisions if d["kind"] == "rollout" and d["action"] != "hold"] == ["promote"]
     finally:
         cp.kill()
