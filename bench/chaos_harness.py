@@ -95,10 +95,10 @@ def stack_document(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return {"config": {f"llmfleet:{k}": v for k, v in config.items()}}
 
 
-def sweep(marker: str) -> int:
-    """SIGKILL every process whose environment carries ``MARKER_ENV=<marker>...``; returns how many."""
+def marked_pids(marker: str) -> list[int]:
+    """Every process whose environment carries ``MARKER_ENV=<marker>...`` (this one excepted)."""
     needle = f"{MARKER_ENV}={marker}".encode()
-    killed = 0
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -107,9 +107,17 @@ def sweep(marker: str) -> int:
         except OSError:
             continue
         if any(item.startswith(needle) for item in environ):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
+            pids.append(int(entry.name))
+    return pids
+
+
+def sweep(marker: str) -> int:
+    """SIGKILL every process of `marked_pids`; returns how many."""
+    killed = 0
+    for pid in marked_pids(marker):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
     return killed
 
 
