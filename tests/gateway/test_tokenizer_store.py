@@ -69,8 +69,9 @@ def client_for(url: str) -> Any:
 
 @pytest.fixture
 def s3(moto_url: str) -> CountingS3:
-    """A fresh bucket on the module's moto server (its state outlives the test)."""
-    client, bucket = client_for(moto_url), f"models-{next(_buckets)}"
+    """A fresh bucket on the module's moto server. moto keeps its buckets per process, not per server, so the
+    name is this module's own: another module's ``models-N`` in the same test worker may hold a pushed model."""
+    client, bucket = client_for(moto_url), f"tokenizer-store-{next(_buckets)}"
     client.create_bucket(Bucket=bucket)
     return CountingS3(client, bucket)
 
