@@ -212,6 +212,7 @@ async def test_a_cut_event_stream_leaves_its_replica_to_the_load_scorers_and_the
         streams = "llmfleet_gateway_kv_event_streams"
         await _until(lambda: _series(gateway, streams)["up"] == 2, "streams up")
         async with aiohttp.ClientSession() as session:
+            await subscribed(session, replicas, [gateway])  # ZMQ's slow joiner, through the relays too
             holder = await _chat(session, gateway, "What is a neap tide?")
             await _until(lambda: _series(gateway, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] > 0, "blocks indexed")
             assert await _chat(session, gateway, "And a king tide?") == holder
