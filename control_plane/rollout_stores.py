@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import httpx
 
 from control_plane.actuators import REGISTRY as ACTUATORS, ActuatorEnv
-from control_plane.actuators.kubernetes import in_cluster_client
+from control_plane.leases.lease_api import KIND_LABEL, LeaseApi
 from control_plane.statefile import StateFileError, read_json, write_json
 from fleet.spec.stack import FleetSpec
 from rollout.canary import CanaryPlan, CanaryState, Phase
@@ -188,7 +188,6 @@ class FileRolloutStore(RolloutStore, name="file"):
             raise RolloutStoreError(str(exc)) from exc
 
 
-_KIND_LABEL = "llmfleet.io/lease"
 ANNOTATION = "llmfleet.io/rollouts"
 LEASE_NAME = "llmfleet-rollouts"
 
@@ -197,33 +196,20 @@ class KubernetesRolloutStore(RolloutStore, name="kubernetes"):
     """One Lease object holding the record in an annotation (see the module docstring)."""
 
     def __init__(self, client: httpx.AsyncClient, namespace: str, owns_client: bool = False) -> None:
-        self.client = client
+        self.api = LeaseApi(client, namespace, RolloutStoreError, owns_client)
         self.namespace = namespace
-        self._owns_client = owns_client
-        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
     @classmethod
     def from_env(cls, spec: FleetSpec, env: ActuatorEnv) -> RolloutStore:
-        if env.kubernetes_client is not None:
-            return cls(env.kubernetes_client, spec.cluster.namespace)
-        return cls(in_cluster_client(), spec.cluster.namespace, owns_client=True)
+        api = LeaseApi.from_env(spec, env, RolloutStoreError)
+        return cls(api.client, api.namespace, api.owns_client)
 
     def where(self) -> str:
         return f"Lease {LEASE_NAME} in namespace {self.namespace}"
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = await self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise RolloutStoreError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise RolloutStoreError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
-        body: dict[str, Any] = response.json() if response.content else {}
-        return body
-
     async def _find(self) -> dict[str, Any] | None:
-        listing = await self._call("GET", self._path, params={"labelSelector": f"{_KIND_LABEL}=rollouts"})
-        found = [i for i in listing.get("items") or [] if i.get("metadata", {}).get("name") == LEASE_NAME]
+        listing = await self.api.list(f"{KIND_LABEL}=rollouts")
+        found = [i for i in listing if i.get("metadata", {}).get("name") == LEASE_NAME]
         return found[0] if found else None
 
     async def load(self) -> RolloutRecord | None:
@@ -243,7 +229,7 @@ class KubernetesRolloutStore(RolloutStore, name="kubernetes"):
         metadata: dict[str, Any] = {
             "name": LEASE_NAME,
             "namespace": self.namespace,
-            "labels": {_KIND_LABEL: "rollouts", "app.kubernetes.io/managed-by": "llmfleet"},
+            "labels": self.api.labels("rollouts"),
             "annotations": {ANNOTATION: json.dumps(encode(record), sort_keys=True)},
         }
         body = {
@@ -253,12 +239,11 @@ class KubernetesRolloutStore(RolloutStore, name="kubernetes"):
             "spec": {"holderIdentity": "control-plane"},
         }
         if previous is None:
-            await self._call("POST", self._path, json=body)
+            await self.api.call("POST", self.api.path, json=body)
             return
         # Optimistic concurrency: the update fails if someone else changed the Lease since it was read.
         metadata["resourceVersion"] = previous["metadata"]["resourceVersion"]
-        await self._call("PUT", f"{self._path}/{LEASE_NAME}", json=body)
+        await self.api.call("PUT", f"{self.api.path}/{LEASE_NAME}", json=body)
 
     async def close(self) -> None:
-        if self._owns_client:
-            await self.client.aclose()
+        await self.api.close()

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import httpx
 
 from control_plane.actuators import REGISTRY as ACTUATORS, ActuatorEnv
-from control_plane.actuators.kubernetes import in_cluster_client
+from control_plane.leases.lease_api import KIND_LABEL, LeaseApi
 from control_plane.statefile import StateFileError, read_json, write_json
 from fleet.protocol.contract import LABEL_POOL
 from fleet.spec.stack import FleetSpec
@@ -157,7 +157,6 @@ class FileLeaseStore(LeaseStore, name="file"):
         self._holders = {p: held for p, held in updated.items() if held}
 
 
-_KIND_LABEL = "llmfleet.io/lease"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,240}[a-z0-9])?$")
 
 
@@ -186,56 +185,42 @@ class KubernetesLeaseStore(LeaseStore, name="kubernetes"):
     """One Lease object per holder (see the module docstring), through the API server's REST interface."""
 
     def __init__(self, client: httpx.AsyncClient, namespace: str, owns_client: bool = False) -> None:
-        self.client = client
+        self.api = LeaseApi(client, namespace, LeaseStoreError, owns_client)
         self.namespace = namespace
-        self._owns_client = owns_client
-        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
     @classmethod
     def from_env(cls, spec: FleetSpec, env: ActuatorEnv) -> LeaseStore:
-        if env.kubernetes_client is not None:
-            return cls(env.kubernetes_client, spec.cluster.namespace)
-        return cls(in_cluster_client(), spec.cluster.namespace, owns_client=True)
+        api = LeaseApi.from_env(spec, env, LeaseStoreError)
+        return cls(api.client, api.namespace, api.owns_client)
 
     def where(self) -> str:
         return f"Lease objects in namespace {self.namespace}"
 
-    async def _call(self, method: str, path: str, ok: tuple[int, ...] = (), **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = await self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise LeaseStoreError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400 and response.status_code not in ok:
-            raise LeaseStoreError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
-        body: dict[str, Any] = response.json() if response.content else {}
-        return body
-
     async def _list(self, selector: str) -> list[dict[str, Any]]:
-        listing = await self._call("GET", self._path, params={"labelSelector": selector})
-        items: list[dict[str, Any]] = listing.get("items") or []
+        items = await self.api.list(selector)
         return [i for i in items if i.get("spec", {}).get("holderIdentity") and i["spec"].get("renewTime")]
 
     async def load(self) -> Holders:
         out: Holders = {}
-        for lease in await self._list(f"{_KIND_LABEL}=restart"):
+        for lease in await self._list(f"{KIND_LABEL}=restart"):
             pool = lease["metadata"].get("labels", {}).get(LABEL_POOL)
             if pool:
                 out.setdefault(pool, {})[lease["spec"]["holderIdentity"]] = _expiry(lease)
         return out
 
     async def put(self, pool: str, holders: Mapping[str, float], now: float) -> None:
-        listed = await self._list(f"{_KIND_LABEL}=restart,{LABEL_POOL}={pool}")
+        listed = await self._list(f"{KIND_LABEL}=restart,{LABEL_POOL}={pool}")
         existing = {lease["spec"]["holderIdentity"]: lease for lease in listed}
         for replica, gone in existing.items():
             if replica not in holders:
-                await self._call("DELETE", f"{self._path}/{gone['metadata']['name']}", ok=(404,))
+                await self.api.call("DELETE", f"{self.api.path}/{gone['metadata']['name']}", ok=(404,))
         for replica, expires_at in holders.items():
             previous = existing.get(replica)
             if previous is None:
-                await self._call("POST", self._path, json=self._lease(pool, replica, expires_at, now, None))
+                await self.api.call("POST", self.api.path, json=self._lease(pool, replica, expires_at, now, None))
             elif abs(_expiry(previous) - expires_at) >= 1e-3:
                 body = self._lease(pool, replica, expires_at, now, previous)
-                await self._call("PUT", f"{self._path}/{previous['metadata']['name']}", json=body)
+                await self.api.call("PUT", f"{self.api.path}/{previous['metadata']['name']}", json=body)
 
     def _lease(
         self, pool: str, replica: str, expires_at: float, now: float, previous: Mapping[str, Any] | None
@@ -244,7 +229,7 @@ class KubernetesLeaseStore(LeaseStore, name="kubernetes"):
         metadata: dict[str, Any] = {
             "name": previous["metadata"]["name"] if previous else lease_name(pool, replica),
             "namespace": self.namespace,
-            "labels": {_KIND_LABEL: "restart", LABEL_POOL: pool, "app.kubernetes.io/managed-by": "llmfleet"},
+            "labels": self.api.labels("restart", **{LABEL_POOL: pool}),
         }
         if previous is not None:  # optimistic concurrency: the update fails if someone else changed the Lease
             metadata["resourceVersion"] = previous["metadata"]["resourceVersion"]
@@ -262,5 +247,4 @@ class KubernetesLeaseStore(LeaseStore, name="kubernetes"):
         }
 
     async def close(self) -> None:
-        if self._owns_client:
-            await self.client.aclose()
+        await self.api.close()
