@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from control_plane.scaling.context import ReplicaLoad
+from control_plane.scaling.context import ARRIVING_STATES, ReplicaLoad
 from fleet.protocol.wire import ReplicaState
 
 __all__ = ["Departures", "observe"]
@@ -29,16 +29,7 @@ __all__ = ["Departures", "observe"]
 # States of a replica that serves or will, with a report of its own (a ``launching`` one has none yet, and the
 # placeholders of an actuator that cannot name its replicas are launching): one that was in these and vanishes
 # without being removed has died.
-_SERVING = frozenset(
-    {
-        ReplicaState.READY,
-        ReplicaState.FETCHING,
-        ReplicaState.STARTING,
-        ReplicaState.WARMING,
-        ReplicaState.RESTARTING,
-        ReplicaState.WAKING,
-    }
-)
+_SERVING = (ARRIVING_STATES - {ReplicaState.LAUNCHING}) | {ReplicaState.READY}
 
 
 @dataclass(frozen=True)
