@@ -29,12 +29,12 @@ from control_plane.actuators import Actuator, FleetView
 from control_plane.reports import GatewayRegistry, ReplicaRegistry, ReplicaSeen, gateway_demand
 from control_plane.rollouts import Rollouts
 from control_plane.scaling.context import ReplicaLoad
-from control_plane.scaling.decisions import Decision, Hold, ScaleDown
+from control_plane.scaling.decisions import Decision, Hold, ScaleDown, claim_of
 from control_plane.scaling.departures import Departures, observe
 from control_plane.scaling.policies import make_policy
 from control_plane.scaling.step import DemandHistory, ScalingState, decide, pick_victims
 from control_plane.startup import StartupHold
-from fleet.capacity.paid_floor import paid_floor
+from fleet.capacity.paid_floor import PaidFloor, paid_floor
 from fleet.capacity.plan import plan_pool
 from fleet.protocol.clock import Clock
 from fleet.protocol.wire import ReplicaState
@@ -109,7 +109,6 @@ class ControlLoop:
         self.gateways = gateways or GatewayRegistry(registry.stale_after_s, registry.forget_after_s)
         self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
         self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.pools}
-        self.paid = {p.name: paid_floor(spec, p) for p in spec.pools}
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
@@ -142,8 +141,16 @@ class ControlLoop:
         loads += [ReplicaLoad(f"pending-{i}", ReplicaState.LAUNCHING) for i in range(max(0, view.target - live))]
         return tuple(loads)
 
+    def paid(self, pool: PoolSpec) -> PaidFloor | None:
+        """``pool``'s paid floor this tick: its share of its node group's paid GPUs, moved by the last claims of
+        the pools it shares the group with (`fleet.capacity.paid_floor`); None: nothing is paid by the node."""
+        claims = {name: c for name, d in self.last.items() if (c := claim_of(d)) is not None}
+        return paid_floor(self.spec, pool, claims)
+
     async def decide(self, pool: PoolSpec, now: float) -> Decision:
-        """One pool, one tick: a decision (not yet applied), by `control_plane.scaling.step.decide`."""
+        """One pool, one tick: a decision (not yet applied), by `control_plane.scaling.step.decide`. Its paid floor
+        moves with the last claims of the pools it shares a node group with (`fleet.capacity.paid_floor`)."""
+        paid = self.paid(pool)
         if self.rollouts is not None:
             pool = self.rollouts.bounds(pool)
         view = await self.actuator.current(pool)
@@ -170,7 +177,7 @@ class ControlLoop:
             demand_history=self._demand.get(pool.name, ()),
             state=self._state.get(pool.name),
             node_lead_s=self.node_lead_s[pool.name],
-            paid=self.paid.get(pool.name),
+            paid=paid,
             replacing=departures.replacing,
         )
         if isinstance(step.decision, ScaleDown):  # its victims leave: no death, nothing to replace

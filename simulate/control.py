@@ -8,6 +8,7 @@ ticks exactly as `control_plane.loop.ControlLoop` does, so a report sequence get
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from control_plane.loop import node_lead, planned_qps
@@ -35,6 +36,9 @@ class Controller:
     gateway_reports: bool = True  # the gateway's queue and request rate reach the scaler
     node_lead_s: float = 0.0  # the live loop's `node_lead`, so decisions (nodes_for included) stay the same
     paid: PaidFloor | None = None  # the live loop's paid floor (`fleet.capacity.paid_floor.paid_floor`)
+    # on a shared group, the floor of each tick, moved by the group's claims (`simulate.shared`); None: ``paid``
+    paid_now: Callable[[], PaidFloor | None] | None = None
+    last: Decision | None = None  # the last step's decision, the claim the group reads
     state: ScalingState = field(default_factory=ScalingState)
     demand: DemandHistory = ()
 
@@ -76,7 +80,7 @@ class Controller:
             demand_history=self.demand,
             state=self.state,
             node_lead_s=self.node_lead_s,
-            paid=self.paid,
+            paid=self.paid if self.paid_now is None else self.paid_now(),
         )
-        self.state, self.demand = step.state, step.demand_history
+        self.state, self.demand, self.last = step.state, step.demand_history, step.decision
         return step.decision

@@ -1,23 +1,27 @@
 """Shared GPUs: several pools on one GPU node group, each replaying its own trace, against the same pools on node
 groups of their own.
 
-What is modelled on the shared group (``shared``), one awake engine a GPU:
+The ways (`WAYS`), each pool with the stack's own router and scaler:
 
-* every GPU of the group's minimum nodes holds a sleeping engine of every pool (started once, put to sleep at
-  level 1, their weights in the node's host memory, which the stack check sizes);
-* a pool's replica launched while such a *warm* GPU has no awake engine wakes there
-  (`simulate.replica.wake_seconds`); beyond the warm GPUs it starts cold (``coldStartSeconds``) on a new node;
-* a replica that goes (scale-in, after its drain) sleeps again on its GPU, which any pool may then wake on;
-* the group pays whole nodes for the GPUs holding an awake engine of any pool (starting, serving or draining; a
-  decision's ``nodes_for`` counts as held), at least ``minNodesPerAz`` in each zone (`simulate.billing`), sampled
-  every control interval.
+* ``separate``: each pool on a copy of the group of its own (same instance type, zones and minimum), as two
+  stacks would deploy them: its own scaler, paid floor and bill (`FleetSim` alone).
+* ``fixed``: both on the one group, the group's paid GPUs split between the pools once, at deploy
+  (`fleet.capacity.paid_floor.paid_floor` without claims).
+* ``shared``: both on the one group, the split moved every tick by the pools' claims, as the live loop moves it
+  (`fleet.capacity.paid_floor.moving_floors`): a GPU passes from one pool to the other by a drain and a cold
+  start.
+* ``shared+wake``: ``shared`` with one awake engine a GPU and the other pools' engines asleep behind it: every
+  GPU of the group's minimum nodes holds a sleeping engine of every pool (started once, put to sleep at level 1,
+  their weights in the node's host memory, which the stack check sizes), so a launch while such a *warm* GPU has
+  no awake engine wakes there (`simulate.replica.wake_seconds`) instead of starting cold; beyond the warm GPUs it
+  starts cold (``coldStartSeconds``) on a new node. Not deployable yet: the agent runs one engine, and a GPU
+  belongs to one pod.
 
-Each pool keeps its own router, scaler and trace (a `FleetSim` each); the sims run in one event order, earliest
-first, so a wake sees the GPUs the other pools hold at that moment. The paid floor is off on the shared group:
-GPUs beyond what the pools need hold sleeping engines a second away, not idle awake ones.
-
-``separate`` is the same pools, each on a copy of the group of its own (same instance type, zones and minimum),
-as the stack would deploy them apart: its own scaler, paid floor and bill (`FleetSim` alone).
+On the shared group the GPUs holding an awake engine of any pool (starting, serving or draining; a decision's
+``nodes_for`` counts as held) are billed by the whole node, at least ``minNodesPerAz`` in each zone
+(`simulate.billing`), sampled every control interval. Each pool keeps its own `FleetSim`; the sims run in one
+event order, earliest first, so a start sees the GPUs the other pools hold at that moment and a tick the claims
+the other pools made last.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from control_plane.scaling.decisions import claim_of
+from fleet.capacity.paid_floor import Claim, PaidFloor, paid_floor
 from fleet.spec.stack import FleetSpec, PoolSpec
 from simulate.billing import NodeBilling
 from simulate.configs import Config, make_controller, make_router
@@ -34,7 +40,9 @@ from simulate.fleet_sim import FleetSim
 from simulate.replay import Prepared
 from simulate.result import Result
 
-__all__ = ["SharedGroup", "SharedRun", "run_separate", "run_shared", "separate_spec", "shared_spec"]
+__all__ = ["WAYS", "SharedGroup", "SharedRun", "run_separate", "run_shared", "run_way", "separate_spec", "shared_spec"]
+
+WAYS = ("separate", "fixed", "shared", "shared+wake")
 
 
 @dataclass
@@ -45,6 +53,7 @@ class SharedGroup:
     sims: list[FleetSim] = field(default_factory=list)
     interval_s: float = 10.0
     cold_start_s: dict[str, float] = field(default_factory=dict)  # each pool's start on a GPU without its engine
+    wake: bool = False  # the warm GPUs hold a sleeping engine of every pool (``shared+wake``)
     node_s: float = 0.0
     paid_gpu_s: float = 0.0
     wakes: int = 0
@@ -54,6 +63,19 @@ class SharedGroup:
         """The GPUs of the group's minimum nodes: each holds a sleeping engine of every pool."""
         return self.billing.paid_gpus(0)
 
+    def claims(self) -> dict[str, Claim]:
+        """Each pool's claim on the paid GPUs, from its scaler's last decision (`control_plane.loop` reads the same)."""
+        found = {}
+        for sim in self.sims:
+            last = getattr(sim.controller, "last", None)
+            if last is not None and (claim := claim_of(last)) is not None:
+                found[sim.pool.name] = claim
+        return found
+
+    def floor_of(self, spec: FleetSpec, sim: FleetSim) -> PaidFloor | None:
+        """``sim``'s paid floor this tick, moved by the group's claims."""
+        return paid_floor(spec, sim.pool, self.claims())
+
     def held_gpus(self) -> int:
         """GPUs holding an awake engine of any pool (or kept for one by a decision's ``nodes_for``)."""
         return sum(max(len(s.live()), s.node_room) * s.pool.engine.tensor_parallel_size for s in self.sims)
@@ -61,7 +83,7 @@ class SharedGroup:
     def start_s(self, sim: FleetSim) -> float:
         """A wake on a free warm GPU, else a cold start (`simulate.fleet_sim.GpuLedger`)."""
         awake = sum(len(s.live()) * s.pool.engine.tensor_parallel_size for s in self.sims)
-        if awake + sim.pool.engine.tensor_parallel_size <= self.warm_gpus:
+        if self.wake and awake + sim.pool.engine.tensor_parallel_size <= self.warm_gpus:
             self.wakes += 1
             return sim.wake_s
         return self.cold_start_s[sim.pool.name]
@@ -98,21 +120,13 @@ class SharedRun:
 
 
 def shared_spec(spec: FleetSpec, pools: Sequence[PoolSpec], *, wake: bool) -> FleetSpec:
-    """``spec`` with ``pools`` (the prepared copies) on their common group; with ``wake`` the paid floor and the
-    pools' own sleep mode off (the group's warm GPUs model it)."""
+    """``spec`` with ``pools`` (the prepared copies) on their common group; with ``wake`` the pools' own sleep
+    mode off (the group's warm GPUs model it: a replica that goes frees its GPU for any pool to wake on)."""
     groups = {p.node_group for p in pools}
     if len(groups) != 1 or None in groups:
         raise ValueError(f"pools {', '.join(p.name for p in pools)} must share one GPU node group; they name {groups}")
-    if wake:  # no floor, and a replica that goes sleeps behind the GPU's next engine, not on a GPU of its own
-        pools = [
-            p.model_copy(
-                update={
-                    "replicas": p.replicas.model_copy(update={"fill_paid_nodes": False}),
-                    "engine": p.engine.model_copy(update={"sleep_mode": False}),
-                }
-            )
-            for p in pools
-        ]
+    if wake:  # a replica that goes sleeps behind the GPU's next engine, not on a GPU of its own
+        pools = [p.model_copy(update={"engine": p.engine.model_copy(update={"sleep_mode": False})}) for p in pools]
     return spec.model_copy(update={"pools": list(pools)})
 
 
@@ -145,27 +159,32 @@ def _sim(
     )
 
 
-def run_shared(
-    spec: FleetSpec, prepared: Sequence[Prepared], config: Config, seed: int, *, wake: bool = False
-) -> SharedRun:
-    """The pools on one shared group (see the module docstring): ``wake`` False, as deployed today; True, as
-    modelled with sleeping engines behind every warm GPU."""
+def run_shared(spec: FleetSpec, prepared: Sequence[Prepared], config: Config, seed: int, *, way: str) -> SharedRun:
+    """The pools on one shared group, ``way`` one of ``fixed``, ``shared``, ``shared+wake`` (module docstring)."""
     start = time.perf_counter()
+    wake = way == "shared+wake"
     shared = shared_spec(spec, [p.pool for p in prepared], wake=wake)
     first = shared.pools[0]
     billing = NodeBilling.for_pool(shared, first.model_copy(update={"engine": first.engine.model_copy(
         update={"tensor_parallel_size": 1})}))  # fmt: skip
     cold = {pool.name: pool.cold_start_seconds for pool in shared.pools}
-    group = SharedGroup(billing, interval_s=shared.autoscaling.interval_s, cold_start_s=cold)
+    group = SharedGroup(billing, interval_s=shared.autoscaling.interval_s, cold_start_s=cold, wake=wake)
     pairs = zip(shared.pools, prepared, strict=True)
     group.sims = [_sim(shared, pool, p, config, seed, gpus=group) for pool, p in pairs]
     for sim in group.sims:
-        # The scaler leads by the start its replicas get: a wake on a warm GPU, not a cold start.
-        if wake and isinstance(sim.controller, Controller):
-            sim.controller.pool = sim.controller.pool.model_copy(update={"cold_start_seconds": sim.wake_s})
+        if way != "fixed" and isinstance(sim.controller, Controller):
+            sim.controller.paid_now = lambda sim=sim: group.floor_of(shared, sim)
     results = group.run()
-    name = "shared+wake" if wake else "shared"
-    return SharedRun(name, tuple(results), group.paid_gpu_s, group.node_s, group.wakes, time.perf_counter() - start)
+    return SharedRun(way, tuple(results), group.paid_gpu_s, group.node_s, group.wakes, time.perf_counter() - start)
+
+
+def run_way(spec: FleetSpec, prepared: Sequence[Prepared], config: Config, seed: int, way: str) -> SharedRun:
+    """One of `WAYS`; ValueError naming the allowed ones for another."""
+    if way == "separate":
+        return run_separate(spec, prepared, config, seed)
+    if way not in WAYS:
+        raise ValueError(f"--ways: {way!r} is not a way; allowed: {', '.join(WAYS)}")
+    return run_shared(spec, prepared, config, seed, way=way)
 
 
 def run_separate(spec: FleetSpec, prepared: Sequence[Prepared], config: Config, seed: int) -> SharedRun:

@@ -23,7 +23,7 @@ from llmfleet.registries import all_registries
 from simulate.configs import stack_config
 from simulate.replay import Prepared, prepare
 from simulate.report import row
-from simulate.shared import SharedRun, run_separate, run_shared
+from simulate.shared import WAYS, SharedRun, run_way
 from simulate.trace import TraceError, read_trace, scale_trace
 
 __all__ = ["add_arguments", "parse_pool_trace", "run"]
@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="replay only the first S seconds of each")
     parser.add_argument("--max-model-len", type=int, default=None, help="override the pools' engine maxModelLen")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        help=f"comma-separated ways to run, separate first as the baseline (default {','.join(WAYS)})",
+    )
 
 
 def parse_pool_trace(text: str) -> tuple[str, str, float]:
@@ -101,11 +106,10 @@ def run(args: argparse.Namespace) -> int:
         own = stack_config(spec)
         names = ", ".join(f"{p.pool.name} ({len(p.trace)} requests)" for p in prepared)
         print(f"simulate-shared: stack {args.stack}, {own.name}, pools {names}", flush=True)
-        runs = [
-            run_separate(spec, prepared, own, args.seed),
-            run_shared(spec, prepared, own, args.seed),
-            run_shared(spec, prepared, own, args.seed, wake=True),
-        ]
+        ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+        if not ways or ways[0] != "separate" or len(set(ways)) != len(ways):
+            raise ValueError(f"--ways {args.ways!r}: give separate first, then any of {', '.join(WAYS[1:])}, once each")
+        runs = [run_way(spec, prepared, own, args.seed, w) for w in ways]
     except (TraceError, ValueError, SpecError) as exc:
         print(f"llmfleet simulate-shared: {exc}", file=sys.stderr)
         return 2

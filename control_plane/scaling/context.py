@@ -84,6 +84,8 @@ class ScalingContext:
     # the floor the GPUs its node group always pays for set (`fleet.capacity.paid_floor`; 0: none) and those GPUs
     paid_floor: int = 0
     paid_gpus: int = 0
+    # a shared group's cap while another pool wants the GPUs held beyond this pool's share (None: none)
+    paid_cap: int | None = None
     # targets (from the stack's autoscaling and pool specs)
     target_queue_per_replica: float = 4.0
     target_kv_usage: float = 0.75
@@ -222,6 +224,7 @@ def build_context(
         max_replicas=pool.replicas.max,
         paid_floor=0 if paid is None else paid.replicas,
         paid_gpus=0 if paid is None else paid.paid_gpus,
+        paid_cap=None if paid is None else paid.cap,
         target_queue_per_replica=autoscaling.target_queue_per_replica,
         target_kv_usage=autoscaling.target_kv_usage,
         target_utilisation=autoscaling.target_utilisation,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Decision", "Freeze", "Hold", "RolloutStep", "ScaleDown", "ScaleUp", "decision_to_json"]
+from fleet.capacity.paid_floor import Claim
+
+__all__ = ["Decision", "Freeze", "Hold", "RolloutStep", "ScaleDown", "ScaleUp", "claim_of", "decision_to_json"]
 
 Kind = Literal["hold", "scale-up", "scale-down", "freeze", "rollout"]
 
@@ -98,6 +100,18 @@ class RolloutStep(Decision):
     weight_to: int = 0
     weights: dict[str, int] = field(default_factory=dict)
     kind: Kind = "rollout"
+
+
+def claim_of(decision: Decision) -> Claim | None:
+    """What ``decision`` asks of its node group's paid GPUs (`fleet.capacity.paid_floor.Claim`): the replicas it
+    wanted before the paid floor, and those holding GPUs once it is carried out (awake, asleep, draining: a
+    scale-down's victims drain on their GPUs); None where it noted no want (no paid floor, a startup hold)."""
+    want = decision.inputs.get("want")
+    if want is None:
+        return None
+    victims = len(decision.victims) if isinstance(decision, ScaleDown) else 0
+    held = decision.holding + int(decision.inputs.get("draining", 0)) + victims
+    return Claim(int(want), held)
 
 
 def decision_to_json(decision: Decision) -> dict[str, Any]:

@@ -10,7 +10,8 @@ previous one's numbers, and the reason names what bound last. In order (`GUARDRA
 4. bounds ``[min, max]`` (`control_plane.scaling.stabilise.bounds`);
 5. the paid floor (`control_plane.scaling.stabilise.fill_paid`): on a target paid by the node, at least the
    replicas the node group's minimum nodes hold (``replicas.fillPaidNodes``, `fleet.capacity.paid_floor`);
-6. stabilisation windows (`control_plane.scaling.stabilise.stabilise`);
+6. stabilisation windows (`control_plane.scaling.stabilise.stabilise`), then, on a node group whose pools share
+   its paid GPUs by demand, the cap that yields GPUs to another pool (`control_plane.scaling.stabilise.yield_paid`);
 7. step limits ``maxScaleUpStep`` / ``maxScaleDownStep``;
 8. the capacity translated back to a replica target;
 9. nodes ahead (`control_plane.scaling.predictive.nodes_ahead`): ``nodes_for`` for pools that may need a new node.
@@ -34,7 +35,7 @@ from control_plane.scaling.draft import EPS, Draft, GuardrailState
 from control_plane.scaling.policies import Proposal
 from control_plane.scaling.predictive import demand_trend, nodes_ahead, predictive
 from control_plane.scaling.slo_priority import availability, block_shrink, ttft
-from control_plane.scaling.stabilise import bounds, fill_paid, stabilise, step_limits, to_target
+from control_plane.scaling.stabilise import bounds, fill_paid, stabilise, step_limits, to_target, yield_paid
 from fleet.spec.stack import AutoscalingSpec
 
 __all__ = ["GUARDRAILS", "Guardrail", "GuardrailState", "Verdict", "apply_guardrails", "demand_trend", "start"]
@@ -49,6 +50,7 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     bounds,
     fill_paid,
     stabilise,
+    yield_paid,
     step_limits,
     to_target,
     nodes_ahead,

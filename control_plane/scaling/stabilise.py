@@ -18,7 +18,7 @@ from control_plane.scaling.context import ScalingContext
 from control_plane.scaling.draft import Draft
 from fleet.spec.stack import AutoscalingSpec
 
-__all__ = ["bounds", "fill_paid", "stabilise", "step_limits", "to_target"]
+__all__ = ["bounds", "fill_paid", "stabilise", "step_limits", "to_target", "yield_paid"]
 
 
 def bounds(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
@@ -35,6 +35,8 @@ def fill_paid(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
     """Step 5: the desired count at least the paid floor (``ctx.paid_floor``: the replicas the GPUs its node group
     always pays for hold, at most ``max``), so those GPUs serve instead of idling; nothing where there is none."""
     del cfg  # Unused.
+    if ctx.paid_gpus:  # what the pool wants on its own: a shared group splits its paid GPUs by it next tick
+        draft = draft.note("want", draft.desired)
     floor = min(ctx.paid_floor, ctx.max_replicas)  # a rollout may size a pool below the stack's max
     if draft.desired >= floor:
         return draft
@@ -67,6 +69,22 @@ def stabilise(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
         reason = f"{draft.reason}; low for {waited:.0f}s >= {cfg.scale_down_stabilization_s:g}s window"
         return replace(draft, capacity=min(capacity, max(in_window)), reason=reason)
     return replace(draft, state=replace(state, above_since=None, below_since=None))
+
+
+def yield_paid(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:
+    """Step 6b: on a shared node group, capacity at most ``ctx.paid_cap`` (set while another pool wants the paid
+    GPUs this pool holds beyond its share: `fleet.capacity.paid_floor.moving_floors`), at once: the GPU moves to
+    the pool that wants it, and the stabilisation window, which keeps capacity against this pool's own dips, does
+    not hold it. The cap is never under the pool's own want, so an SLO rule that blocks shrinking blocks this."""
+    del cfg  # Unused.
+    cap = ctx.paid_cap
+    if cap is None or draft.no_shrink:
+        return draft
+    capacity = max(cap, draft.desired)
+    if draft.capacity <= capacity:
+        return draft
+    reason = f"{draft.reason}; yielding paid GPUs to the group's other pools: capacity {capacity}"
+    return replace(draft.note("paid_cap", cap), capacity=capacity, reason=reason)
 
 
 def step_limits(ctx: ScalingContext, cfg: AutoscalingSpec, draft: Draft) -> Draft:

@@ -170,8 +170,9 @@ def to_wake(pool: PoolSpec, ctx: ScalingContext, count: int) -> tuple[str, ...]:
 def to_sleep(pool: PoolSpec, ctx: ScalingContext, victims: tuple[str, ...], target: int) -> tuple[str, ...]:
     """Sleep mode: the ``victims`` a scale-down to ``target`` puts to sleep instead of stopping. Only ready
     replicas sleep (a failed or starting one has nothing worth keeping), and at most ``replicas.max - target``
-    sleep in all, so the pool never holds more GPUs than ``replicas.max``."""
-    if not pool.engine.sleep_mode:
+    sleep in all, so the pool never holds more GPUs than ``replicas.max``. None sleeps while the pool yields paid
+    GPUs to another pool of its node group (``ctx.paid_cap``): a sleeping engine keeps its GPU."""
+    if not pool.engine.sleep_mode or ctx.paid_cap is not None:
         return ()
     room = max(0, pool.replicas.max - target - len(ctx.asleep))
     ready = {r.replica for r in ctx.fresh_ready}

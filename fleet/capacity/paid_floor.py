@@ -10,18 +10,26 @@ pool listed first); each starts from its ``replicas.min`` and stops at its ``rep
 
 Prod (three zones of one p4de.24xlarge, 8 A100s each, one TP=1 pool up to 24): 24 GPUs paid, floor 24; a TP=2
 pool: 12. Pools without a node group, or on local and kubernetes targets, have no floor.
+
+Where two or more filling pools share a group the floor moves with their demand (`moving_floors`, every control
+tick): the paid GPUs go first to the replicas each pool wants (its guarded desire before the floor, `Claim`),
+the least satisfied first, then the rest in proportion to those wants; a pool's floor rises only into GPUs no
+pool holds. While pools under their shares want more than the free GPUs give, or the group holds more GPUs than
+its minimum pays, a pool holding more than its share is capped at its share or its own want, whichever is higher
+(`PaidFloor.cap`), so the GPU it yields passes to the pool that wants it and the group goes back to its minimum.
+Before every pool has claimed once the split is `paid_floor`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.capacity.catalog import INSTANCES
 from fleet.capacity.paid import nodes_per_zone
 from fleet.spec.stack import FleetSpec, PoolSpec
 
-__all__ = ["PaidFloor", "fill_paid_nodes", "paid_floor"]
+__all__ = ["Claim", "PaidFloor", "fill_paid_nodes", "moving_floors", "paid_floor"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,17 @@ class PaidFloor:
 
     replicas: int
     paid_gpus: int
+    # at most this many replicas of capacity while another pool of the group wants the GPUs (None: no cap)
+    cap: int | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A pool's last tick on a shared group: ``want`` replicas (its guarded desire before the paid floor) while
+    it ``held`` ``held`` replicas' GPUs (starting, serving or draining)."""
+
+    want: int
+    held: int
 
 
 def fill_paid_nodes(
@@ -40,14 +59,26 @@ def fill_paid_nodes(
     zones: int,
     gpus_per_node: int,
     min_per_zone: int,
+    wants: Sequence[int] | None = None,
 ) -> list[int]:
     """Replicas per pool that fill ``min_per_zone`` nodes of ``gpus_per_node`` GPUs in each of ``zones`` (module
-    docstring): pool ``i`` starts at ``mins[i]``; those with ``filling[i]`` grow, the one holding the fewest GPUs
-    first, while one more replica still packs onto the minimum nodes and the pool is under ``maxes[i]``."""
+    docstring): pool ``i`` starts at ``mins[i]``; those with ``filling[i]`` grow while one more replica still packs
+    onto the minimum nodes and the pool is under ``maxes[i]``: without ``wants`` the one holding the fewest GPUs
+    first; with them the one whose want is least satisfied (share of its want held), then, every want met, the
+    largest ``(want + 1) / (floor + 1)`` (the rest in proportion to the wants), ties to fewer GPUs, then order."""
+
+    def key(i: int) -> tuple[float, ...]:
+        held = floors[i] * replica_gpus[i]
+        if wants is None:
+            return (held, i)
+        if floors[i] < wants[i]:
+            return (0, floors[i] / wants[i], held, i)
+        return (1, -(wants[i] + 1) / (floors[i] + 1), held, i)
+
     floors = list(mins)
     while True:
-        order = sorted((floors[i] * replica_gpus[i], i) for i in range(len(floors)) if filling[i])
-        for _, i in order:
+        order = sorted((i for i in range(len(floors)) if filling[i]), key=key)
+        for i in order:
             if floors[i] >= maxes[i]:
                 continue
             trial = [n + (1 if j == i else 0) for j, n in enumerate(floors)]
@@ -58,20 +89,33 @@ def fill_paid_nodes(
             return floors
 
 
-def paid_floor(spec: FleetSpec, pool: PoolSpec) -> PaidFloor | None:
-    """``pool``'s share of its node group's minimum nodes; None where nothing is paid by the node (not aws, no
-    node group, no minimum) or the pool's ``replicas.fillPaidNodes`` is off."""
+def _on_group(spec: FleetSpec, pool: PoolSpec) -> tuple[list[PoolSpec], int, int, int] | None:
+    """The pools packed with ``pool`` on its group (``pool`` itself, not the stack's, where it differs: the
+    simulator's copy, a rollout's bounds), its zones, GPUs per node and minimum per zone; None: nothing is paid
+    by the node for ``pool``."""
     if spec.target != "aws" or pool.node_group is None or not pool.replicas.fill_paid_nodes:
         return None
     group = spec.node_group(pool.node_group)
     zones = len(spec.zones_of(group))
     if group.min_nodes_per_az <= 0 or zones == 0:
         return None
-    gpus_per_node = INSTANCES[group.instance_type].gpu_count
-    # ``pool`` itself, not the stack's, where it differs (the simulator's copy, a rollout's bounds)
     on_group = [pool if p.name == pool.name else p for p in spec.pools if p.node_group == group.name]
     if pool not in on_group:
         on_group.append(pool)
+    return on_group, zones, INSTANCES[group.instance_type].gpu_count, group.min_nodes_per_az
+
+
+def paid_floor(spec: FleetSpec, pool: PoolSpec, claims: Mapping[str, Claim] | None = None) -> PaidFloor | None:
+    """``pool``'s share of its node group's minimum nodes; None where nothing is paid by the node (not aws, no
+    node group, no minimum) or the pool's ``replicas.fillPaidNodes`` is off. With ``claims`` (each pool's last
+    `Claim`) the share moves with the group's demand (`moving_floors`)."""
+    found = _on_group(spec, pool)
+    if found is None:
+        return None
+    on_group, zones, gpus_per_node, min_per_zone = found
+    filling = [p for p in on_group if p.replicas.fill_paid_nodes]
+    if claims is not None and len(filling) > 1 and all(p.name in claims for p in filling):
+        return moving_floors(on_group, claims, zones, gpus_per_node, min_per_zone)[pool.name]
     floors = fill_paid_nodes(
         [p.replicas.min for p in on_group],
         [p.replicas.max for p in on_group],
@@ -79,7 +123,38 @@ def paid_floor(spec: FleetSpec, pool: PoolSpec) -> PaidFloor | None:
         [p.replicas.fill_paid_nodes for p in on_group],
         zones,
         gpus_per_node,
-        group.min_nodes_per_az,
+        min_per_zone,
     )
     mine = next(i for i, p in enumerate(on_group) if p.name == pool.name)
-    return PaidFloor(floors[mine], group.min_nodes_per_az * zones * gpus_per_node)
+    return PaidFloor(floors[mine], min_per_zone * zones * gpus_per_node)
+
+
+def moving_floors(
+    pools: Sequence[PoolSpec], claims: Mapping[str, Claim], zones: int, gpus_per_node: int, min_per_zone: int
+) -> dict[str, PaidFloor]:
+    """Each of ``pools`` (one group's, every filling one with a claim) its floor and cap this tick (module
+    docstring). A pool without ``fillPaidNodes`` keeps its ``min`` in the packing and holds what it holds."""
+    paid = min_per_zone * zones * gpus_per_node
+    gpus = [p.engine.tensor_parallel_size for p in pools]
+    held = [claims[p.name].held if p.name in claims else p.replicas.min for p in pools]
+    wants = [min(max(claims[p.name].want, p.replicas.min), p.replicas.max) if p.name in claims else 0 for p in pools]
+    filling = [p.replicas.fill_paid_nodes for p in pools]
+    shares = fill_paid_nodes(
+        [p.replicas.min for p in pools], [p.replicas.max for p in pools], gpus, filling, zones, gpus_per_node,
+        min_per_zone, wants,
+    )  # fmt: skip
+    free = paid - sum(h * g for h, g in zip(held, gpus, strict=True))
+    # Pools over their shares yield while the group holds more GPUs than its minimum pays (a pool grew onto a new
+    # node) or while pools under their shares want more than the free GPUs give.
+    short = sum(max(0, min(wants[j], shares[j]) - held[j]) * gpus[j] for j in range(len(pools)) if filling[j])
+    wanting = free < 0 or short > free
+    floors = list(shares)
+    for i in sorted(range(len(pools)), key=lambda i: (held[i] - shares[i], i)):  # the furthest under its share first
+        if filling[i] and shares[i] > held[i]:
+            rise = max(0, min(shares[i] - held[i], free // gpus[i]))
+            floors[i], free = held[i] + rise, free - rise * gpus[i]
+    out = {}
+    for i, pool in enumerate(pools):
+        cap = max(shares[i], wants[i]) if wanting and held[i] > shares[i] and wants[i] < held[i] else None
+        out[pool.name] = PaidFloor(floors[i], paid, cap)
+    return out

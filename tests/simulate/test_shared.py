@@ -13,7 +13,7 @@ from llmfleet.cli import main
 from llmfleet.registries import all_registries
 from simulate.configs import stack_config
 from simulate.replay import Prepared, prepare
-from simulate.shared import run_separate, run_shared, separate_spec, shared_spec
+from simulate.shared import WAYS, run_separate, run_shared, run_way, separate_spec, shared_spec
 from simulate.shared_cli import parse_pool_trace
 from simulate.trace import synthetic_trace
 
@@ -22,8 +22,8 @@ SPEC = load_spec(STACK, registries=all_registries()).spec
 
 
 def _prepared(rates: dict[str, float], ramp_at: float | None = None) -> list[Prepared]:
-    """Each pool a 300 s synthetic trace at its rate (requests per second); from ``ramp_at`` on the first pool
-    (until then at a tenth of its rate) 400 s."""
+    """Each pool a 300 s synthetic trace at its rate (requests per second); with ``ramp_at`` each ``ramp_at + 200``
+    s, the first pool at a tenth of its rate until ``ramp_at``."""
     out = []
     for i, (name, rate) in enumerate(rates.items()):
         if ramp_at is not None and i == 0:
@@ -31,7 +31,7 @@ def _prepared(rates: dict[str, float], ramp_at: float | None = None) -> list[Pre
             short = synthetic_trace(rate, i, ramp_at + 200, lambda t: 1.0 if t >= ramp_at else 0.1)
             trace = [dataclasses.replace(r, output_tokens=r.output_tokens * 8) for r in short]
         else:
-            trace = synthetic_trace(rate, i, 300.0, lambda t: 1.0)
+            trace = synthetic_trace(rate, i, 300.0 if ramp_at is None else ramp_at + 200, lambda t: 1.0)
         out.append(prepare(STACK, trace, pool_name=name))
     return out
 
@@ -40,7 +40,7 @@ def test_the_two_pools_pay_the_groups_minimum_once_shared_and_twice_apart() -> N
     prepared = _prepared({"qwen-7b": 2.0, "llama-8b": 2.0})
     own = stack_config(SPEC)
     apart = run_separate(SPEC, prepared, own, seed=0)
-    shared = run_shared(SPEC, prepared, own, seed=0)
+    shared = run_shared(SPEC, prepared, own, seed=0, way="shared")
     # Quiet traffic: each group's minimum (a p4de in each of three zones, 24 A100s) is all either way pays.
     span = max(r.end_s for r in shared.results)
     assert shared.paid_gpu_s == pytest.approx(24 * span, rel=0.05)
@@ -50,14 +50,22 @@ def test_the_two_pools_pay_the_groups_minimum_once_shared_and_twice_apart() -> N
         assert all(r.paid_gpu_s == 0 for r in run.results) == (run is shared)  # the group pays, not a pool
 
 
-def test_without_the_paid_floor_a_pools_growth_wakes_on_the_groups_free_warm_gpus() -> None:
-    # One pool's demand grows tenfold after its first cold start: with the floor off, the GPUs of the group's
-    # minimum nodes hold its sleeping engines, and its scale-ups wake there instead of starting cold.
-    prepared = _prepared({"qwen-7b": 40.0, "llama-8b": 1.0}, ramp_at=200.0)
-    woken = run_shared(SPEC, prepared, stack_config(SPEC), seed=0, wake=True)
-    assert woken.wakes >= 1
-    assert woken.name == "shared+wake"
-    assert [r.completed for r in woken.results] == [len(p.trace) for p in prepared]
+def test_a_pools_growth_takes_the_other_pools_paid_gpus_instead_of_new_nodes() -> None:
+    # One pool's demand grows after its first cold start beyond the half of the minimum the fixed split gives it
+    # while the other pool idles: fixed, the group buys nodes; with the moving floor the idle pool yields its GPUs
+    # (down to its own want) and the group pays less; with warm GPUs the moves are wakes and it pays least.
+    prepared = _prepared({"qwen-7b": 150.0, "llama-8b": 1.0}, ramp_at=200.0)
+    runs = {way: run_way(SPEC, prepared, stack_config(SPEC), 0, way) for way in ("fixed", "shared", "shared+wake")}
+    assert runs["shared"].paid_gpu_s < runs["fixed"].paid_gpu_s
+    assert runs["shared+wake"].paid_gpu_s < runs["shared"].paid_gpu_s
+    assert runs["shared+wake"].wakes >= 1 and runs["shared"].wakes == 0
+    for run in runs.values():
+        assert [r.completed for r in run.results] == [len(p.trace) for p in prepared]
+
+
+def test_an_unknown_way_names_the_allowed_ones() -> None:
+    with pytest.raises(ValueError, match="allowed: separate, fixed, shared, shared\\+wake"):
+        run_way(SPEC, _prepared({"qwen-7b": 1.0, "llama-8b": 1.0}), stack_config(SPEC), 0, "both")
 
 
 def test_separate_groups_are_copies_named_for_their_pool_and_shared_ones_must_be_one_group() -> None:
@@ -67,8 +75,8 @@ def test_separate_groups_are_copies_named_for_their_pool_and_shared_ones_must_be
     assert all(g.min_nodes_per_az == 1 for g in apart.gpu_node_groups)
     with pytest.raises(ValueError, match="must share one GPU node group"):
         shared_spec(apart, apart.pools, wake=False)
-    unfloored = shared_spec(SPEC, SPEC.pools, wake=True)
-    assert not any(p.replicas.fill_paid_nodes or p.engine.sleep_mode for p in unfloored.pools)
+    woken = shared_spec(SPEC, SPEC.pools, wake=True)
+    assert all(p.replicas.fill_paid_nodes and not p.engine.sleep_mode for p in woken.pools)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +96,8 @@ def test_a_pool_trace_is_pool_file_and_an_optional_rate(text: str, parsed: tuple
         (["--pool-trace", "qwen-7b=a.csv"], "give --pool-trace once for each of two or more pools"),
         (["--pool-trace", "qwen-7b=a.jsonl", "--pool-trace", "llama-8b=a.jsonl"], "no such trace file"),
         (["--pool-trace", "nope={t}", "--pool-trace", "qwen-7b={t}"], "has no pool 'nope'"),
+        (["--pool-trace", "qwen-7b={t}", "--pool-trace", "llama-8b={t}", "--ways", "shared"], "give separate first"),
+        (["--pool-trace", "qwen-7b={t}", "--pool-trace", "llama-8b={t}", "--ways", "separate,x"], "allowed: separate"),
     ],
 )
 def test_bad_inputs_exit_2_with_the_reason(
@@ -110,11 +120,9 @@ def test_the_command_prints_each_way_per_pool_and_what_sharing_saves(
     out = capsys.readouterr().out
     assert out.startswith("simulate-shared: stack prod-two-models, ")
     assert "qwen-7b (120 requests), llama-8b (240 requests)" in out
-    rows = [
-        line.split()[:3] for line in out.splitlines() if line.split()[:1] in (["separate"], ["shared"], ["shared+wake"])
-    ]
+    rows = [line.split()[:3] for line in out.splitlines() if line.split()[:1] in ([w] for w in WAYS)]
     assert [r[:2] for r in rows if r[1] in ("qwen-7b", "llama-8b")] == [
-        [way, pool] for way in ("separate", "shared", "shared+wake") for pool in ("qwen-7b", "llama-8b")
+        [way, pool] for way in WAYS for pool in ("qwen-7b", "llama-8b")
     ]
     # Quiet traffic: one minimum paid instead of two.
     assert "shared pays 50.0% fewer GPU-hours than separate" in out

@@ -8,11 +8,11 @@ import pytest
 
 from control_plane.loop import ControlLoop
 from control_plane.reports import ReplicaRegistry
-from control_plane.scaling.decisions import Hold, ScaleUp
+from control_plane.scaling.decisions import Hold, ScaleDown, ScaleUp
 from control_plane.scaling.guardrails import GuardrailState, apply_guardrails
 from control_plane.scaling.policies import Proposal, make_policy
 from control_plane.scaling.step import ScalingState, decide
-from fleet.capacity.paid_floor import paid_floor
+from fleet.capacity.paid_floor import PaidFloor, paid_floor
 from tests.control_plane.builders import autoscaling, context, ready
 from tests.control_plane.conftest import Clock
 from tests.control_plane.test_loop import Recording
@@ -75,11 +75,53 @@ def test_decide_on_prod_scales_three_idle_replicas_up_to_the_paid_floor() -> Non
 
 
 def test_the_live_loop_feeds_the_paid_floor_and_fill_paid_nodes_false_turns_it_off() -> None:
-    assert {p: f and f.replicas for p, f in _loop(_prod()).paid.items()} == {"qwen-7b": 24}
+    spec = _prod()
+    assert {p.name: (f := _loop(spec).paid(p)) and f.replicas for p in spec.pools} == {"qwen-7b": 24}
     off = _prod(**{"pools.0.replicas.fillPaidNodes": False})
-    assert _loop(off).paid == {"qwen-7b": None}
+    assert [_loop(off).paid(p) for p in off.pools] == [None]
 
 
 def _loop(spec: Any) -> ControlLoop:
     registry = ReplicaRegistry(spec.control_plane.stale_after_s)
     return ControlLoop(spec, registry, Recording(replicas=3), Clock(1000.0))
+
+
+def test_a_pool_yields_paid_gpus_past_its_scale_down_window_but_within_its_step_limit() -> None:
+    # Held at 12 by the floor, wanting 3, capped at 5 while another pool wants the GPUs: the scale-down window
+    # (which would hold 12) does not apply; the step limit (one a tick) still does.
+    verdict = _guard(12, 3, paid_floor=5, paid_cap=5, now=0.0)
+    assert verdict.target == 11
+    assert "yielding paid GPUs" in verdict.reason and verdict.inputs["paid_cap"] == 5
+
+
+def test_a_pool_never_yields_below_its_own_want() -> None:
+    verdict = _guard(12, 12, paid_floor=5, paid_cap=5, now=0.0)
+    assert verdict.target == 12 and "yielding" not in verdict.reason
+
+
+def test_without_a_cap_the_scale_down_window_holds() -> None:
+    assert _guard(12, 3, paid_floor=5, now=0.0).target == 12
+
+
+def test_a_yielding_pool_stops_its_victims_instead_of_putting_them_to_sleep() -> None:
+    spec = stacks.spec("prod-two-models")
+    pool = spec.pools[0]
+    assert pool.engine.sleep_mode
+    policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
+    loads = tuple(ready(f"r{i}") for i in range(12))
+    capped = decide(pool, spec.autoscaling, policy, loads, 0.0, paid=PaidFloor(5, 24, cap=5))
+    assert isinstance(capped.decision, ScaleDown)
+    assert capped.decision.sleep == () and len(capped.decision.victims) == 1  # one a tick: the step limit
+
+
+def test_the_live_loop_moves_the_split_by_the_pools_last_decisions() -> None:
+    spec = stacks.spec("prod-two-models")
+    loop = _loop(spec)
+    qwen, llama = spec.pools
+    assert [(f := loop.paid(p)) and f.replicas for p in spec.pools] == [12, 12]  # nothing decided yet: even
+    loop.last = {
+        qwen.name: Hold(qwen.name, 12, 12, "", 0.0, {"want": 20, "draining": 0}),
+        llama.name: Hold(llama.name, 12, 12, "", 0.0, {"want": 3, "draining": 0}),
+    }
+    assert loop.paid(llama) == PaidFloor(3, 24, cap=3)  # yields to qwen, which wants 20
+    assert loop.paid(qwen) == PaidFloor(12, 24)  # no GPU is free yet

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fleet.capacity.paid_floor import PaidFloor, fill_paid_nodes, paid_floor
+from fleet.capacity.paid_floor import Claim, PaidFloor, fill_paid_nodes, paid_floor
 from fleet.spec.stack import FleetSpec
 from tests.fleet.capacity.builders import a100_pool
 from tests.support.stacks import spec as make_spec
@@ -80,3 +80,66 @@ def test_no_floor_where_no_node_is_paid_at_minimum(name: str, preset: str, overr
     del name  # Unused: names the case.
     spec = make_spec(preset, **overrides)
     assert _floors(spec) == {p.name: None for p in spec.pools}
+
+
+def _two_pools() -> FleetSpec:
+    return make_spec("prod-two-models")
+
+
+def _moving(claims: dict[str, Claim]) -> dict[str, tuple[int, int | None]]:
+    spec = _two_pools()
+    return {p.name: ((f := paid_floor(spec, p, claims)) and (f.replicas, f.cap)) for p in spec.pools}
+
+
+@pytest.mark.parametrize(
+    ("case", "claims", "expected"),
+    [
+        ("no claims yet: the even split", {}, {"qwen-7b": (12, None), "llama-8b": (12, None)}),
+        (
+            "one pool has not claimed: the even split",
+            {"qwen-7b": Claim(20, 12)},
+            {"qwen-7b": (12, None), "llama-8b": (12, None)},
+        ),
+        (
+            "equal wants: the even split, nothing moves",
+            {"qwen-7b": Claim(3, 12), "llama-8b": (c := Claim(3, 12))},
+            {"qwen-7b": (12, None), "llama-8b": (12, None)},
+        ),
+        (
+            # qwen wants 20: its share is 20 and more, llama keeps its 3 and a share of the rest in proportion
+            # to the wants; qwen's floor cannot rise yet (no GPU is free), llama is capped at its share
+            "a pool that wants more than it holds makes the other yield",
+            {"qwen-7b": Claim(20, 12), "llama-8b": c},
+            {"qwen-7b": (12, None), "llama-8b": (3, 3)},
+        ),
+        (
+            "the yielded GPUs free: the floor rises into them",
+            {"qwen-7b": Claim(20, 12), "llama-8b": Claim(3, 3)},
+            {"qwen-7b": (21, None), "llama-8b": (3, None)},
+        ),
+        (
+            # qwen's floor rises by the 4 free GPUs; llama's falls to its share, and it shrinks to it only
+            # through its own scale-down window
+            "free GPUs cover the want: nobody yields",
+            {"qwen-7b": Claim(14, 12), "llama-8b": Claim(3, 8)},
+            {"qwen-7b": (16, None), "llama-8b": (6, None)},
+        ),
+        (
+            "a pool never yields below its own want",
+            {"qwen-7b": Claim(20, 12), "llama-8b": Claim(9, 12)},
+            {"qwen-7b": (12, None), "llama-8b": (9, 9)},
+        ),
+    ],
+)
+def test_moving_floors(case: str, claims: dict[str, Claim], expected: dict[str, tuple[int, int | None]]) -> None:
+    assert _moving(claims) == expected, case
+
+
+def test_moving_floors_never_hand_out_more_than_the_paid_gpus() -> None:
+    spec = _two_pools()
+    for want_a in (0, 3, 12, 24):
+        for want_b in (0, 3, 12, 24):
+            for held_a in (3, 12, 21):
+                claims = {"qwen-7b": Claim(want_a, held_a), "llama-8b": Claim(want_b, 24 - held_a)}
+                floors = [paid_floor(spec, p, claims) for p in spec.pools]
+                assert sum(f.replicas for f in floors if f is not None) <= 24, claims
