@@ -6,10 +6,10 @@ The ways (`WAYS`), each pool with the stack's own router and scaler:
 * ``separate``: each pool on a copy of the group of its own (same instance type, zones and minimum), as two
   stacks would deploy them: its own scaler, paid floor and bill (`FleetSim` alone).
 * ``fixed``: both on the one group, the group's paid GPUs split between the pools once, at deploy
-  (`fleet.capacity.paid_floor.paid_floor` without claims).
+  (``paidSplit: even``, the default).
 * ``shared``: both on the one group, the split moved every tick by the pools' claims, as the live loop moves it
-  (`fleet.capacity.paid_floor.moving_floors`): a GPU passes from one pool to the other by a drain and a cold
-  start.
+  with ``paidSplit: demand`` (`fleet.capacity.paid_floor.moving_floors`): a GPU passes from one pool to the other
+  by a drain and a cold start.
 * ``shared+wake``: ``shared`` with one awake engine a GPU and the other pools' engines asleep behind it: every
   GPU of the group's minimum nodes holds a sleeping engine of every pool (started once, put to sleep at level 1,
   their weights in the node's host memory, which the stack check sizes), so a launch while such a *warm* GPU has
@@ -119,15 +119,17 @@ class SharedRun:
     wall_s: float
 
 
-def shared_spec(spec: FleetSpec, pools: Sequence[PoolSpec], *, wake: bool) -> FleetSpec:
-    """``spec`` with ``pools`` (the prepared copies) on their common group; with ``wake`` the pools' own sleep
-    mode off (the group's warm GPUs model it: a replica that goes frees its GPU for any pool to wake on)."""
+def shared_spec(spec: FleetSpec, pools: Sequence[PoolSpec], *, wake: bool, split: str = "even") -> FleetSpec:
+    """``spec`` with ``pools`` (the prepared copies) on their common group, its ``paidSplit`` ``split``; with
+    ``wake`` the pools' own sleep mode off (the group's warm GPUs model it: a replica that goes frees its GPU for
+    any pool to wake on)."""
     groups = {p.node_group for p in pools}
     if len(groups) != 1 or None in groups:
         raise ValueError(f"pools {', '.join(p.name for p in pools)} must share one GPU node group; they name {groups}")
     if wake:  # a replica that goes sleeps behind the GPU's next engine, not on a GPU of its own
         pools = [p.model_copy(update={"engine": p.engine.model_copy(update={"sleep_mode": False})}) for p in pools]
-    return spec.model_copy(update={"pools": list(pools)})
+    node_groups = [g.model_copy(update={"paid_split": split}) if g.name in groups else g for g in spec.gpu_node_groups]
+    return spec.model_copy(update={"pools": list(pools), "gpu_node_groups": node_groups})
 
 
 def separate_spec(spec: FleetSpec, pools: Sequence[PoolSpec]) -> FleetSpec:
@@ -163,7 +165,7 @@ def run_shared(spec: FleetSpec, prepared: Sequence[Prepared], config: Config, se
     """The pools on one shared group, ``way`` one of ``fixed``, ``shared``, ``shared+wake`` (module docstring)."""
     start = time.perf_counter()
     wake = way == "shared+wake"
-    shared = shared_spec(spec, [p.pool for p in prepared], wake=wake)
+    shared = shared_spec(spec, [p.pool for p in prepared], wake=wake, split="even" if way == "fixed" else "demand")
     first = shared.pools[0]
     billing = NodeBilling.for_pool(shared, first.model_copy(update={"engine": first.engine.model_copy(
         update={"tensor_parallel_size": 1})}))  # fmt: skip

@@ -11,13 +11,13 @@ pool listed first); each starts from its ``replicas.min`` and stops at its ``rep
 Prod (three zones of one p4de.24xlarge, 8 A100s each, one TP=1 pool up to 24): 24 GPUs paid, floor 24; a TP=2
 pool: 12. Pools without a node group, or on local and kubernetes targets, have no floor.
 
-Where two or more filling pools share a group the floor moves with their demand (`moving_floors`, every control
-tick): the paid GPUs go first to the replicas each pool wants (its guarded desire before the floor, `Claim`),
-the least satisfied first, then the rest in proportion to those wants; a pool's floor rises only into GPUs no
-pool holds. While pools under their shares want more than the free GPUs give, or the group holds more GPUs than
-its minimum pays, a pool holding more than its share is capped at its share or its own want, whichever is higher
-(`PaidFloor.cap`), so the GPU it yields passes to the pool that wants it and the group goes back to its minimum.
-Before every pool has claimed once the split is `paid_floor`'s.
+Where two or more filling pools share a group whose ``paidSplit`` is ``demand`` the floor moves with their demand
+(`moving_floors`, every control tick): the paid GPUs go first to the replicas each pool wants (its guarded desire
+before the floor, `Claim`), the least satisfied first, then the rest in proportion to those wants; a pool's floor
+rises only into GPUs no pool holds. While pools under their shares want more than the free GPUs give, or the group
+holds more GPUs than its minimum pays, a pool holding more than its share is capped at its share or its own want,
+whichever is higher (`PaidFloor.cap`), so the GPU it yields passes to the pool that wants it and the group goes back
+to its minimum. Before every pool has claimed once the split is `paid_floor`'s.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def paid_floor(spec: FleetSpec, pool: PoolSpec, claims: Mapping[str, Claim] | No
         return None
     on_group, zones, gpus_per_node, min_per_zone = found
     filling = [p for p in on_group if p.replicas.fill_paid_nodes]
-    if claims is not None and len(filling) > 1 and all(p.name in claims for p in filling):
+    moving = spec.node_group(on_group[0].node_group or "").paid_split == "demand"
+    if moving and claims is not None and len(filling) > 1 and all(p.name in claims for p in filling):
         return moving_floors(on_group, claims, zones, gpus_per_node, min_per_zone)[pool.name]
     floors = fill_paid_nodes(
         [p.replicas.min for p in on_group],

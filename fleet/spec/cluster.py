@@ -69,6 +69,11 @@ class GpuNodeGroupSpec(Spec):
     """Seconds from raising a zone's desired size to a node that can start an engine (EC2 boot, nodeadm join,
     the engine image pull): how far ahead the control plane provisions nodes, on top of the pool's cold start.
     Replace the default with what your nodes measure; 0: nodes are not provisioned ahead."""
+    paid_split: Literal["even", "demand"] = "even"
+    """How the pools placed here share the GPUs of the minimum nodes (`replicas.fillPaidNodes`): ``even``, split
+    once by GPUs held; ``demand``, split again every control tick by what each pool wants, a pool over its share
+    yielding GPUs to one that wants more (docs/operations.md, the paid floor guard-rail). ``demand`` pays fewer
+    GPU-hours, and can lower a bursty pool's share within the SLO: measure it with `llmfleet simulate-shared`."""
 
 
 class CpuNodeGroupSpec(Spec):

@@ -115,7 +115,7 @@ def test_a_yielding_pool_stops_its_victims_instead_of_putting_them_to_sleep() ->
 
 
 def test_the_live_loop_moves_the_split_by_the_pools_last_decisions() -> None:
-    spec = stacks.spec("prod-two-models")
+    spec = stacks.spec("prod-two-models", **{"gpuNodeGroups.0.paidSplit": "demand"})
     loop = _loop(spec)
     qwen, llama = spec.pools
     assert [(f := loop.paid(p)) and f.replicas for p in spec.pools] == [12, 12]  # nothing decided yet: even

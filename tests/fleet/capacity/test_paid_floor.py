@@ -82,8 +82,8 @@ def test_no_floor_where_no_node_is_paid_at_minimum(name: str, preset: str, overr
     assert _floors(spec) == {p.name: None for p in spec.pools}
 
 
-def _two_pools() -> FleetSpec:
-    return make_spec("prod-two-models")
+def _two_pools(split: str = "demand") -> FleetSpec:
+    return make_spec("prod-two-models", **{"gpuNodeGroups.0.paidSplit": split})
 
 
 def _moving(claims: dict[str, Claim]) -> dict[str, tuple[int, int | None]]:
@@ -143,3 +143,10 @@ def test_moving_floors_never_hand_out_more_than_the_paid_gpus() -> None:
                 claims = {"qwen-7b": Claim(want_a, held_a), "llama-8b": Claim(want_b, 24 - held_a)}
                 floors = [paid_floor(spec, p, claims) for p in spec.pools]
                 assert sum(f.replicas for f in floors if f is not None) <= 24, claims
+
+
+def test_the_even_split_the_default_ignores_claims() -> None:
+    spec = _two_pools("even")
+    claims = {"qwen-7b": Claim(20, 12), "llama-8b": Claim(3, 12)}
+    assert [paid_floor(spec, p, claims) for p in spec.pools] == [PaidFloor(12, 24), PaidFloor(12, 24)]
+    assert make_spec("prod-two-models").gpu_node_groups[0].paid_split == "even"
