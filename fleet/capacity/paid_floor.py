@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from fleet.capacity.catalog import INSTANCES
 from fleet.capacity.paid import nodes_per_zone
-from fleet.spec.stack import FleetSpec, PoolSpec
+from fleet.spec.stack import FleetSpec, GpuNodeGroupSpec, PoolSpec
 
 __all__ = ["Claim", "PaidFloor", "fill_paid_nodes", "moving_floors", "paid_floor"]
 
@@ -89,10 +89,10 @@ def fill_paid_nodes(
             return floors
 
 
-def _on_group(spec: FleetSpec, pool: PoolSpec) -> tuple[list[PoolSpec], int, int, int] | None:
+def _on_group(spec: FleetSpec, pool: PoolSpec) -> tuple[list[PoolSpec], GpuNodeGroupSpec, int] | None:
     """The pools packed with ``pool`` on its group (``pool`` itself, not the stack's, where it differs: the
-    simulator's copy, a rollout's bounds), its zones, GPUs per node and minimum per zone; None: nothing is paid
-    by the node for ``pool``."""
+    simulator's copy, a rollout's bounds), the group and its zones; None: nothing is paid by the node for
+    ``pool``."""
     if spec.target != "aws" or pool.node_group is None or not pool.replicas.fill_paid_nodes:
         return None
     group = spec.node_group(pool.node_group)
@@ -102,7 +102,7 @@ def _on_group(spec: FleetSpec, pool: PoolSpec) -> tuple[list[PoolSpec], int, int
     on_group = [pool if p.name == pool.name else p for p in spec.pools if p.node_group == group.name]
     if pool not in on_group:
         on_group.append(pool)
-    return on_group, zones, INSTANCES[group.instance_type].gpu_count, group.min_nodes_per_az
+    return on_group, group, zones
 
 
 def paid_floor(spec: FleetSpec, pool: PoolSpec, claims: Mapping[str, Claim] | None = None) -> PaidFloor | None:
@@ -112,10 +112,10 @@ def paid_floor(spec: FleetSpec, pool: PoolSpec, claims: Mapping[str, Claim] | No
     found = _on_group(spec, pool)
     if found is None:
         return None
-    on_group, zones, gpus_per_node, min_per_zone = found
-    filling = [p for p in on_group if p.replicas.fill_paid_nodes]
-    moving = spec.node_group(on_group[0].node_group or "").paid_split == "demand"
-    if moving and claims is not None and len(filling) > 1 and all(p.name in claims for p in filling):
+    on_group, group, zones = found
+    gpus_per_node, min_per_zone = INSTANCES[group.instance_type].gpu_count, group.min_nodes_per_az
+    filling = [p.name for p in on_group if p.replicas.fill_paid_nodes]
+    if group.paid_split == "demand" and claims is not None and len(filling) > 1 and set(filling) <= set(claims):
         return moving_floors(on_group, claims, zones, gpus_per_node, min_per_zone)[pool.name]
     floors = fill_paid_nodes(
         [p.replicas.min for p in on_group],

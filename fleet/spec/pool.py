@@ -109,8 +109,9 @@ class ReplicasSpec(Spec):
     fill_paid_nodes: bool = True
     """On a target paid by the node (aws), never run fewer replicas than the node group's minimum nodes
     (`minNodesPerAz` x zones) hold: their GPUs are paid whether they serve or not. The pools on one node group
-    share them, each at most `max`, split every tick by what each wants (docs/operations.md, the paid floor
-    guard-rail). Off: the autoscaler may go down to `min`. No effect on local targets."""
+    share them, each at most `max`: split once, or every tick by what each wants where the group's `paidSplit` is
+    `demand` (docs/operations.md, the paid floor guard-rail). Off: the autoscaler may go down to `min`. No effect
+    on local targets."""
 
 
 class SloSpec(Spec):
