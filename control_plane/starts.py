@@ -18,7 +18,8 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from fleet.protocol.wire import LoadReport, MeasuredStarts, StartPhases
+from fleet.protocol.pools_wire import MeasuredStarts
+from fleet.protocol.wire import LoadReport, StartPhases
 
 __all__ = ["KEPT", "SLOWER_THAN_CONFIGURED", "StartLedger"]
 

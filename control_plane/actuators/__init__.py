@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import httpx
 
 from control_plane.scaling.decisions import Decision
+from fleet.protocol.pools_wire import MeasuredNodeStarts
 from fleet.spec.plugins import ACTUATOR, Registry
 from fleet.spec.stack import FleetSpec, PoolSpec
 
@@ -96,6 +97,11 @@ class Actuator(abc.ABC):
         converge slow resources (the aws actuator grows node groups ahead and reclaims GPU nodes a drain emptied).
         Default: nothing."""
 
+    def measured_node_starts(self, pool: PoolSpec) -> MeasuredNodeStarts | None:
+        """The starts this actuator measured of the nodes it ordered for ``pool``'s GPU group
+        (`control_plane.actuators.node_starts`); None: it orders no node, or none has started yet."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; default: nothing."""
 
@@ -124,6 +130,9 @@ class DryRun(Actuator):
             decision.target,
             decision.reason,
         )
+
+    def measured_node_starts(self, pool: PoolSpec) -> MeasuredNodeStarts | None:
+        return self.inner.measured_node_starts(pool)
 
     async def close(self) -> None:
         await self.inner.close()

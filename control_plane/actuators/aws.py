@@ -15,6 +15,9 @@ no naming convention. Node counts:
 * **Ahead** (`reconcile`, every tick): when the decision's ``nodes_for`` (replicas the demand trend needs a node
   start plus a cold start from now) exceeds its target, the zones grow for ``nodes_for`` already, so a replica
   that needs a new node finds it instead of waiting out the node's start after its own launch.
+* **Measured node starts** (`reconcile`, every tick): each node a raise ordered is timed from the raise to its
+  Ready condition and its first engine container's start (`control_plane.actuators.node_starts`), so
+  ``GET /v1/pools`` and ``llmfleet status`` set what nodes take beside ``nodeColdStartSeconds``.
 * **Reclaim** (`reconcile`, every tick): a GPU node of the group that runs no engine pod, beyond what the target
   and the group's ``minSize`` need in its zone, is cordoned and then terminated with
   ``autoscaling:TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)``: exactly the node a
@@ -39,10 +42,12 @@ import httpx
 
 from control_plane.actuators import Actuator, ActuatorEnv, FleetView
 from control_plane.actuators.kubernetes import MERGE_PATCH as _MERGE, KubernetesActuator
+from control_plane.actuators.node_starts import NodeSeen, NodeStartLedger
 from control_plane.scaling.decisions import Decision, ScaleUp
 from fleet.capacity.catalog import INSTANCES
 from fleet.protocol import contract
 from fleet.protocol.clock import Clock, SystemClock
+from fleet.protocol.pools_wire import MeasuredNodeStarts
 from fleet.spec.stack import FleetSpec, PoolSpec
 
 __all__ = ["AwsActuator", "spread"]
@@ -81,6 +86,7 @@ class AwsActuator(Actuator, name="aws"):
         self.cluster = contract.cluster_name(spec.environment)
         self.updates: list[dict[str, Any]] = []
         self.terminated: list[str] = []
+        self.node_starts = NodeStartLedger()
 
     @classmethod
     def from_spec(cls, spec: FleetSpec, env: ActuatorEnv) -> Actuator:
@@ -131,6 +137,7 @@ class AwsActuator(Actuator, name="aws"):
         """Raise each zone's desired size to what ``replicas`` need (never lower it); returns the sizes."""
         wanted = self.wanted(pool, replicas)
         sizes = []
+        group = self._group(pool)
         for zone, name in self.zones(pool):
             scaling = await self._scaling(name)
             size = min(max(wanted[zone], scaling["desiredSize"], scaling["minSize"]), scaling["maxSize"])
@@ -140,6 +147,7 @@ class AwsActuator(Actuator, name="aws"):
                     self.eks.update_nodegroup_config, clusterName=self.cluster, nodegroupName=name, scalingConfig=config
                 )
                 self.updates.append({"nodegroup": name, **config})
+                self.node_starts.ordered(group, zone, size - scaling["desiredSize"], self.clock.time())
             sizes.append(size)
         return sizes
 
@@ -168,12 +176,18 @@ class AwsActuator(Actuator, name="aws"):
         keep = max(target, nodes_for or 0)
         if keep > target:
             await self.grow_nodes(pool, keep)
-        if self.kube is None or self.autoscaling is None:
+        if self.kube is None:
             return
-        nodes = await self._nodes(self._group(pool))
-        pools_on = await self._engine_pools_by_node()
-        wanted = self.wanted(pool, keep)
+        group = self._group(pool)
+        nodes = await self._nodes(group)
+        engines = await self._engine_pods()
         now = self.clock.time()
+        seen = [_seen(n, engines.get(n.name, [])) for n in nodes]
+        self.node_starts.observe(group, seen, now, self.spec.node_group(group).node_cold_start_seconds)
+        if self.autoscaling is None:
+            return
+        pools_on = {node: {e.pool for e in on} for node, on in engines.items()}
+        wanted = self.wanted(pool, keep)
         for zone, name in self.zones(pool):
             in_zone = [n for n in nodes if n.zone == zone]
             others = sum(1 for n in in_zone if pools_on.get(n.name, set()) - {pool.name})
@@ -216,22 +230,32 @@ class AwsActuator(Actuator, name="aws"):
             provider = str(spec.get("providerID", ""))  # aws:///us-east-1a/i-0123456789abcdef0
             if spec.get("unschedulable") or not provider.startswith("aws://"):
                 continue  # cordoned by someone (maybe us, last tick): not ours to count or take
-            created = datetime.fromisoformat(str(meta.get("creationTimestamp", "1970-01-01T00:00:00Z")))
+            created = _time(meta.get("creationTimestamp")) or 0.0
             zone = meta.get("labels", {}).get(contract.ZONE_TOPOLOGY_KEY, "")
-            out.append(_Node(meta.get("name", ""), zone, provider.rsplit("/", 1)[-1], created.timestamp()))
+            ready = _condition(item.get("status", {}), "Ready")
+            out.append(_Node(meta.get("name", ""), zone, provider.rsplit("/", 1)[-1], created, ready))
         return out
 
-    async def _engine_pools_by_node(self) -> dict[str, set[str]]:
-        """Node name -> pools with an engine pod bound to it (any phase but finished)."""
+    async def _engine_pods(self) -> dict[str, list[_Engine]]:
+        """Node name -> the engine pods bound to it (any phase but finished)."""
         selector = f"{contract.LABEL_COMPONENT}={contract.COMPONENT_ENGINE}"
         items = await self._get(f"/api/v1/namespaces/{self.spec.cluster.namespace}/pods", {"labelSelector": selector})
-        out: dict[str, set[str]] = {}
+        out: dict[str, list[_Engine]] = {}
         for pod in items:
-            node = pod.get("spec", {}).get("nodeName")
-            if node and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
-                pool = pod.get("metadata", {}).get("labels", {}).get(contract.LABEL_POOL, "")
-                out.setdefault(str(node), set()).add(str(pool))
+            node, status = pod.get("spec", {}).get("nodeName"), pod.get("status", {})
+            if node and status.get("phase") not in ("Succeeded", "Failed"):
+                pool = str(pod.get("metadata", {}).get("labels", {}).get(contract.LABEL_POOL, ""))
+                running = [_time((c.get("state") or {}).get("running", {}).get("startedAt")) for c in
+                           status.get("containerStatuses") or []]  # fmt: skip
+                started = min((t for t in running if t is not None), default=None)
+                out.setdefault(str(node), []).append(_Engine(pool, _condition(status, "PodScheduled"), started))
         return out
+
+    def measured_node_starts(self, pool: PoolSpec) -> MeasuredNodeStarts | None:
+        if pool.node_group is None:
+            return None
+        group = self.spec.node_group(pool.node_group)
+        return self.node_starts.summary(group.name, group.node_cold_start_seconds)
 
     async def close(self) -> None:
         if self.pods is not None:
@@ -244,3 +268,41 @@ class _Node:
     zone: str
     instance_id: str
     created: float
+    ready_at: float | None = None  # its Ready condition's last transition to True
+
+
+@dataclass(frozen=True)
+class _Engine:
+    pool: str
+    scheduled_at: float | None  # its PodScheduled condition's transition to True
+    running_at: float | None  # its first container's state.running.startedAt
+
+
+def _time(stamp: object) -> float | None:
+    """An API server timestamp (RFC 3339, ``Z``) as Unix time; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(stamp)).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def _condition(status: dict[str, Any], kind: str) -> float | None:
+    """When ``status``'s condition ``kind`` last turned True; None while it is not True."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return _time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _seen(node: _Node, engines: list[_Engine]) -> NodeSeen:
+    """What the node-start ledger reads of ``node``: its first scheduled engine pod's times."""
+    scheduled = [e for e in engines if e.scheduled_at is not None]
+    first = min(scheduled, key=lambda e: e.scheduled_at or 0.0, default=None)
+    return NodeSeen(
+        node.name,
+        node.zone,
+        node.created,
+        node.ready_at,
+        None if first is None else first.scheduled_at,
+        None if first is None else first.running_at,
+    )

@@ -1,7 +1,8 @@
 """Pools: what the control plane knows of each pool, for operators and for the gateways' discovery.
 
     GET    /v1/pools                          PoolsResponse: pools with bounds, counts, last decision, measured
-                                              starts (`control_plane.starts`)
+                                              starts (`control_plane.starts`) and node starts (the aws actuator's,
+                                              `control_plane.actuators.node_starts`)
     GET    /v1/pools/{pool}/budget            PoolBudget: the pool's error budget per SLO
                                               (`control_plane.budget.budget`) and whether risky changes may go ahead
     GET    /v1/pools/{pool}/replicas          ReplicaList (discovery for gateways; ``stale`` flag per replica);
@@ -24,15 +25,8 @@ from control_plane.api.deps import control_plane, reader, unknown_pool
 from control_plane.plane import ControlPlane
 from control_plane.scaling.decisions import decision_to_json
 from fleet.protocol.control_api import error_response, errors
-from fleet.protocol.wire import (
-    DecisionsResponse,
-    PoolBudget,
-    PoolsResponse,
-    PoolSummary,
-    ReplicaList,
-    ReplicaState,
-    SloBudget,
-)
+from fleet.protocol.pools_wire import PoolsResponse, PoolSummary
+from fleet.protocol.wire import DecisionsResponse, PoolBudget, ReplicaList, ReplicaState, SloBudget
 from fleet.spec.stack import PoolSpec
 
 __all__ = ["router"]
@@ -53,6 +47,7 @@ def _summary(cp: ControlPlane, pool: PoolSpec, now: float) -> PoolSummary:
         stale=len([s for s in seen if s.stale]),
         last_decision=decision_to_json(last) if last else None,
         starts=cp.starts.summary(pool.name, pool.cold_start_seconds),
+        node_starts=cp.loop.actuator.measured_node_starts(pool) if cp.loop else None,
     )
 
 

@@ -38,8 +38,6 @@ __all__ = [
     "LoadReport",
     "PoolBudget",
     "PoolOutcomes",
-    "PoolSummary",
-    "PoolsResponse",
     "Released",
     "ReplicaInfo",
     "ReplicaList",
@@ -47,7 +45,6 @@ __all__ = [
     "RolloutStart",
     "RolloutStatus",
     "RolloutsResponse",
-    "MeasuredStarts",
     "StartPhases",
     "SloBudget",
 ]
@@ -251,35 +248,6 @@ class Released(Wire):
     """The answer to a lease release: False when the replica held no lease (it had expired, or never was)."""
 
     released: bool
-
-
-class MeasuredStarts(Wire):
-    """A pool's last measured starts (`control_plane.starts`): fetch plus launch to ready, each start once."""
-
-    count: int
-    p50_s: float
-    max_s: float
-    cold_start_s: float = Field(description="the pool's coldStartSeconds, what the scaler leads by")
-    last: StartPhases
-
-
-class PoolSummary(Wire):
-    """One pool as ``GET /v1/pools`` shows it: bounds, replica counts and the last decision."""
-
-    pool: str
-    model: str
-    min: int
-    max: int
-    replicas: int = Field(description="replicas reported and not stopped (stale ones included)")
-    ready: int = Field(description="ready replicas whose reports are fresh")
-    stale: int
-    last_decision: dict[str, Any] | None = Field(description="as in GET /v1/decisions; None before the first tick")
-    starts: MeasuredStarts | None = Field(default=None, description="measured starts; None before the first")
-
-
-class PoolsResponse(Wire):
-    pools: list[PoolSummary]
-    generated_at: float
 
 
 class LeasesResponse(Wire):

@@ -68,7 +68,8 @@ class GpuNodeGroupSpec(Spec):
     node_cold_start_seconds: float = Field(default=600.0, ge=0.0, le=7200.0)
     """Seconds from raising a zone's desired size to a node that can start an engine (EC2 boot, nodeadm join,
     the engine image pull): how far ahead the control plane provisions nodes, on top of the pool's cold start.
-    Replace the default with what your nodes measure; 0: nodes are not provisioned ahead."""
+    Replace the default with what your nodes measure (the aws actuator times each node it orders; ``llmfleet
+    status`` shows the median); 0: nodes are not provisioned ahead."""
     paid_split: Literal["even", "demand"] = "even"
     """How the pools placed here share the GPUs of the minimum nodes (`replicas.fillPaidNodes`): ``even``, split
     once by GPUs held; ``demand``, split again every control tick by what each pool wants, a pool over its share

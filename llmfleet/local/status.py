@@ -89,6 +89,16 @@ def _starts_line(starts: dict[str, Any]) -> str:
     )
 
 
+def _node_starts_line(starts: dict[str, Any]) -> str:
+    """The GPU group's measured node starts beside nodeColdStartSeconds, and the last node's steps."""
+    last = starts["last"]
+    return (
+        f"  node starts ({starts['group']}): median {starts['p50_s']:.0f}s, longest {starts['max_s']:.0f}s over "
+        f"{starts['count']} (nodeColdStartSeconds {starts['node_cold_start_s']:g}s); last: {last['node']} "
+        f"registered {last['registered_s']:.0f}s, ready {last['ready_s']:.0f}s, image pull {last['pull_s']:.0f}s"
+    )
+
+
 def format_status(status: dict[str, Any]) -> str:
     lines: list[str] = [_rollout_line(r) for r in status.get("rollouts", [])]
     if lines:
@@ -102,6 +112,8 @@ def format_status(status: dict[str, Any]) -> str:
             lines.append(_budget_line(pool["budget"]))
         if pool.get("starts") is not None:
             lines.append(_starts_line(pool["starts"]))
+        if pool.get("node_starts") is not None:
+            lines.append(_node_starts_line(pool["node_starts"]))
         header = (
             f"  {'REPLICA':<22} {'STATE':<10} {'ENGINE':<24} {'WAIT':>5} {'RUN':>5} {'KV':>5} {'HIT':>5} {'TTFT99':>7}"
         )

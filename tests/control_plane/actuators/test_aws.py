@@ -7,8 +7,10 @@ instance); reclaim cordons and terminates exactly the nodes no engine runs on.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -21,6 +23,7 @@ from control_plane.actuators.aws import AwsActuator, spread
 from control_plane.scaling.decisions import ScaleDown, ScaleUp
 from fleet.protocol import contract
 from fleet.spec.stack import FleetSpec
+from llmfleet.local.status import format_status
 from tests.support import stacks
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -273,4 +276,47 @@ async def test_a_node_above_the_minimum_goes_only_once_its_replicas_drained(
     await actuator.reconcile(pool, target=8)
     assert actuator.terminated == [ids[2], ids[1]]
     assert auto_scaling_group(aws, "eks-draining")["DesiredCapacity"] == 1
+    await client.aclose()
+
+
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_node_it_ordered_is_timed_to_its_first_engine_and_shown_beside_node_cold_start_seconds(
+    aws: Aws, kube: tuple[KubeApi, str]
+) -> None:
+    # 25 replicas at 8 a node want a second node in us-east-1a: the raise is the order. The API server then shows
+    # that zone's new node (joined 180 s later, Ready at 200 s) and its engine pod (scheduled at 210 s, its
+    # container running at 450 s: a 240 s image pull); the older node was there before the order.
+    api, url = kube
+    client = httpx.AsyncClient(base_url=url)
+    actuator = node_actuator(aws, client)
+    pool = prod_spec().pool("qwen-7b")
+    ordered = time.time()
+    await actuator.apply(ScaleUp("qwen-7b", current=3, target=25, reason="queue", at=0.0))
+    assert desired_sizes(aws.eks) == [2, 1, 1]
+    fresh = node("fresh", "us-east-1a", "i-0fresh", created=_stamp(ordered + 180))
+    fresh["status"] = {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _stamp(ordered + 200)}]}
+    api.nodes = [node("old", "us-east-1a", "i-0old"), fresh]
+    pod = engine_pod("e", "fresh")
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": _stamp(ordered + 210)}
+    ]
+    api.pods = [pod]
+    await actuator.reconcile(pool, target=25)
+    assert actuator.measured_node_starts(pool) is None  # its container is not running yet
+    running = {"running": {"startedAt": _stamp(ordered + 450)}}
+    pod["status"]["containerStatuses"] = [{"name": "engine", "state": running}]
+    await actuator.reconcile(pool, target=25)
+    measured = actuator.measured_node_starts(pool)
+    assert measured is not None and measured.count == 1 and measured.node_cold_start_s == 600
+    last = measured.last
+    assert last.node == "fresh" and last.zone == "us-east-1a" and last.pull_s == 240
+    assert 199 <= last.ready_s <= 200 and 439 <= last.start_s <= 440  # the order's time has sub-second digits
+    status = format_status({"pools": [{
+        "pool": "qwen-7b", "model": "m", "replicas": 25, "ready": 25, "stale": 0, "min": 3, "max": 24,
+        "replica_list": [], "decisions": [], "node_starts": measured.model_dump(),
+    }]})  # fmt: skip
+    assert "node starts (a100): median 44" in status and "over 1 (nodeColdStartSeconds 600s)" in status, status
     await client.aclose()
