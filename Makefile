@@ -38,7 +38,7 @@ typecheck: $(STAMP)
 PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/policies tests/rollout tests/simulate \
 	$(addprefix tests/agent/test_,api.py api_fuzz.py cli.py control.py fetching_state.py gpus.py launchers.py \
 	metrics.py model_store.py restarts.py states.py supervisor.py windows.py) \
-	$(addprefix tests/control_plane/actuators/test_,aws.py kubernetes.py) \
+	$(addprefix tests/control_plane/actuators/test_,aws.py kubernetes.py node_starts.py) \
 	tests/control_plane/scaling \
 	$(addprefix tests/control_plane/test_,budget_sources.py gateway_reports.py lease_stores.py loop.py \
 	reports.py rollouts.py service.py service_budget.py service_fuzz.py shares.py starts.py startup.py) \
