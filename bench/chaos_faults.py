@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import yaml
 
 from bench.chaos_harness import Fleet, Forwarder
 from bench.chaos_load import Load
 from control_plane.actuators.local_state import pid_alive
+from fleet.protocol.control_auth import BearerAuth, ClientCredential, Kind
 
 __all__ = ["Ctx", "Scenario", "scenarios", "stack_overrides"]
 
@@ -184,6 +186,42 @@ async def redis_sigkill(ctx: Ctx) -> None:
     )
 
 
+async def drain_long(ctx: Ctx) -> None:
+    """A replica drained as a scale-down drains it (its agent's ``POST /drain``, the control plane's credential)
+    while it streams answers longer than the drain leaves them: the engine's shutdown timeout cuts them and the
+    gateway resumes each on the other replica."""
+    fleet, load = ctx.fleet, ctx.load
+    load.max_tokens, first_long = LONG_STREAM_TOKENS, len(load.outcomes)
+
+    def long_on(replica: str) -> int:
+        return sum(1 for o in load.streaming(replica) if o.index >= first_long)
+
+    async def long_under_way() -> bool:
+        return any(long_on(a.replica) >= 3 for a in fleet.agents())
+
+    await fleet.until("three long streams under way on one replica", long_under_way, 60)
+    replica = max((a.replica for a in fleet.agents()), key=long_on)
+    streams = long_on(replica)
+    agent = next(a for a in fleet.agents() if a.replica == replica)
+    credential = ClientCredential.from_env(Kind.CONTROL_PLANE, fleet.env)
+    assert credential is not None
+    async with httpx.AsyncClient(timeout=5.0, auth=BearerAuth(credential)) as http:
+        (await http.post(agent.url + "/drain")).raise_for_status()
+    ctx.mark()
+    started = time.monotonic()
+
+    async def gone() -> bool:
+        return not pid_alive(agent.pid)
+
+    await fleet.until(f"{replica}'s agent to exit", gone, 30)
+    drained_s = time.monotonic() - started
+    await asyncio.sleep(ctx.after_s)
+    ctx.notes.append(
+        f"POST /drain to {replica} with {streams} streams of {LONG_STREAM_TOKENS[0]}-{LONG_STREAM_TOKENS[1]} "
+        f"tokens under way on it; its agent exited {drained_s:.1f} s later"
+    )
+
+
 async def scale_in(ctx: Ctx) -> None:
     fleet, load = ctx.fleet, ctx.load
     heavy, light = load.rps, load.rps / 5
@@ -274,6 +312,10 @@ async def two_gateways_sigterm(ctx: Ctx) -> None:
     )
 
 
+# 5-11 s on the bench's simulators: longer than the drain's shutdown timeout (grace 10 - propagation 0.5 - 5 s)
+LONG_STREAM_TOKENS = (450, 900)
+
+
 def _window_now() -> dict[str, Any]:
     """A restart window open from a minute ago (UTC), replicas due once their engine has run 9 s."""
     start = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M:%S")
@@ -321,6 +363,12 @@ def scenarios() -> list[Scenario]:
             scale_in,
             {"pools": [{"replicas": {"min": 1, "max": 2}, "engine": {"maxNumSeqs": 8}}]},
             changes="replicas 1..2, maxNumSeqs 8 (planned 3 req/s per replica)",
+        ),
+        Scenario(
+            "drain-long",
+            "replica drained, streams longer than its drain (resumed)",
+            drain_long,
+            changes="from the fault on, streams of 450-900 tokens (5-11 s), longer than the 4 s the drain leaves them",
         ),
         Scenario(
             "rolling-restart",

@@ -86,24 +86,28 @@ class Outcome:
         return self.event_error and str(code).isdigit() and int(str(code)) >= 500
 
 
-def _body(rng: random.Random, index: int, model: str, tokenizer: SimTokenizer) -> tuple[dict[str, Any], str]:
+def _body(
+    rng: random.Random, index: int, model: str, tokenizer: SimTokenizer, max_tokens: tuple[int, int] = (64, 192)
+) -> tuple[dict[str, Any], str]:
     """A request and the answer the simulator gives it, uninterrupted (its words depend on where the prompt ends,
     as ``tokenizer``, the engines' own, counts it)."""
     words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 60)))
     messages = [{"role": "user", "content": f"Question {index}: {words}?"}]
-    max_tokens, seed = rng.randint(64, 192), rng.randrange(1000)
+    tokens, seed = rng.randint(*max_tokens), rng.randrange(1000)
     start = len(tokenizer.chat_prompt_ids(messages))
-    expected = tokenizer.filler_text(tokenizer.filler_ids(seed, start, max_tokens))
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "seed": seed, "stream": True}
+    expected = tokenizer.filler_text(tokenizer.filler_ids(seed, start, tokens))
+    body = {"model": model, "messages": messages, "max_tokens": tokens, "seed": seed, "stream": True}
     return body, expected
 
 
 class Load:
     """Poisson arrivals at ``rps`` (changeable while it runs) to ``url`` until `stop`, then waits for the
-    requests in flight (each bounded by the client's stall timeout)."""
+    requests in flight (each bounded by the client's stall timeout). Each asks for ``max_tokens`` drawn uniformly
+    from that range (changeable too)."""
 
     def __init__(self, url: str, key: str, model: str, rps: float, seed: int, tokenizer: SimTokenizer = APPROX) -> None:
         self.url, self.key, self.model, self.rps = url, key, model, rps
+        self.max_tokens = (64, 192)
         self.tokenizer = tokenizer  # the engines' (``engine.tokenizer``): the expected text depends on it
         self.rng = random.Random(seed)
         self.outcomes: list[Outcome] = []
@@ -147,7 +151,7 @@ class Load:
             next_send = loop.time()
             while not self._stop.is_set():
                 while next_send <= loop.time():
-                    body, expected = _body(self.rng, len(self.outcomes), self.model, self.tokenizer)
+                    body, expected = _body(self.rng, len(self.outcomes), self.model, self.tokenizer, self.max_tokens)
                     outcome = Outcome(len(self.outcomes), expected, time.monotonic())
                     self.outcomes.append(outcome)
                     task = asyncio.create_task(self._one(session, body, outcome))

@@ -27,7 +27,7 @@ status.
       UpstreamFailed                502 an engine failed in a way that is not retried
 
     UpstreamError                   raised by the proxy about one attempt on one replica
-      retryable = True:  UpstreamConnectError, UpstreamUnavailable (engine 503), UpstreamDiedEarly
+      retryable = True:  UpstreamConnectError, UpstreamUnavailable (engine 503 or abort), UpstreamDiedEarly
                          (connection lost before the first byte reached the client)
       retryable = False: UpstreamTimeout, UpstreamStatus (any other non-2xx, relayed as is),
                          UpstreamBroken (failed after the first byte: ends the stream with an SSE error)
@@ -223,7 +223,8 @@ class UpstreamConnectError(UpstreamError):
 
 
 class UpstreamUnavailable(UpstreamError):
-    """The engine answered 503 (overloaded, draining or still loading)."""
+    """The engine answered 503 (overloaded, draining or still loading), or ended a non-streamed request with
+    ``finish_reason: "abort"`` (it is shutting down)."""
 
     retryable = True
     replica_fault = False

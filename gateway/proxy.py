@@ -3,7 +3,8 @@
 aiohttp was chosen by measurement (``bench/gateway_overhead.py``): on this machine a minimal proxy cost about
 4 ms of CPU per request with httpx and about 0.5 ms with aiohttp.
 
-* `send_json` (``stream: false``): POST and read the whole answer within ``timeouts.totalS``.
+* `send_json` (``stream: false``): POST and read the whole answer within ``timeouts.totalS``; an answer the
+  engine ended with ``finish_reason: "abort"`` (a vLLM shutting down) is a retryable `UpstreamUnavailable`.
 * `open_stream` (``stream: true``): POST and wait for the first complete SSE event within
   ``timeouts.firstTokenS``; nothing has reached the client yet, so every failure up to here may be retried.
 * `SseRelay`: splits the rest of the upstream bytes into events only to count them, spot ``[DONE]`` and read
@@ -115,6 +116,15 @@ async def _post(
     raise UpstreamStatus(resp.status, payload, resp.headers.get("Content-Type", "application/json"))
 
 
+def _aborted(payload: bytes) -> bool:
+    """Whether a JSON answer ends a choice with ``finish_reason: "abort"``."""
+    try:
+        choices = json.loads(payload).get("choices")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
+
+
 async def send_json(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts
 ) -> JsonAnswer:
@@ -129,6 +139,10 @@ async def send_json(
                 raise _died(exc) from exc
     except TimeoutError:
         raise UpstreamTimeout(f"no answer within {timeouts.total_s:g}s") from None
+    if b'"abort"' in payload and _aborted(payload):
+        # vLLM ends what it has not finished at its --shutdown-timeout, and what arrives while it shuts down, with
+        # finish_reason "abort" (HTTP 200): nothing reached the client yet, so another replica answers it.
+        raise UpstreamUnavailable("the engine aborted the request (finish_reason abort: it is stopping)")
     usage = Usage()
     if b'"usage"' in payload:
         try:

@@ -17,7 +17,12 @@ covering both parts (prompt: the original prompt, without the text sent back; co
 
 An in-band engine error event (``data: {"error": ...}`` with a 5xx code or none, what vLLM sends when its engine
 dies) is a failure like a broken connection: `Transcript.relay` stops at it. A 4xx error event is the request's own
-problem: it is relayed as is and the stream is no longer resumed.
+problem: it is relayed as is and the stream is no longer resumed. So is ``finish_reason: "abort"`` on a stream that
+can still be continued: no client asked for it (a client that leaves is not relayed to), so its engine ended the
+request itself, as vLLM (0.18 and later) does to what is unfinished when its ``--shutdown-timeout`` runs out and to
+what arrives while it shuts down (`vllm/v1/engine/core.py`), and as a sleep in ``abort`` mode does: the drain of a
+scale-down, a node's or a pod's restart hands the stream on instead of ending it short. The abort's own text, if
+any, is relayed without the finish.
 """
 
 from __future__ import annotations
@@ -39,6 +44,19 @@ def _dumps(value: Any) -> bytes:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _aborted(payload: dict[str, Any]) -> bool:
+    """Whether an engine event ends a choice with ``finish_reason: "abort"``."""
+    choices = payload.get("choices")
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
+
+
+def _unfinished(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """An aborting event without its finish (its text goes on to the client); None when it carries no text."""
+    choices = [dict(c, finish_reason=None) for c in payload["choices"] if isinstance(c, dict)]
+    has_text = any((c.get("delta") or {}).get("content") or c.get("text") for c in choices)
+    return {**payload, "choices": choices} if has_text else None
 
 
 def _may_resume(parsed: ParsedRequest) -> bool:
@@ -119,14 +137,24 @@ class Transcript:
                 self.resumable = False  # the request's own problem: relayed, and not worth repeating
                 kept.append(event)
                 continue
-            if self.offset >= 0:
-                rewritten = self._rewrite(payload)
-                if rewritten is None:
-                    continue
-                event = b"data: " + _dumps(rewritten) + b"\n\n"
-            self._observe(payload)
-            kept.append(event)
+            if self.can_continue and _aborted(payload):
+                unfinished = _unfinished(payload)
+                if unfinished is not None:
+                    kept.append(self._relayed(unfinished, b"data: " + _dumps(unfinished) + b"\n\n"))
+                return b"".join(kept), "the engine aborted the request (finish_reason abort: it is stopping)"
+            kept.append(self._relayed(payload, event))
         return b"".join(kept), None
+
+    def _relayed(self, payload: dict[str, Any], event: bytes) -> bytes:
+        """``event`` (``payload``'s) as the client gets it: rewritten into the first stream after a resume, or
+        nothing (a resumed engine's role-only first delta); observed either way."""
+        if self.offset >= 0:
+            rewritten = self._rewrite(payload)
+            event = b"" if rewritten is None else b"data: " + _dumps(rewritten) + b"\n\n"
+            if rewritten is None:
+                return event
+        self._observe(payload)
+        return event
 
     def _observe(self, payload: dict[str, Any]) -> None:
         if self.head is None:

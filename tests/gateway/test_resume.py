@@ -198,3 +198,33 @@ def test_a_finished_generation_is_not_continued() -> None:
     finished["choices"][0]["finish_reason"] = "stop"
     transcript.relay(_event(finished))
     assert not transcript.can_continue
+
+
+def _aborted(content: str | None) -> dict[str, Any]:
+    event = _chunk(content)
+    event["choices"][0]["finish_reason"] = "abort"
+    return event
+
+
+@pytest.mark.parametrize(("content", "relayed"), [(None, ""), (" cache", " cache")], ids=["bare", "with-text"])
+def test_an_engine_abort_is_a_failure_and_its_text_goes_on_without_the_finish(
+    content: str | None, relayed: str
+) -> None:
+    # vLLM ends what is unfinished at its --shutdown-timeout with finish_reason "abort": the drain of a scale-down
+    transcript = _transcript(_chat())
+    stream = _event(_chunk(" the")) + _event(_aborted(content)) + b"data: [DONE]\n\n"
+    sent, found = transcript.relay(stream)
+    assert found is not None and "abort" in found
+    events = [json.loads(e[5:]) for e in sent.split(b"\n\n") if e]
+    assert events == [
+        _chunk(" the"),
+        *([_chunk(relayed)] if relayed else []),
+    ]  # no finish, no [DONE]: the resume ends it
+    assert transcript.can_continue and transcript.text == " the" + relayed
+
+
+def test_an_abort_on_a_stream_that_cannot_be_continued_is_relayed_as_is() -> None:
+    transcript = _transcript(_chat())
+    transcript.relay(_event(_chunk(None, tool_calls=[{"index": 0, "id": "t"}])))  # no longer a text prefix
+    stream = _event(_aborted(None)) + b"data: [DONE]\n\n"
+    assert transcript.relay(stream) == (stream, None)

@@ -214,6 +214,69 @@ async def test_forty_streams_survive_a_sigkilled_engine_on_the_other_replica(sim
     assert sorted(quota.settled) == sorted(s.usage[0] + s.usage[1] for s in streams if s.usage)
 
 
+async def test_streams_an_engine_aborts_at_its_shutdown_timeout_are_resumed_on_the_other_replica(
+    sims: SimFactory,
+) -> None:
+    # A drain (a scale-down, a node's or pod's restart) SIGTERMs the engine; what it has not finished when its
+    # --shutdown-timeout runs out, vLLM ends with finish_reason "abort". With resumeStreams, no client sees that.
+    slow = ["--max-num-seqs", "64"]
+    victim, survivor, reference = sims(
+        [*slow, "--shutdown-timeout", "0.2"], slow, ["--time-scale", "50"], time_scale=1.0
+    )
+    settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+    async with serve(settings) as (url, gw):
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas ready")
+        streams = [Seen("completion" if i % 4 == 3 else "chat", "Drain:" + " more" * (i % 5)) for i in range(20)]
+        references = asyncio.ensure_future(_references(reference.url, streams))
+        client = _client(url)
+        terminate = functools.partial(victim.process.send_signal, signal.SIGTERM)
+        try:
+            running = asyncio.gather(*(_stream(client, s) for s in streams))
+            await _kill_when_under_way(victim.url, terminate, streams=10, tokens=10, running=running)
+            await asyncio.wait_for(running, timeout=30)
+        finally:
+            await client.close()
+        await _recorded(gw, 20)
+        assert victim.process.wait(timeout=10) == 0  # a clean shutdown, not a crash
+        assert len([s for s in streams if s.replica == "qwen-7b-static-0"]) == 10
+        assert _count(gw, "llmfleet_gateway_resumed_streams", {"outcome": "completed"}) == 10
+        assert _count(gw, "llmfleet_gateway_requests", {"status": "200"}) == 20
+    _check_seamless(streams, await references)  # finish "length" and the whole text: no "abort" reached a client
+
+
+async def test_answers_an_engine_aborts_at_its_shutdown_timeout_are_retried_on_the_other_replica(
+    sims: SimFactory,
+) -> None:
+    # Not streamed, nothing reached the client when the engine aborted: another replica answers from the start.
+    slow = ["--max-num-seqs", "64"]
+    victim, survivor, reference = sims(
+        [*slow, "--shutdown-timeout", "0.2"], slow, ["--time-scale", "50"], time_scale=1.0
+    )
+    settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+    async with serve(settings) as (url, gw):
+        await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas ready")
+        asked = [Seen("chat", "Answer:" + " more" * i) for i in range(8)]
+        references = asyncio.ensure_future(_references(reference.url, asked))
+        client = _client(url)
+
+        async def answer(seen: Seen) -> None:
+            done = await client.chat.completions.create(**seen.body())
+            seen.parts.append(done.choices[0].message.content or "")
+            seen.finish = done.choices[0].finish_reason
+
+        terminate = functools.partial(victim.process.send_signal, signal.SIGTERM)
+        try:
+            running = asyncio.gather(*(answer(s) for s in asked))
+            await _kill_when_under_way(victim.url, terminate, streams=4, tokens=10, running=running)
+            await asyncio.wait_for(running, timeout=30)
+        finally:
+            await client.close()
+        await _recorded(gw, 8)
+        assert _count(gw, "llmfleet_gateway_requests", {"status": "200"}) == 8
+    expected = await references
+    assert [(s.text, s.finish) for s in asked] == [(expected["chat", s.prompt][0], "length") for s in asked]
+
+
 @pytest.mark.parametrize(
     ("overrides", "replicas", "resumed"),
     [
