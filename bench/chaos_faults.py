@@ -316,6 +316,34 @@ async def two_gateways_sigterm(ctx: Ctx) -> None:
 LONG_STREAM_TOKENS = (450, 900)
 
 
+async def gateway_rolling_restart(ctx: Ctx) -> None:
+    """Both gateways behind the forwarder restarted in turn, as a Deployment's rollout replaces its pods: each is
+    SIGTERMed, and once it exited a new one starts on its ports; the next goes once the new one routes."""
+    fleet, forwarder = ctx.fleet, ctx.forwarder
+    assert forwarder is not None
+    steps = []
+    for old in list(fleet.gateways):
+        streams = len(ctx.load.streaming())
+        started = time.monotonic()
+        old.child.process.send_signal(signal.SIGTERM)
+        if ctx.fault_at is None:
+            ctx.mark()
+        code = await asyncio.to_thread(old.child.process.wait, 60)
+        exited_s = time.monotonic() - started
+        new = fleet.start_gateway(1.0, replacing=old)
+        await fleet.routing(new, await fleet.ready_replicas())
+        steps.append(
+            f"{old.child.name} ({streams} streams under way in all) exited {code} after {exited_s:.1f} s, its "
+            f"replacement routing {time.monotonic() - started:.1f} s after the SIGTERM"
+        )
+    await asyncio.sleep(ctx.after_s)
+    ctx.notes.append(
+        "two gateways behind a round-robin TCP forwarder, restarted one after the other on their ports: "
+        + "; ".join(steps)
+        + f"; connections refused meanwhile (sent to the other): {forwarder.refused}"
+    )
+
+
 def _window_now() -> dict[str, Any]:
     """A restart window open from a minute ago (UTC), replicas due once their engine has run 9 s."""
     start = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M:%S")
@@ -381,6 +409,14 @@ def scenarios() -> list[Scenario]:
             "two-gateways",
             "two gateways behind one address, SIGTERM one",
             two_gateways_sigterm,
+            {"gateway": {"replicas": 2}},
+            gateways=2,
+            changes="gateway.replicas 2",
+        ),
+        Scenario(
+            "gateway-rollout",
+            "two gateways behind one address, restarted in turn",
+            gateway_rolling_restart,
             {"gateway": {"replicas": 2}},
             gateways=2,
             changes="gateway.replicas 2",

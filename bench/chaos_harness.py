@@ -208,8 +208,10 @@ class Fleet:
         argv += ["--log-dir", str(self.logs), "--state-dir", str(self.folder / "state")]
         self.control_plane = Child("control-plane", argv, self.logs / "control-plane.log", env=self.env)
 
-    def start_gateway(self, drain_propagation_s: float = 0.0) -> GatewayProc:
-        port, admin = free_port(), free_port()
+    def start_gateway(self, drain_propagation_s: float = 0.0, replacing: GatewayProc | None = None) -> GatewayProc:
+        """A gateway on free ports, or on those of the stopped gateway it is ``replacing`` (a rolling restart: the
+        forwarder in front keeps its backends)."""
+        port, admin = (free_port(), free_port()) if replacing is None else (replacing.port, replacing.admin_port)
         argv = ["gateway", "--stack", str(self.stack), "--port", str(port), "--admin-port", str(admin)]
         argv += ["--control-plane", self.cp_url, "--drain-propagation", f"{drain_propagation_s:g}"]
         name = f"gateway-{len(self.gateways)}"
@@ -253,12 +255,16 @@ class Fleet:
 
         await self.until(f"{wanted} ready replicas", ready, 60)
         for gateway in started:
+            await self.routing(gateway, wanted)
 
-            async def routable(gw: GatewayProc = gateway) -> bool:
-                samples = parse((await self.http.get(gw.admin + "/metrics")).text)
-                return gauge_value(samples, "llmfleet_gateway_ready_replicas", {"pool": POOL}) >= wanted
+    async def routing(self, gateway: GatewayProc, replicas: int) -> None:
+        """Wait until ``gateway`` routes to ``replicas`` replicas of the pool."""
 
-            await self.until(f"{gateway.child.name} routing to {wanted} replicas", routable, 30)
+        async def routable() -> bool:
+            samples = parse((await self.http.get(gateway.admin + "/metrics")).text)
+            return gauge_value(samples, "llmfleet_gateway_ready_replicas", {"pool": POOL}) >= replicas
+
+        await self.until(f"{gateway.child.name} routing to {replicas} replicas", routable, 30)
 
     def agents(self) -> list[Agent]:
         """The agents the control plane launched (its state file), alive or not."""

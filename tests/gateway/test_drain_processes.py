@@ -7,7 +7,8 @@ second, some of which began before the stop and so told their client to keep the
 gateway: it fails readiness, answers ``Connection: close``, keeps listening while the balancer notices, and
 exits once its connections are gone; every client's next request goes to the other gateway over a new
 connection. Without the propagation delay (or with aiohttp's plain stop) some clients get "Server disconnected
-without sending a response".
+without sending a response". A rolling restart does this to each gateway in turn, a new one starting on the
+stopped one's ports before the next stops.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
@@ -65,6 +67,50 @@ class Clients:
         await asyncio.gather(*(self._loop(i) for i in range(CLIENTS)))
         for client in self.clients:
             await client.close()
+
+
+async def _stop(gateway: Proc, clients: Clients) -> int:
+    """SIGTERM ``gateway`` under the clients' load; its exit code, once every client was served again after it."""
+    gateway.send(signal.SIGTERM)
+    rc = await asyncio.to_thread(gateway.wait, 30.0)
+    after_exit = list(clients.done)
+    await async_wait_for(lambda: clients.each_done_more_than(after_exit), timeout_s=30.0, what="served after exit")
+    return rc
+
+
+async def test_gateways_restarted_in_turn_serve_every_kept_alive_client_without_an_error(
+    sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
+) -> None:
+    (sim,) = sims([], time_scale=1.0, max_num_seqs=32)
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
+    propagation = ("--drain-propagation", str(PROPAGATION_S))
+    gateways = [gateway_procs(stack, [sim.url], *propagation) for _ in range(2)]
+    backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
+    balancer = await Balancer(backends).start()
+    await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
+    clients = Clients(balancer.url)
+    running = asyncio.create_task(clients.run())
+    codes = []
+    try:
+        await async_wait_for(
+            lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
+        )
+        for i, old in enumerate(list(gateways)):
+            codes.append(await _stop(old, clients))
+            ports = ("--port", str(old.port), "--admin-port", str(urlsplit(admin_url(old)).port))
+            gateways[i] = gateway_procs(stack, [sim.url], *propagation, *ports)
+            await async_wait_for(
+                lambda backend=backends[i]: backend.ready, timeout_s=10.0, what=f"gateway {i}'s replacement ready"
+            )
+        served = list(clients.done)
+        await async_wait_for(lambda: clients.each_done_more_than(served), timeout_s=30.0, what="served after both")
+    finally:
+        clients.stop.set()
+        await running
+        await balancer.close()
+    assert codes == [0, 0]
+    assert clients.errors == [], clients.errors[:5]
+    assert all(b.seen_unready for b in backends), "readiness never fell during a drain"
 
 
 async def test_a_stopping_gateway_hands_every_kept_alive_client_to_the_other_without_an_error(
