@@ -88,7 +88,8 @@ async def run_scenario(scenario: Scenario, folder: Path, marker: str, args: argp
             forwarder = Forwarder([g.port for g in fleet.gateways])
             await forwarder.start()
             url = forwarder.url
-        load = Load(url, DEMO_API_KEY, MODEL, args.rps, seed=args.seed, tokenizer=fleet.engine_tokenizer())
+        model = scenario.model or MODEL
+        load = Load(url, DEMO_API_KEY, model, args.rps, seed=args.seed, tokenizer=fleet.engine_tokenizer())
         load_task = asyncio.create_task(load.run())
         scraper = asyncio.create_task(_scrape_forever(fleet))
         await asyncio.sleep(LEAD_S)

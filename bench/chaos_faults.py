@@ -52,6 +52,7 @@ class Scenario:
     gateways: int = 1
     redis: bool = False
     needs: str | None = None  # an executable the scenario needs
+    model: str | None = None  # what the load asks for (None: the pool's served model)
     changes: str = ""  # the stack changes, in words
 
 
@@ -344,6 +345,68 @@ async def gateway_rolling_restart(ctx: Ctx) -> None:
     )
 
 
+async def canary_promotion(ctx: Ctx) -> None:
+    """`POST /v1/rollouts` moves the alias the load asks for to the candidate pool step by step; once promoted the
+    old pool is scaled to no replica, each drained."""
+    fleet = ctx.fleet
+    credential = ClientCredential.from_env(Kind.CONTROL_PLANE, fleet.env)
+    assert credential is not None
+    async with httpx.AsyncClient(base_url=fleet.cp_url, timeout=5.0, auth=BearerAuth(credential)) as http:
+        started = await http.post("/v1/rollouts", json={"alias": CANARY_ALIAS, "candidate": CANARY_POOL})
+        started.raise_for_status()
+    ctx.mark()
+    began = time.monotonic()
+
+    async def promoted() -> dict[str, Any] | None:
+        status: dict[str, Any] = await fleet.json(f"/v1/rollouts/{CANARY_ALIAS}")
+        if status["phase"] not in ("baking", "promoted"):
+            raise RuntimeError(f"the rollout ended {status['phase']}: {status.get('reason')}")
+        return status if status["phase"] == "promoted" else None
+
+    await fleet.until("the candidate promoted", promoted, 120)
+    promoted_s = time.monotonic() - began
+
+    async def baseline_gone() -> bool:
+        replicas = (await fleet.json("/v1/pools/qwen-7b/replicas"))["replicas"]
+        return all(r["state"] in ("draining", "stopped") for r in replicas)
+
+    await fleet.until("the old pool drained to no replica", baseline_gone, 60)
+    drained_s = time.monotonic() - began
+    await asyncio.sleep(ctx.after_s)
+    steps = [
+        f"{d['weight_from']}->{d['weight_to']}% ({d['action']})"
+        for d in (await fleet.json("/v1/decisions"))["decisions"]
+        if d["kind"] == "rollout" and d["action"] != "hold"
+    ]
+    ctx.notes.append(
+        f"alias {CANARY_ALIAS} rolled from qwen-7b to {CANARY_POOL}: {', '.join(steps)}; promoted {promoted_s:.1f} s "
+        f"after the start, the old pool drained to no replica {drained_s:.1f} s after it"
+    )
+
+
+CANARY_ALIAS, CANARY_POOL = "chat", "qwen-7b-v2"
+CANARY: dict[str, Any] = {
+    "pools": [
+        {"replicas": {"min": 1, "max": 2}},
+        {"like": 0, "name": CANARY_POOL, "servedModelName": "qwen2.5-7b-instruct-v2"},
+    ],
+    "aliases": {
+        CANARY_ALIAS: {
+            "pools": {"qwen-7b": 100, CANARY_POOL: 0},
+            "sticky": "none",
+            "rollout": {
+                "steps": [10, 50, 100],
+                "bakeS": 3,
+                "minSamples": 10,
+                "tolerance": 0.5,
+                "baselineAfter": "zero",
+                "metrics": ["errorRate"],
+            },
+        }
+    },
+}
+
+
 def _window_now() -> dict[str, Any]:
     """A restart window open from a minute ago (UTC), replicas due once their engine has run 9 s."""
     start = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%H:%M:%S")
@@ -412,6 +475,15 @@ def scenarios() -> list[Scenario]:
             {"gateway": {"replicas": 2}},
             gateways=2,
             changes="gateway.replicas 2",
+        ),
+        Scenario(
+            "canary-promotion",
+            "canary rollout promoted, the old pool drained",
+            canary_promotion,
+            CANARY,
+            model=CANARY_ALIAS,
+            changes=f"pools qwen-7b and its twin {CANARY_POOL} (1..2 each) behind the alias {CANARY_ALIAS} (100/0), "
+            "the load asking for the alias; steps 10, 50, 100, bake 3 s, 10 requests a side, judged on errors",
         ),
         Scenario(
             "gateway-rollout",

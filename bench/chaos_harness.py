@@ -87,11 +87,18 @@ def _merge(into: dict[str, Any], changes: Mapping[str, Any]) -> None:
 
 
 def stack_document(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """stacks/Pulumi.local.yaml with `BASE`, then ``overrides``, merged into its ``llmfleet:`` keys."""
+    """stacks/Pulumi.local.yaml with `BASE`, then ``overrides``, merged into its ``llmfleet:`` keys. A pool of the
+    overrides with ``like: N`` is pool N as merged so far with the pool's other keys on top (a canary's twin)."""
     document = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
     config: dict[str, Any] = {k.removeprefix("llmfleet:"): v for k, v in document["config"].items()}
     _merge(config, BASE)
     _merge(config, overrides)
+    pools = config["pools"]
+    for i, pool in enumerate(pools):
+        if "like" in pool:
+            twin = copy.deepcopy(pools[pool.pop("like")])
+            _merge(twin, pool)
+            pools[i] = twin
     return {"config": {f"llmfleet:{k}": v for k, v in config.items()}}
 
 
