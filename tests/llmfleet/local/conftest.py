@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from control_plane.actuators.local_state import pid_alive
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV
+from fleet.protocol.keys import DEMO_API_KEY
 from fleet.protocol.ports import free_port
 from llmfleet.local.procs import descendants
 from llmfleet.local.up import TOKEN_FILE
@@ -156,6 +159,60 @@ def stop_fleet(fleet: Fleet, timeout_s: float = 40.0) -> tuple[int | None, set[i
             fleet.up.wait(timeout_s)
     left = {pid for pid in tree if pid_alive(pid)}
     return fleet.up.process.returncode, left
+
+
+class Load:
+    """Streamed chat completions for ``model`` (an alias or a served model) at ``rps`` until `stop`: answers by pool
+    (the replica header), and every failure by status (0: no answer; a 200 counts as failed without ``[DONE]``, with
+    an error event or with an engine's abort)."""
+
+    def __init__(self, fleet: Fleet, rps: float = 25.0, model: str = "chat", max_tokens: int = 6) -> None:
+        self.fleet, self.rps, self.model, self.max_tokens = fleet, rps, model, max_tokens
+        self.ok: Counter[str] = Counter()
+        self.failed: Counter[int] = Counter()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _one(self, client: httpx.AsyncClient, n: int) -> None:
+        messages = [{"role": "user", "content": f"hi {n}"}]
+        body = {"model": self.model, "stream": True, "max_tokens": self.max_tokens, "messages": messages}
+        try:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                lines = [line async for line in response.aiter_lines()]
+                cut = any('"error"' in line or '"finish_reason":"abort"' in line for line in lines)
+                if response.status_code != 200 or "data: [DONE]" not in lines or cut:
+                    self.failed[response.status_code] += 1
+                    return
+                self.ok[response.headers["x-llmfleet-replica"].rsplit("-", 1)[0]] += 1
+        except httpx.HTTPError:
+            self.failed[0] += 1
+
+    async def _run(self) -> None:
+        headers = {"Authorization": f"Bearer {DEMO_API_KEY}"}
+        async with httpx.AsyncClient(base_url=self.fleet.gateway, headers=headers, timeout=30) as client:
+            pending: set[asyncio.Task[None]] = set()
+            n = 0
+            while not self._stop.is_set():
+                task = asyncio.create_task(self._one(client, n))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                n += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=1.0 / self.rps)
+            await asyncio.gather(*pending)  # every request in flight finishes
+
+    async def __aenter__(self) -> Load:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def stop(self) -> None:
+        """Send no more; return once every request sent has finished."""
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 @contextlib.contextmanager

@@ -9,8 +9,6 @@ labelled by each pool's served model name.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import re
 import subprocess
@@ -23,8 +21,7 @@ import httpx
 import pytest
 
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV
-from fleet.protocol.keys import DEMO_API_KEY
-from tests.llmfleet.local.conftest import FAST, Fleet, running_fleet
+from tests.llmfleet.local.conftest import FAST, Fleet, Load, running_fleet
 from tests.support.stacks import write_stack
 
 pytestmark = pytest.mark.slow
@@ -104,57 +101,6 @@ def server_errors_by_pool(fleet: Fleet) -> Counter[str]:
         if int(status) >= 500:
             out[model] += int(float(value))
     return out
-
-
-class Load:
-    """Streamed chat completions for ``chat`` at ``rps`` until `stop`: answers by pool (the replica header), and
-    every failure by status."""
-
-    def __init__(self, fleet: Fleet, rps: float = 25.0) -> None:
-        self.fleet, self.rps = fleet, rps
-        self.ok: Counter[str] = Counter()
-        self.failed: Counter[int] = Counter()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _one(self, client: httpx.AsyncClient, n: int) -> None:
-        body = {"model": "chat", "stream": True, "max_tokens": 6, "messages": [{"role": "user", "content": f"hi {n}"}]}
-        try:
-            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                lines = [line async for line in response.aiter_lines()]
-                if response.status_code != 200 or "data: [DONE]" not in lines:
-                    self.failed[response.status_code] += 1
-                    return
-                self.ok[response.headers["x-llmfleet-replica"].rsplit("-", 1)[0]] += 1
-        except httpx.HTTPError:
-            self.failed[0] += 1
-
-    async def _run(self) -> None:
-        headers = {"Authorization": f"Bearer {DEMO_API_KEY}"}
-        async with httpx.AsyncClient(base_url=self.fleet.gateway, headers=headers, timeout=30) as client:
-            pending: set[asyncio.Task[None]] = set()
-            n = 0
-            while not self._stop.is_set():
-                task = asyncio.create_task(self._one(client, n))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                n += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=1.0 / self.rps)
-            await asyncio.gather(*pending)  # every request in flight finishes
-
-    async def __aenter__(self) -> Load:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def stop(self) -> None:
-        """Send no more; return once every request sent has finished."""
-        self._stop.set()
-        assert self._task is not None
-        await self._task
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 async def status_of(cp: httpx.AsyncClient) -> dict[str, Any]:
