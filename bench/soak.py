@@ -1,6 +1,6 @@
 """Soak: a local fleet under steady load for a long time, and what each process holds at the start and the end.
 
-    .venv/bin/python bench/soak.py [--duration 3600] [--rps 4] [--sample-s 60] [--keep-logs]
+    .venv/bin/python bench/soak.py [--duration 3600] [--rps 4] [--sample-s 60] [--kv-blocks 2048] [--keep-logs]
 
 Starts the fleet as `bench/chaos.py` does (`chaos_harness.Fleet`: the control plane with the local actuator, its
 agents and their simulated engines, one gateway, real processes on loopback), sends Poisson streamed chat
@@ -8,7 +8,14 @@ completions (`chaos_load.Load`, every answer checked word for word) for ``--dura
 and samples every process of the fleet each ``--sample-s``: resident memory (``VmRSS``), open file descriptors,
 and of those the sockets, read from ``/proc``. Printed: one row per process with its figures at the first sample
 after the warm-up, at the end, and their largest value between; then the requests by outcome. A process that was
-replaced meanwhile (a new pid for the same role) is a row of its own. A bench: it prints, never asserts.
+replaced meanwhile (a new pid for the same role) is a row of its own. Then each process's resident memory at every
+tenth of the run, and its growth over the first half and over the second: a cache that fills grows in the first
+half, a leak in both.
+
+``--kv-blocks N`` holds each engine's KV cache to N blocks (``--num-gpu-blocks-override``, as vLLM's), so the
+caches that follow it fill within minutes: the engine's prefix cache, and the gateway's KV index of every engine's
+blocks (``kv-cache`` routing). At the simulated A100's own 64,746 blocks an engine takes about an hour of this
+load to fill, and both processes grow for that hour by design; 0 keeps the engine's own size.
 """
 
 from __future__ import annotations
@@ -95,9 +102,24 @@ def table(tracks: dict[int, Track]) -> str:
     return "\n".join(lines)
 
 
+def series(tracks: dict[int, Track]) -> str:
+    """Resident MiB of each process at every tenth of its samples, and its growth over each half."""
+    lines = []
+    for t in sorted(tracks.values(), key=lambda t: (t.role, t.pid)):
+        rss = [s[0] for s in t.samples]
+        tenths = [rss[min(len(rss) - 1, round(i * (len(rss) - 1) / 10))] for i in range(11)]
+        half = rss[(len(rss) - 1) // 2]
+        lines.append(
+            f"{t.role:<16} {t.pid:>7}  " + " ".join(f"{r:6.1f}" for r in tenths)
+            + f"   first half {half - rss[0]:+6.1f}, second half {rss[-1] - half:+6.1f}"
+        )  # fmt: skip
+    return "resident MiB at every tenth of the run:\n" + "\n".join(lines)
+
+
 async def soak(args: argparse.Namespace, folder: Path) -> None:
     marker = f"soak-{os.getpid()}-{time.time_ns()}"
-    fleet = Fleet(folder, marker, {})
+    blocks = ["--num-gpu-blocks-override", str(args.kv_blocks)] if args.kv_blocks else []
+    fleet = Fleet(folder, marker, {"pools": [{"engine": {"extraArgs": blocks}}]} if blocks else {})
     try:
         await fleet.start()
         load = Load(
@@ -119,9 +141,11 @@ async def soak(args: argparse.Namespace, folder: Path) -> None:
         minutes = (time.monotonic() - started) / 60.0
         print(
             f"soak: {minutes:.1f} min at {args.rps:g} req/s (after {WARM_UP_S:g} s of warm-up), "
-            f"sampled every {args.sample_s:g} s"
+            f"sampled every {args.sample_s:g} s; engines' KV cache: "
+            + (f"{args.kv_blocks} blocks" if args.kv_blocks else "their own size")
         )
         print(table(tracks))
+        print(series(tracks))
         counts = load.counts()
         kinds: dict[str, int] = {}
         for o in load.outcomes:
@@ -142,6 +166,7 @@ def main() -> int:
     parser.add_argument("--rps", type=float, default=4.0)
     parser.add_argument("--sample-s", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kv-blocks", type=int, default=2048, help="each engine's KV blocks (0: its own size)")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="llmfleet-soak-"))
