@@ -82,14 +82,19 @@ def _series(gateway: Proc, name: str) -> dict[str, float]:
 async def subscribed(session: aiohttp.ClientSession, replicas: list[Replica], gateways: list[Proc]) -> None:
     """Until every gateway indexes a block of every replica: a SUB socket's subscription reaches the publisher a
     moment after it connects, and a PUB socket drops what it publishes before (ZMQ's slow joiner). Each replica
-    serves warm-up prompts until every index grows, then clears its cache, so the test starts from empty indexes."""
+    serves new warm-up prompts until every index grows, then clears its cache, so the test starts from empty
+    indexes."""
     blocks = "llmfleet_gateway_kv_index_blocks"
     for r in replicas:
         before = [_series(g, blocks)["qwen-7b"] for g in gateways]
         deadline = asyncio.get_running_loop().time() + 30.0  # a busy two-core machine: events take their time
+        attempt = 0
         while any(_series(g, blocks)["qwen-7b"] <= b for g, b in zip(gateways, before, strict=True)):
             assert asyncio.get_running_loop().time() < deadline, f"no gateway subscription to {r.id} took effect"
-            body = {"model": MODEL, "prompt": f"Warm-up of {r.id}. " * 16, "max_tokens": 1}
+            # A new prompt each time: the engine announces a block once, when it stores it, so resending a prompt
+            # whose events the slow joiner dropped would publish nothing and never reach the index.
+            attempt += 1
+            body = {"model": MODEL, "prompt": f"Warm-up {attempt} of {r.id}. " * 16, "max_tokens": 1}
             async with session.post(r.url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200, await resp.text()
             await asyncio.sleep(0.05)
