@@ -68,6 +68,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--host", default=None, help="bind address (default: all interfaces)")
     v.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (logged)")
     v.add_argument("--served-model-name", nargs="+", default=None)
+    v.add_argument("--runner", choices=["auto", "generate", "pooling"], default="auto", help="pooling: /v1/embeddings")
     v.add_argument("--tokenizer", default=None, help="tokenizer folder (tokenizer.json, chat template); default: none")
     v.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     v.add_argument("--gpu-memory-utilization", type=float, default=0.92)
@@ -148,6 +149,7 @@ class ServeOptions:
     shutdown_timeout: float
     sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1
     dev_routes: bool = False  # VLLM_SERVER_DEV_MODE=1
+    runner: str = "generate"  # --runner (auto: the simulated models generate)
 
 
 def build(args: argparse.Namespace) -> ServeOptions:
@@ -182,6 +184,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         args.shutdown_timeout,
         sleep_routes=args.enable_sleep_mode and dev_mode,
         dev_routes=dev_mode,
+        runner="pooling" if args.runner == "pooling" else "generate",
     )
 
 
@@ -340,7 +343,7 @@ async def serve(opts: ServeOptions) -> int:
     policy = FaultPolicy(opts.faults, seed=opts.config.seed)
     sleep = _sleep_controller(opts, engine)
     app = create_app(
-        engine, opts.settings, policy, on_crash=on_crash, on_die=_die_now, sleep=sleep, dev_routes=opts.dev_routes
+        engine, opts.settings, policy, on_crash, _die_now, sleep, dev_routes=opts.dev_routes, runner=opts.runner
     )
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()

@@ -28,10 +28,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine_sim import VLLM_VERSION
+from engine_sim.embeddings import embedding_body, parse_embedding_request
 from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStream
 from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
+from engine_sim.request import SimRequest
 from engine_sim.sleep import SleepController, add_sleep_routes
 from engine_sim.tokenizer import APPROX, SimTokenizer
 
@@ -152,6 +154,39 @@ class _Routes:
         return _json({"success": self.engine.try_reset_prefix_cache()})
 
     # -- generation ----------------------------------------------------------------------------------------
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """A pooling server's ``/v1/embeddings`` (`engine_sim.embeddings`): each input a one-step request."""
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, RecursionError) as exc:
+            return error_response(RequestError(400, f"Invalid JSON body: {type(exc).__name__}"))
+        s, dims = self.settings, self.engine.config.facts.hidden_size
+        try:
+            embed = parse_embedding_request(body, s.served_model_names, s.max_model_len, s.tokenizer, dims)
+        except RequestError as exc:
+            return error_response(exc)
+        action = self.faults.on_request()
+        if action.crash:
+            self.crash()
+        elif action.error is not None:
+            return error_response(action.error)
+        streams: list[TokenStream] = []
+        try:
+            for i, ids in enumerate(embed.inputs):
+                streams.append(self.engine.submit(SimRequest(f"embd-{uuid.uuid4().hex}-{i}", ids, 1)))
+            for stream in streams:
+                while (await stream.next_batch())[1] is None:
+                    pass
+                if stream.error is not None:
+                    return error_response(_engine_failed(stream.error))
+        except RequestError as exc:
+            return error_response(exc)
+        finally:
+            for stream in streams:
+                if stream.finished is None:
+                    self.engine.abort(stream.request.request_id)
+        return _json(embedding_body(embed, dims))
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
 
@@ -278,10 +313,12 @@ def create_app(
     on_die: Callable[[], None] = lambda: None,
     sleep: SleepController | None = None,
     dev_routes: bool = False,
+    runner: str = "generate",
 ) -> web.Application:
     """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort.
     ``sleep``: serve the sleep-mode routes over that controller (None: they do not exist, as without
-    ``VLLM_SERVER_DEV_MODE=1``); ``dev_routes``: serve vLLM's other development route, ``/reset_prefix_cache``."""
+    ``VLLM_SERVER_DEV_MODE=1``); ``dev_routes``: serve vLLM's other development route, ``/reset_prefix_cache``;
+    ``runner`` ``pooling``: serve ``/v1/embeddings`` and no generation route, as vLLM's ``--runner pooling``."""
     policy = faults or FaultPolicy(FaultSpec())
     routes = _Routes(engine, settings, policy, on_crash, on_die, sleep)
     app = web.Application(middlewares=_middlewares(settings, policy.spec), client_max_size=64 * 1024**2)
@@ -291,8 +328,11 @@ def create_app(
     app.router.add_get("/load", routes.load)
     app.router.add_get("/metrics", routes.metrics)
     app.router.add_get("/v1/models", routes.models)
-    app.router.add_post("/v1/chat/completions", routes.chat)
-    app.router.add_post("/v1/completions", routes.completions)
+    if runner == "pooling":
+        app.router.add_post("/v1/embeddings", routes.embeddings)
+    else:
+        app.router.add_post("/v1/chat/completions", routes.chat)
+        app.router.add_post("/v1/completions", routes.completions)
     if dev_routes:
         app.router.add_post("/reset_prefix_cache", routes.reset_prefix_cache)
     if sleep is not None:

@@ -39,7 +39,7 @@ StartSim = Callable[..., Awaitable[SimHandle]]
 
 @pytest.fixture
 async def start_sim() -> AsyncIterator[StartSim]:
-    """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., tokenizer=..,
+    """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., tokenizer=.., runner=..,
     **EngineConfig overrides)``."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
@@ -68,6 +68,7 @@ async def _start(
     faults: FaultSpec | None = None,
     prompt_details: bool = False,
     tokenizer: SimTokenizer = APPROX,
+    runner: str = "generate",
     **overrides: Any,
 ) -> tuple[SimHandle, Callable[[], Awaitable[None]]]:
     overrides.setdefault("max_model_len", 8192)
@@ -82,7 +83,8 @@ async def _start(
         tokenizer=tokenizer,
     )
     crashes: list[str] = []
-    app = create_app(engine, settings, FaultPolicy(faults or FaultSpec()), on_crash=lambda: crashes.append("x"))
+    policy = FaultPolicy(faults or FaultSpec())
+    app = create_app(engine, settings, policy, on_crash=lambda: crashes.append("x"), runner=runner)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
