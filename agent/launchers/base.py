@@ -156,6 +156,8 @@ class Launcher(abc.ABC):
             flags += ["--dtype", engine.dtype]
         # Drain mode (vLLM >= 0.18): in-flight requests get the rest of the grace after the propagation delay.
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
+        if engine.runner != "generate":  # vLLM's default (auto) serves a generative model generating
+            flags += ["--runner", engine.runner]
         if engine.sleep_mode:
             flags.append("--enable-sleep-mode")
         if engine.tokenizer is not None:  # the folder gateways tokenize with too (kv-cache)

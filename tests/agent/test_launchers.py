@@ -71,6 +71,15 @@ def test_a_tokenizer_folder_reaches_the_engine_as_vllms_tokenizer_flag(kind: str
     assert "--tokenizer" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sim"])
+def test_a_pooling_pool_runs_its_engine_with_vllms_pooling_runner(kind: str) -> None:
+    # vLLM's --runner pooling: /v1/embeddings and no generation (docs.vllm.ai, models/pooling_models)
+    config = LaunchConfig(host="127.0.0.1", port=1)
+    argv = make_launcher(stacks.pool(**{"engine.kind": kind, "engine.runner": "pooling"}), config).argv()
+    assert argv[argv.index("--runner") + 1] == "pooling"
+    assert "--runner" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()  # vLLM's auto
+
+
 def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:
     pool = stacks.pool(**{"engine.sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
     config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))
