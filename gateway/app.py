@@ -9,7 +9,8 @@ This is the one module that knows every part: `build_gateway` builds each of the
 models, admission, the endpoint set and its routers behind the `Upstream`, the refresher) and hands them to the
 `Gateway`, which builds nothing; the application's lifecycle starts and stops the background loops.
 
-Public routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz. The admin
+Public routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (to pools with
+``engine.runner: pooling`` only), GET /v1/models, GET /healthz. The admin
 application, served on its own port (``gateway.adminPort``, which no public Service exposes), answers GET /healthz,
 GET /readyz and GET /metrics for the gateway ``main`` runs: replica counts per pool, tenant names and the
 engines' figures never reach the public port. No other path is forwarded: the engines' development endpoints
@@ -164,6 +165,7 @@ def create_app(
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/embeddings", _embeddings)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", _healthz)
     for path in ENGINE_DEV_PATHS:
@@ -335,6 +337,10 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _completions(request: web.Request) -> web.StreamResponse:
     return await request.app[GATEWAY].complete(request, "completion")
+
+
+async def _embeddings(request: web.Request) -> web.StreamResponse:
+    return await request.app[GATEWAY].complete(request, "embedding")
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

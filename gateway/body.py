@@ -18,12 +18,15 @@ from typing import Any, Literal
 
 from gateway.errors import BadRequest, UndecodableBody
 
-__all__ = ["DEFAULT_RESERVE_TOKENS", "ParsedRequest", "parse_body"]
+__all__ = ["DEFAULT_RESERVE_TOKENS", "PATHS", "RUNNERS", "ParsedRequest", "parse_body"]
 
 # Reserved for the completion when the request sets no max_tokens (reconciled with the actual count at the end).
 DEFAULT_RESERVE_TOKENS = 1024
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "embedding"]
+# Where each kind goes on the engine, and which of vLLM's runners serves it (``engine.runner``).
+PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
+RUNNERS: dict[str, str] = {"chat": "generate", "completion": "generate", "embedding": "pooling"}
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,10 @@ def _chat_prompt(payload: dict[str, Any]) -> tuple[str, int]:
     return prompt, math.ceil(len(prompt) / 4) + 4 * len(items)
 
 
-def _completion_prompt(payload: dict[str, Any]) -> tuple[str, int]:
-    """A completion request's prompt text (for affinity) and its tokens, counted or estimated."""
-    value = payload.get("prompt")
+def _completion_prompt(payload: dict[str, Any], key: str = "prompt") -> tuple[str, int]:
+    """A completion request's prompt text (for affinity) and its tokens, counted or estimated; an embeddings
+    request's ``input`` takes the same four shapes."""
+    value = payload.get(key)
     if isinstance(value, str):
         return value, math.ceil(len(value) / 4)
     if isinstance(value, list) and value and all(isinstance(t, int) for t in value):
@@ -139,8 +143,7 @@ def _completion_prompt(payload: dict[str, Any]) -> tuple[str, int]:
     if isinstance(value, list) and value and all(_token_ids(t) for t in value):  # a batch of token lists
         return " ".join(map(str, value[0][:512])), sum(len(t) for t in value)
     raise BadRequest(
-        "'prompt' must be a string, a list of strings, a list of token ids or a list of token id lists",
-        param="prompt",
+        f"'{key}' must be a string, a list of strings, a list of token ids or a list of token id lists", param=key
     )
 
 
@@ -154,6 +157,9 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     stream = False if stream is None else stream  # the API allows null: not streamed
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
+    if kind == "embedding":  # no stream, no completion: the prompt's tokens are the whole bill
+        prompt, prompt_tokens = _completion_prompt(payload, "input")
+        return ParsedRequest(raw, kind, model, False, False, prompt, max(1, prompt_tokens), 0, 1, payload)
     prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
     max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
     n = _positive_int(payload, "n") or 1

@@ -19,7 +19,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from fleet.spec.stack import PoolSpec, TenantSpec
 from gateway.auth import FORWARDED_HEADERS
-from gateway.body import ParsedRequest
+from gateway.body import PATHS, ParsedRequest
 from gateway.errors import BadEncoding, BodyTooLarge, BrokenBody, MalformedHeader, RequestTimeout
 from gateway.outcome import Outcome
 from gateway.routing.base import RequestInfo
@@ -67,7 +67,7 @@ class Call:
             info=info,
             body=parsed.upstream_body(out.adapter or pool.served_name),
             headers=upstream_headers(request, out.request_id, engine_api_key),
-            path="/v1/chat/completions" if parsed.kind == "chat" else "/v1/completions",
+            path=PATHS[parsed.kind],
             out=out,
             spans=spans,
         )

@@ -64,6 +64,8 @@ class PromptTokens:
 
 
 def _ids(tokenizer: ModelTokenizer, kind: str, payload: dict[str, Any]) -> tuple[int, ...] | None:
+    if kind == "embedding":  # no KV-cache routing: a pooling engine publishes no events to match against
+        return None
     if kind == "chat":
         messages = payload.get("messages")
         if not isinstance(messages, list):

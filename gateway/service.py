@@ -27,10 +27,11 @@ from fleet.protocol.clock import Clock
 from fleet.spec.stack import GatewaySpec, PoolSpec, TenantSpec
 from gateway.admission import Admission
 from gateway.auth import KeyRing
-from gateway.body import Kind, ParsedRequest, parse_body
+from gateway.body import RUNNERS, Kind, ParsedRequest, parse_body
 from gateway.call import REQUEST_ID, Call, authorization, new_request_id, read_body
 from gateway.endpoints import EndpointSet, Refresher
 from gateway.errors import (
+    BadRequest,
     GatewayError,
     GatewayTimeout,
     NoReadyReplica,
@@ -176,6 +177,8 @@ class Gateway:
         pool, alias = self.models.resolve(parsed.model, tenant, info)
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
         out.pool = pool.name
+        if pool.engine.runner != RUNNERS[kind]:  # vLLM serves embeddings or generation, never both
+            raise BadRequest(_wrong_runner(parsed.model, pool), param="model")
         if self.models.is_adapter(parsed.model):
             out.adapter = parsed.model
         if alias is not None:
@@ -271,3 +274,12 @@ def _client_error(exc: UpstreamError) -> GatewayError:
     if isinstance(exc, UpstreamUnavailable | UpstreamConnectError):
         return ServiceUnavailable("no replica could take the request", retry_after=1.0)
     return UpstreamFailed("the engine failed before answering")
+
+
+def _wrong_runner(model: str, pool: PoolSpec) -> str:
+    """Why ``model`` cannot answer this kind of request: its pool's engine runs the other of vLLM's runners."""
+    if pool.engine.runner == "pooling":
+        return (
+            f"model {model!r} is an embedding model (pool {pool.name} runs engine.runner pooling): use /v1/embeddings"
+        )
+    return f"model {model!r} generates text (pool {pool.name}) and has no embeddings: use an embedding model's pool"

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["UNTRACED", "RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]
 
 _TRACER = "llmfleet.gateway"
-_OPERATION = {"chat": "chat", "completion": "text_completion"}  # gen_ai.operation.name per request kind
+_OPERATION = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings"}  # gen_ai.operation.name
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()  # stateless: W3C traceparent/tracestate only, never the global one
 
