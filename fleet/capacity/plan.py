@@ -27,6 +27,7 @@ __all__ = [
     "lora_reserve_bytes",
     "model_facts",
     "monthly_cost_usd",
+    "output_tokens",
     "per_replica_qps",
     "plan_pool",
     "pool_gpu",
@@ -188,7 +189,7 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
     budget = kv_budget_bytes(gpu, facts, tp, engine.gpu_memory_utilization) - lora_reserve_bytes(pool)
     kv_tokens = max(0, int(budget // kv_per_token) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS)
     work = pool.workload
-    mean_context = work.mean_prompt_tokens + work.mean_output_tokens
+    mean_context = work.mean_prompt_tokens + output_tokens(pool)
     concurrency = concurrency_that_fits(kv_tokens, mean_context, engine.max_num_seqs)
     notes: list[str] = []
     qps, source, needed = _replicas_needed(pool, steps, concurrency, gpu.name, notes)
@@ -235,6 +236,12 @@ def plan_pool(spec: FleetSpec, pool: PoolSpec) -> PoolPlan:
     )
 
 
+def output_tokens(pool: PoolSpec) -> int:
+    """The tokens a request of ``pool`` generates on average: none on a pooling engine (``engine.runner:
+    pooling``, embeddings), whose requests are their prompts' prefill alone, else the workload's mean."""
+    return 0 if pool.engine.runner == "pooling" else pool.workload.mean_output_tokens
+
+
 def _replicas_needed(
     pool: PoolSpec, steps: StepTimeModel, concurrency: int, gpu: str, notes: list[str]
 ) -> tuple[float, str, int]:
@@ -246,7 +253,7 @@ def _replicas_needed(
         qps = per_replica_qps(
             steps,
             work.mean_prompt_tokens,
-            work.mean_output_tokens,
+            output_tokens(pool),
             pool.slo.decode_tokens_per_s_p99,
             max(1, concurrency),
             work.cached_prompt_fraction,
@@ -262,7 +269,7 @@ def _replicas_needed(
         needed = required_replicas(work.peak_qps, qps, work.capacity_buffer)
     if needed > pool.replicas.max:
         notes.append(
-            f"peak {work.peak_qps:g} QPS with a {work.mean_prompt_tokens}+{work.mean_output_tokens}-token mix "
+            f"peak {work.peak_qps:g} QPS with a {work.mean_prompt_tokens}+{output_tokens(pool)}-token mix "
             f"needs {needed} replicas (at {qps:.1f} QPS each, buffer {work.capacity_buffer:g}) but "
             f"replicas.max is {pool.replicas.max}: the pool cannot reach its target"
         )

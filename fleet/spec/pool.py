@@ -80,7 +80,9 @@ class EngineSpec(Spec):
     runner: Literal["generate", "pooling"] = "generate"
     """vLLM's `--runner`: `pooling` serves `/v1/embeddings` (an embedding model, or a generative one vLLM converts)
     and no generation route, `generate` the reverse. The gateway sends embeddings only to pooling pools and chat and
-    completions only to generative ones; a request for the other kind is a 400 naming the pool's runner."""
+    completions only to generative ones; a request for the other kind is a 400 naming the pool's runner. The
+    capacity plan (and so the scaler's request-rate term) counts a pooling pool's request as its prompt's prefill
+    alone: `workload.meanOutputTokens` is not generated."""
     sleep_mode: bool = False
     """Warm standby: the agent starts the engine with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`. A scale-down
     then puts ready replicas to sleep at level 1 (weights to host memory, KV cache freed) instead of stopping them,

@@ -114,3 +114,13 @@ def test_a_measured_per_replica_qps_overrides_the_model() -> None:
     )
     plan = plan_pool(loaded.spec, loaded.spec.pools[0])
     assert (plan.qps_source, plan.replicas_needed) == ("stack", 6)
+
+
+def test_an_embedding_pool_pays_its_prompts_prefill_only() -> None:
+    # The same 200+80 mix and 200 QPS: pooling, a request is its 200-token prefill, no decode, no output's KV.
+    generative = load_spec("prod").spec
+    pooling = parse_spec(stack_document("aws", **{"llmfleet:pools.0.engine.runner": "pooling"})).spec
+    gen, embed = plan_pool(generative, generative.pools[0]), plan_pool(pooling, pooling.pools[0])
+    assert embed.mean_context == pooling.pools[0].workload.mean_prompt_tokens
+    assert embed.per_replica_qps > gen.per_replica_qps  # ~13,000 prefill tokens/s on an A100: 67 QPS of 200
+    assert embed.replicas_needed < gen.replicas_needed
