@@ -104,6 +104,11 @@ def check_aliases(spec: FleetSpec) -> Iterator[Problem]:
                 entry.fallback,
             )
         yield from _check_alias_demand(spec, path, entry.pools)
+        behind = [pools[n] for n in [*entry.pools, entry.fallback] if n in pools]
+        runners = sorted({p.engine.runner for p in behind})
+        if len(runners) > 1:  # an embedding and a generative pool cannot answer the same requests
+            named = ", ".join(f"{p.name} ({p.engine.runner})" for p in behind)
+            yield _err(path, f"its pools mix engine runners: {named}; an alias's pools all generate or all pool")
         for pool in spec.pools:
             if alias in (pool.served_name, pool.model) and pool.name not in entry.pools:
                 yield _err(

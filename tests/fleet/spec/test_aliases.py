@@ -145,6 +145,13 @@ BROKEN: list[tuple[str, Any, dict[str, Any], str, str]] = [
         "'ttftP99', 'tpotP99' or 'errorRate'",
     ),
     (
+        "an embedding pool behind a chat alias",
+        {"chat": {"pools": {"qwen-7b": 95, "qwen-7b-v2": 5}}},
+        {"pools.2.engine.runner": "pooling"},
+        "aliases.chat",
+        "its pools mix engine runners: qwen-7b (generate), qwen-7b-v2 (pooling)",
+    ),
+    (
         "tenant allowed an unknown alias",
         {"chat": {"pools": {"qwen-7b": 1}}},
         {"tenants.1.allowedModels": ["chit"]},
