@@ -75,7 +75,10 @@ def parse_embedding_request(
     special = body.get("add_special_tokens", True)
     if not isinstance(special, bool):
         raise _bad("add_special_tokens must be a boolean", "add_special_tokens")
-    inputs = _inputs(body["input"], tokenizer, special)
+    try:
+        inputs = _inputs(body["input"], tokenizer, special)
+    except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800"); a tokenizer cannot encode it
+        raise _bad("the input holds a lone UTF-16 surrogate, which is not text", "input") from None
     for ids in inputs:
         if len(ids) > max_model_len:
             raise _bad(

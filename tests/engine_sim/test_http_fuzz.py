@@ -20,7 +20,11 @@ from tests.support.openai_bodies import CONTENT_TYPES, Kind, request_bytes
 from tests.support.procs import Proc, Procs
 
 MODEL = "qwen"
-PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+PATHS: dict[Kind, str] = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "embedding": "/v1/embeddings",
+}
 FUZZ = settings(
     max_examples=120,
     deadline=None,
@@ -30,19 +34,29 @@ FUZZ = settings(
 )
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    """One simulator process for the module, with a fast model clock: a request without max_tokens may decode
-    the whole context."""
+def _sim(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Proc]:
     procs = Procs(tmp_path_factory.mktemp("sim"))
     try:
         argv = ["sim", "serve", "Qwen/Qwen2.5-7B-Instruct", "--host", "127.0.0.1", "--port", "0"]
         argv += ["--served-model-name", MODEL, "--max-model-len", "4096", "--startup-seconds", "0"]
-        proc = procs.start([*argv, "--time-scale", "1000"], name="sim")
+        proc = procs.start([*argv, "--time-scale", "1000", *extra], name="sim")
         proc.wait_url("API server")
         yield proc
     finally:
         procs.close()
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """One simulator process for the module, with a fast model clock: a request without max_tokens may decode
+    the whole context."""
+    yield from _sim(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pooling_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """One pooling simulator (``--runner pooling``) for the module's embeddings."""
+    yield from _sim(tmp_path_factory, "--runner", "pooling")
 
 
 @pytest.fixture
@@ -51,7 +65,13 @@ async def target(sim: Proc) -> AsyncIterator[tuple[Proc, aiohttp.ClientSession]]
         yield sim, session
 
 
-def _check_answer(status: int, content_type: str, body: bytes) -> None:
+@pytest.fixture
+async def pooling_target(pooling_sim: Proc) -> AsyncIterator[tuple[Proc, aiohttp.ClientSession]]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+        yield pooling_sim, session
+
+
+def _check_answer(status: int, content_type: str, body: bytes, answer_key: str = "choices") -> None:
     assert status < 500, body[:300]
     if status >= 400:
         error = json.loads(body)["error"]
@@ -61,7 +81,7 @@ def _check_answer(status: int, content_type: str, body: bytes) -> None:
         return
     assert status == 200, body
     if not content_type.startswith("text/event-stream"):
-        assert json.loads(body)["choices"], body
+        assert json.loads(body)[answer_key], body
         return
     events = [line[6:] for line in body.decode().split("\n\n") if line.startswith("data: ")]
     assert events and events[-1] == "[DONE]", body[-300:]
@@ -75,7 +95,7 @@ async def _fuzz(target: tuple[Proc, aiohttp.ClientSession], kind: Kind, raw: byt
     async with session.post(sim.url + PATHS[kind], data=raw, headers=headers) as resp:
         answer = (resp.status, resp.headers.get("Content-Type", ""), await resp.read())
     try:
-        _check_answer(*answer)
+        _check_answer(*answer, "data" if kind == "embedding" else "choices")
     except AssertionError as exc:
         raise AssertionError(f"request body {raw[:300]!r} ({content_type}): {exc}") from None
     async with session.get(sim.url + "/health") as health:
@@ -108,3 +128,14 @@ async def test_generated_completion_bodies_are_answered_or_refused_with_a_4xx(
     target: Any, raw: bytes, content_type: str
 ) -> None:
     await _fuzz(target, "completion", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("embedding", MODEL), content_type=CONTENT_TYPES)
+@example(raw=b'{"model":"qwen","input":["a","b"],"encoding_format":"base64"}', content_type=JSON)
+@example(raw=b'{"model":"qwen","input":' + DEEP + b"}", content_type=JSON)
+@example(raw=b'{"model":"qwen","input":"a\\ud800"}', content_type=JSON)
+async def test_generated_embedding_bodies_at_a_pooling_server_are_answered_or_refused_with_a_4xx(
+    pooling_target: Any, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(pooling_target, "embedding", raw, content_type)

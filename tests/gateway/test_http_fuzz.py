@@ -9,9 +9,11 @@ derandomized, so CI runs the same ones every time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import pytest
@@ -25,7 +27,11 @@ from tests.support.stacks import KEYS, MODEL
 from tests.support.wait import async_wait_for
 
 POOL = "qwen-7b"
-PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+PATHS: dict[Kind, str] = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "embedding": "/v1/embeddings",
+}
 KEY = f"Bearer {KEYS['gold']}"
 FUZZ = settings(
     max_examples=120,
@@ -43,28 +49,50 @@ class Target:
     session: aiohttp.ClientSession
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    """One simulator process for the module: a fast model clock and a short context, as a request without
-    max_tokens may decode all of it."""
+def _sim(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Proc]:
     procs = Procs(tmp_path_factory.mktemp("sim"))
     try:
-        proc = procs.start(sim_args("--max-model-len", "4096", time_scale=1000.0), name="sim")
+        proc = procs.start(sim_args("--max-model-len", "4096", *extra, time_scale=1000.0), name="sim")
         proc.wait_url("API server")
         yield proc
     finally:
         procs.close()
 
 
-@pytest.fixture
-async def target(sim: Proc) -> AsyncIterator[Target]:
-    async with serve(settings_for([sim.url])) as (url, gateway):
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """One simulator process for the module: a fast model clock and a short context, as a request without
+    max_tokens may decode all of it."""
+    yield from _sim(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pooling_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A pooling simulator (``--runner pooling``) for the module's embeddings."""
+    yield from _sim(tmp_path_factory, "--runner", "pooling")
+
+
+@contextlib.asynccontextmanager
+async def _target(sim: Proc, **overrides: Any) -> AsyncIterator[Target]:
+    async with serve(settings_for([sim.url], **overrides)) as (url, gateway):
         await async_wait_for(lambda: gateway.endpoints.routable(POOL) >= 1, timeout_s=10, what="the replica routable")
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=40)) as session:
             yield Target(url, gateway, session)
 
 
-def _check_answer(status: int, content_type: str, body: bytes) -> None:
+@pytest.fixture
+async def target(sim: Proc) -> AsyncIterator[Target]:
+    async with _target(sim) as found:
+        yield found
+
+
+@pytest.fixture
+async def pooling_target(pooling_sim: Proc) -> AsyncIterator[Target]:
+    async with _target(pooling_sim, **{"pools.0.engine.runner": "pooling"}) as found:
+        yield found
+
+
+def _check_answer(status: int, content_type: str, body: bytes, answer_key: str = "choices") -> None:
     assert status < 500, body[:300]
     if status >= 400:
         document = json.loads(body)
@@ -77,7 +105,7 @@ def _check_answer(status: int, content_type: str, body: bytes) -> None:
         return
     assert status == 200, body[:300]
     if not content_type.startswith("text/event-stream"):
-        assert json.loads(body)["choices"], body[:300]
+        assert json.loads(body)[answer_key], body[:300]
         return
     events = [event[6:] for event in body.decode().split("\n\n") if event.startswith("data: ")]
     assert events and events[-1] == "[DONE]", body[-300:]
@@ -90,7 +118,7 @@ async def _fuzz(target: Target, kind: Kind, raw: bytes, content_type: str) -> No
     async with target.session.post(target.url + PATHS[kind], data=raw, headers=headers) as resp:
         answer = (resp.status, resp.headers.get("Content-Type", ""), await resp.read())
     try:
-        _check_answer(*answer)
+        _check_answer(*answer, "data" if kind == "embedding" else "choices")
     except AssertionError as exc:
         raise AssertionError(f"request body {raw[:300]!r} ({content_type}): {exc}") from None
     (endpoint,) = target.gateway.endpoints.members(POOL)
@@ -119,3 +147,12 @@ async def test_generated_completion_bodies_are_answered_or_refused_with_an_opena
     target: Target, raw: bytes, content_type: str
 ) -> None:
     await _fuzz(target, "completion", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("embedding", MODEL), content_type=CONTENT_TYPES)
+@example(raw=json.dumps({"model": MODEL, "input": ["a", "b"], "encoding_format": "base64"}).encode(), content_type=JSON)
+async def test_generated_embedding_bodies_are_answered_or_refused_with_an_openai_4xx(
+    pooling_target: Target, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(pooling_target, "embedding", raw, content_type)

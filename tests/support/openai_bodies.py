@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 __all__ = ["ANY_JSON", "CONTENT_TYPES", "TEXT", "Kind", "Mode", "chat_bodies", "completion_bodies", "request_bytes"]
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "embedding"]
 Strategy = st.SearchStrategy[Any]
 Fields = dict[str, Strategy]
 
@@ -207,6 +207,18 @@ def _completion_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
     return required, optional
 
 
+def _embedding_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
+    required, _ = _completion_fields(m, model)
+    required = {"model": required["model"], "input": required["prompt"]}  # the same four shapes as a prompt
+    optional = {
+        "encoding_format": m.field(st.sampled_from(["float", "base64"]), "binary", "", 7),
+        "dimensions": m.count(1, 4096),
+        "user": m.field(m.text),
+        "add_special_tokens": m.field(st.booleans()),
+    }
+    return required, optional
+
+
 def _body(required: Fields, optional: Fields) -> Strategy:
     """The fields, the optional ones each present or not, plus at times unknown ones (never a known name)."""
     known = set(required) | set(optional)
@@ -233,6 +245,11 @@ def completion_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
     return _bodies(_completion_fields, model)
 
 
+def embedding_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
+    """``POST /v1/embeddings`` bodies for a pooling server that serves ``model``."""
+    return _bodies(_embedding_fields, model)
+
+
 def _not_an_object(body: bytes) -> st.SearchStrategy[bytes]:
     """Bytes a JSON parser refuses, or reads as something else than an object, or cannot read at all."""
     deep = st.sampled_from([64, 999, 1001, 1500, 1900]).map(lambda n: b'{"model":"m","messages":' + b"[" * n + b"]" * n)
@@ -247,7 +264,7 @@ def _not_an_object(body: bytes) -> st.SearchStrategy[bytes]:
 
 def request_bytes(kind: Kind, model: str) -> st.SearchStrategy[bytes]:
     """What a client sends for ``kind``: a generated body as JSON (nine times in ten), else malformed bytes."""
-    bodies = chat_bodies(model) if kind == "chat" else completion_bodies(model)
+    bodies = {"chat": chat_bodies, "completion": completion_bodies, "embedding": embedding_bodies}[kind](model)
     # Non-ASCII as \u escapes, or as raw UTF-8 (where half a surrogate pair becomes bytes no UTF-8 decoder takes).
     encoded = st.tuples(bodies, _rarely(st.just(True), st.just(False), one_in=4)).map(
         lambda pair: json.dumps(pair[0], ensure_ascii=pair[1]).encode("utf-8", "surrogatepass")
