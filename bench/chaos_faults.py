@@ -456,12 +456,6 @@ def scenarios() -> list[Scenario]:
             changes="replicas 1..2, maxNumSeqs 8 (planned 3 req/s per replica)",
         ),
         Scenario(
-            "drain-long",
-            "replica drained, streams longer than its drain (resumed)",
-            drain_long,
-            changes="from the fault on, streams of 450-900 tokens (5-11 s), longer than the 4 s the drain leaves them",
-        ),
-        Scenario(
             "rolling-restart",
             "rolling restart (restart window, leases)",
             rolling_restart,
@@ -477,13 +471,10 @@ def scenarios() -> list[Scenario]:
             changes="gateway.replicas 2",
         ),
         Scenario(
-            "canary-promotion",
-            "canary rollout promoted, the old pool drained",
-            canary_promotion,
-            CANARY,
-            model=CANARY_ALIAS,
-            changes=f"pools qwen-7b and its twin {CANARY_POOL} (1..2 each) behind the alias {CANARY_ALIAS} (100/0), "
-            "the load asking for the alias; steps 10, 50, 100, bake 3 s, 10 requests a side, judged on errors",
+            "drain-long",
+            "replica drained, streams longer than its drain (resumed)",
+            drain_long,
+            changes="from the fault on, streams of 450-900 tokens (5-11 s), longer than the 4 s the drain leaves them",
         ),
         Scenario(
             "gateway-rollout",
@@ -492,6 +483,15 @@ def scenarios() -> list[Scenario]:
             {"gateway": {"replicas": 2}},
             gateways=2,
             changes="gateway.replicas 2",
+        ),
+        Scenario(
+            "canary-promotion",
+            "canary rollout promoted, the old pool drained",
+            canary_promotion,
+            CANARY,
+            model=CANARY_ALIAS,
+            changes=f"pools qwen-7b and its twin {CANARY_POOL} (1..2 each) behind the alias {CANARY_ALIAS} (100/0), "
+            "the load asking for the alias; steps 10, 50, 100, bake 3 s, 10 requests a side, judged on errors",
         ),
     ]
 
