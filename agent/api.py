@@ -19,8 +19,11 @@ Authentication (`fleet.protocol.control_auth`): ``POST /drain``, ``/reset``, ``/
 control plane's credential (401 without a valid one, 403 for another kind). ``GET /prestop`` takes the control
 plane's credential too, or no credential from loopback, from the pod's own address (the connection's local address)
 or from an address in ``prestop_from`` (the node's IP, ``status.hostIP``: the kubelet's preStop ``httpGet`` calls
-the pod IP from the node and cannot send a header); anyone else gets 403. Reads stay open. The auth in force is
-``create_app``'s ``auth`` argument, else the agent's own (`Agent.api_auth`, set by the CLI), else none.
+the pod IP from the node and cannot send a header); anyone else gets 403. ``GET /status`` (it names the engine's
+address and pid, the model and the GPUs) takes any fleet member's credential (an agent's, a gateway's or the
+control plane's), as the control plane's reads do; the probes and ``/metrics`` stay open (the kubelet and
+Prometheus send none). The auth in force is ``create_app``'s ``auth`` argument, else the agent's own
+(`Agent.api_auth`, set by the CLI), else none.
 
 Errors (401, 403, 409, unknown route 404, wrong method 405) use OpenAI's JSON error shape
 (`fleet.protocol.control_api`).
@@ -104,6 +107,7 @@ class _Served:
     auth: ControlAuth
     prestop_from: Collection[str]
     control_plane: Callable[[Request], Awaitable[Caller | None]]
+    member: Callable[[Request], Awaitable[Caller | None]]  # any fleet member: agent, gateway or control plane
 
 
 def _served(request: Request) -> _Served:
@@ -126,7 +130,9 @@ def create_app(agent: AgentHandle, auth: ControlAuth | None = None, prestop_from
         "One replica's agent: health, readiness, status, drain, reset, sleep, wake and metrics.",
     )
     auth.install(app)
-    app.state.agent_api = _Served(agent, auth, prestop_from or agent.prestop_from, auth.require(Kind.CONTROL_PLANE))
+    members = auth.require(Kind.AGENT, Kind.GATEWAY, Kind.CONTROL_PLANE)
+    prestop = prestop_from or agent.prestop_from
+    app.state.agent_api = _Served(agent, auth, prestop, auth.require(Kind.CONTROL_PLANE), members)
     _add_probe_routes(app)
     _add_read_routes(app)
     _add_command_routes(app)
@@ -173,6 +179,10 @@ async def metrics(request: Request) -> Response:
     return Response(_served(request).agent.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+async def _member_caller(request: Request) -> Caller | None:
+    return await _served(request).member(request)
+
+
 def _add_read_routes(app: FastAPI) -> None:
     app.add_api_route(
         "/status",
@@ -180,7 +190,8 @@ def _add_read_routes(app: FastAPI) -> None:
         methods=["GET"],
         response_model=AgentStatus,
         response_model_by_alias=True,
-        responses=errors(),
+        responses=errors(401, 403),
+        dependencies=[Depends(_member_caller)],
     )
     app.add_api_route(
         "/metrics",

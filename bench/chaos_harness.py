@@ -28,7 +28,14 @@ import httpx
 import yaml
 
 from engine_sim.tokenizer import APPROX, SimTokenizer, load_file_tokenizer
-from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV, operator_auth
+from fleet.protocol.control_auth import (
+    CONTROL_TOKEN_ENV,
+    ENGINE_API_KEY_ENV,
+    BearerAuth,
+    ClientCredential,
+    Kind,
+    operator_auth,
+)
 from fleet.protocol.ports import free_port
 from fleet.protocol.promtext import counter_value, gauge_value, parse
 from llmfleet.local.procs import Child
@@ -189,6 +196,9 @@ class Fleet:
         self.redis_port = redis_port
         # The fleet secret on the control plane's reads (they name engines), sent to its origin only.
         self.http = httpx.AsyncClient(timeout=2.0, trust_env=False, auth=operator_auth(self.cp_url, self.env))
+        # The agents' /status names their engines: it takes a fleet member's credential, the control plane's here.
+        credential = ClientCredential.from_env(Kind.CONTROL_PLANE, self.env)
+        self.agent_http = httpx.AsyncClient(timeout=2.0, trust_env=False, auth=credential and BearerAuth(credential))
 
     @property
     def cp_url(self) -> str:
@@ -283,7 +293,7 @@ class Fleet:
         ]
 
     async def status(self, agent: Agent) -> dict[str, Any]:
-        status: dict[str, Any] = (await self.http.get(agent.url + "/status")).json()
+        status: dict[str, Any] = (await self.agent_http.get(agent.url + "/status")).json()
         return status
 
     async def scrape(self) -> None:
@@ -300,6 +310,7 @@ class Fleet:
         the figures are taken, and an orderly stop is not what is measured."""
         with contextlib.suppress(Exception):
             await self.http.aclose()
+            await self.agent_http.aclose()
         sweep(self.marker)
         for child in [g.child for g in self.gateways] + ([self.control_plane] if self.control_plane else []):
             with contextlib.suppress(Exception):

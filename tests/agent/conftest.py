@@ -16,10 +16,13 @@ from tests.support.stacks import write_stack as write_stack_file
 
 
 class AgentProc(Proc):
-    """An ``llmfleet agent``: its status and readiness, and the engines it reported (ended with it)."""
+    """An ``llmfleet agent``: its status and readiness, and the engines it reported (ended with it). ``/status``
+    is read with `auth_headers` (a fleet member's credential, where the agent has control auth on)."""
+
+    auth_headers: dict[str, str] | None = None
 
     def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.get("/status").json()
+        data: dict[str, Any] = self.get("/status", headers=self.auth_headers).json()
         if data.get("engine_pid"):
             self.extra_pids.add(int(data["engine_pid"]))
         return data

@@ -46,6 +46,7 @@ def start_fleet(procs: Procs, tmp: Path) -> tuple[Proc, AgentProc]:
         "--control-plane", cp.url, "--log-dir", str(tmp / "r-auth"), "--probe-interval", "0.2",
     ]  # fmt: skip
     agent = AgentProc(Child("r-auth", argv, tmp / "agent.log", env=ENV), f"http://127.0.0.1:{port}")
+    agent.auth_headers = bearer("control-plane")
     procs.add(agent, stop_timeout_s=20)
     agent.wait_http("/readyz", timeout_s=40)  # the warm-up completion went through with the engine key
     agent.status()
@@ -78,6 +79,16 @@ def test_authenticated_reports_reach_the_control_plane(fleet: tuple[Proc, AgentP
 
     wait_for(listed, timeout_s=20, what="r-auth in discovery", diagnostics=agent.tail)
     assert "report rejected" not in agent.text()
+
+
+def test_the_status_read_names_the_engine_only_to_fleet_members(fleet: tuple[Proc, AgentProc]) -> None:
+    _, agent = fleet
+    refused = agent.get("/status")
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    assert agent.get("/status", headers={"Authorization": "Bearer gateway:wrong"}).status_code == 401
+    for kind in ("agent", "gateway", "control-plane"):
+        assert agent.get("/status", headers=bearer(kind)).json()["replica"] == "r-auth"
+    assert agent.get("/readyz").status_code == 200 and agent.get("/metrics").status_code == 200  # probes, scrapes
 
 
 def test_drain_and_reset_without_the_control_planes_credential_are_refused(fleet: tuple[Proc, AgentProc]) -> None:
