@@ -42,6 +42,7 @@ from fleet.protocol.control_auth import (
     ControlAuth,
     Kind,
     OriginAuth,
+    client_credential,
     make_verifier,
     resolve_mode,
 )
@@ -211,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
         if options.model_store is not None:
             ModelKeys(options.model_store.prefix, pool.model, pool.model_revision)
         auth = ControlAuth(make_verifier(resolve_mode(args.auth)))
+        if options.control_plane:  # what it presents to the control plane: a token file that is not there stops it
+            client_credential(Kind.AGENT, args.auth)
     except ValueError as exc:  # no credential, or an engine command line that could never start: fail before spawning
         print(f"llmfleet agent: {exc}", file=sys.stderr)
         return 2

@@ -346,6 +346,8 @@ def client_credential(kind: Kind, flag: str | None, env: Mapping[str, str] = os.
     found = ClientCredential.from_env(kind, env)
     if found is None:
         raise ValueError(missing)
+    if found.path is not None and not found.path.is_file():  # a mount missing: every report would be refused
+        raise ValueError(f"${CONTROL_TOKEN_FILE_ENV} names {found.path}, which is no file: mount the projected token")
     return found
 
 

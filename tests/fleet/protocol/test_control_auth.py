@@ -23,6 +23,7 @@ from fleet.protocol.control_auth import (
     SharedSecret,
     TokenReview,
     bearer_token,
+    client_credential,
     same_host,
 )
 
@@ -217,3 +218,12 @@ def test_client_credential_from_env_prefers_the_shared_secret(tmp_path: Path) ->
     projected = ClientCredential.from_env(Kind.GATEWAY, {"LLMFLEET_CONTROL_TOKEN_FILE": str(path)})
     assert projected is not None and projected.token() == "projected"
     assert ClientCredential.from_env(Kind.GATEWAY, {}) is None
+
+
+def test_a_token_file_that_is_not_there_stops_the_client_at_start(tmp_path: Path) -> None:
+    env = {"LLMFLEET_CONTROL_TOKEN_FILE": str(tmp_path / "missing")}
+    with pytest.raises(ValueError, match="missing, which is no file: mount the projected token"):
+        client_credential(Kind.AGENT, "kubernetes", env)
+    (tmp_path / "missing").write_text("projected")
+    found = client_credential(Kind.AGENT, "kubernetes", env)
+    assert found is not None and found.token() == "projected"
