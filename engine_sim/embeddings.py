@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_sim.errors import RequestError
+from engine_sim.protocol import served_model
 from engine_sim.tokenizer import SimTokenizer
 
 __all__ = ["EmbeddingRequest", "embedding_body", "parse_embedding_request", "vector"]
@@ -65,11 +66,7 @@ def parse_embedding_request(
     body: Any, served_names: Sequence[str], max_model_len: int, tokenizer: SimTokenizer, dimensions: int
 ) -> EmbeddingRequest:
     """Validate an embeddings body as vLLM does; RequestError (400/404) otherwise."""
-    if not isinstance(body, dict):
-        raise _bad("Request body must be a JSON object")
-    model = body.get("model") or served_names[0]
-    if model not in served_names:
-        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    model = served_model(body, served_names)
     if "input" not in body:
         raise _bad("input is required (the chat form, messages, is not simulated)", "input")
     special = body.get("add_special_tokens", True)

@@ -36,7 +36,7 @@ from engine_sim.request import SimRequest
 from engine_sim.tokenizer import APPROX, SimTokenizer
 from fleet.tokenizer import ChatRenderError
 
-__all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request"]
+__all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request", "served_model"]
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -129,15 +129,22 @@ def _int_field(body: Mapping[str, Any], name: str) -> int | None:
     return value
 
 
-def parse_generation_request(
-    body: Any, kind: str, served_names: Sequence[str], max_model_len: int, tokenizer: SimTokenizer = APPROX
-) -> GenerationRequest:
-    """Validate an OpenAI body like vLLM does; RequestError (400/404) otherwise."""
+def served_model(body: Any, served_names: Sequence[str]) -> str:
+    """The model a request body names (a served name, or the first when it names none), as vLLM checks it:
+    400 for a body that is no JSON object, 404 for a model the server does not serve."""
     if not isinstance(body, dict):
         raise _bad("Request body must be a JSON object")
     model = body.get("model") or served_names[0]
     if model not in served_names:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    return str(model)
+
+
+def parse_generation_request(
+    body: Any, kind: str, served_names: Sequence[str], max_model_len: int, tokenizer: SimTokenizer = APPROX
+) -> GenerationRequest:
+    """Validate an OpenAI body like vLLM does; RequestError (400/404) otherwise."""
+    model = served_model(body, served_names)
     try:
         if kind == "chat":
             prompt_ids = _chat_prompt(body, tokenizer)

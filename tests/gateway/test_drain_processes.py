@@ -14,8 +14,10 @@ stopped one's ports before the next stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,6 +71,44 @@ class Clients:
             await client.close()
 
 
+@dataclass
+class Behind:
+    """Two gateways behind the balancer, the clients sending through it, every one of them served once already;
+    `start` launches a gateway on the stack and the simulator (``--port`` and ``--admin-port`` among ``extra``)."""
+
+    gateways: list[Proc]
+    backends: list[Backend]
+    clients: Clients
+    start: Callable[..., Proc]
+
+
+@contextlib.asynccontextmanager
+async def _behind_a_balancer(
+    sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
+) -> AsyncIterator[Behind]:
+    (sim,) = sims([], time_scale=1.0, max_num_seqs=32)  # real time: a 32-token stream takes ~0.5 s
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
+
+    def start(*extra: str) -> Proc:
+        return gateway_procs(stack, [sim.url], "--drain-propagation", str(PROPAGATION_S), *extra)
+
+    gateways = [start() for _ in range(2)]
+    backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
+    balancer = await Balancer(backends).start()
+    await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
+    clients = Clients(balancer.url)
+    running = asyncio.create_task(clients.run())
+    try:
+        await async_wait_for(
+            lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
+        )
+        yield Behind(gateways, backends, clients, start)
+    finally:
+        clients.stop.set()
+        await running
+        await balancer.close()
+
+
 async def _stop(gateway: Proc, clients: Clients) -> int:
     """SIGTERM ``gateway`` under the clients' load; its exit code, once every client was served again after it."""
     gateway.send(signal.SIGTERM)
@@ -81,65 +121,33 @@ async def _stop(gateway: Proc, clients: Clients) -> int:
 async def test_gateways_restarted_in_turn_serve_every_kept_alive_client_without_an_error(
     sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
 ) -> None:
-    (sim,) = sims([], time_scale=1.0, max_num_seqs=32)
-    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
-    propagation = ("--drain-propagation", str(PROPAGATION_S))
-    gateways = [gateway_procs(stack, [sim.url], *propagation) for _ in range(2)]
-    backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
-    balancer = await Balancer(backends).start()
-    await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
-    clients = Clients(balancer.url)
-    running = asyncio.create_task(clients.run())
     codes = []
-    try:
-        await async_wait_for(
-            lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
-        )
-        for i, old in enumerate(list(gateways)):
-            codes.append(await _stop(old, clients))
-            ports = ("--port", str(old.port), "--admin-port", str(urlsplit(admin_url(old)).port))
-            gateways[i] = gateway_procs(stack, [sim.url], *propagation, *ports)
-            await async_wait_for(
-                lambda backend=backends[i]: backend.ready, timeout_s=10.0, what=f"gateway {i}'s replacement ready"
+    async with _behind_a_balancer(sims, gateway_procs, tmp_path) as behind:
+        for i, old in enumerate(list(behind.gateways)):
+            codes.append(await _stop(old, behind.clients))
+            behind.gateways[i] = behind.start(
+                "--port", str(old.port), "--admin-port", str(urlsplit(admin_url(old)).port)
             )
-        served = list(clients.done)
-        await async_wait_for(lambda: clients.each_done_more_than(served), timeout_s=30.0, what="served after both")
-    finally:
-        clients.stop.set()
-        await running
-        await balancer.close()
+            await async_wait_for(
+                lambda b=behind.backends[i]: b.ready, timeout_s=10.0, what=f"gateway {i}'s replacement ready"
+            )
+        served = list(behind.clients.done)
+        await async_wait_for(
+            lambda: behind.clients.each_done_more_than(served), timeout_s=30.0, what="served after both"
+        )
     assert codes == [0, 0]
-    assert clients.errors == [], clients.errors[:5]
-    assert all(b.seen_unready for b in backends), "readiness never fell during a drain"
+    assert behind.clients.errors == [], behind.clients.errors[:5]
+    assert all(b.seen_unready for b in behind.backends), "readiness never fell during a drain"
 
 
 async def test_a_stopping_gateway_hands_every_kept_alive_client_to_the_other_without_an_error(
     sims: SimFactory, gateway_procs: Callable[..., Proc], tmp_path: Path
 ) -> None:
-    (sim,) = sims([], time_scale=1.0, max_num_seqs=32)  # real time: a 32-token stream takes ~0.5 s
-    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway")
-    propagation = ("--drain-propagation", str(PROPAGATION_S))
-    gateways = [gateway_procs(stack, [sim.url], *propagation) for _ in range(2)]
-    backends = [Backend(g.port, admin_url(g) + "/readyz") for g in gateways]
-    balancer = await Balancer(backends).start()
-    await async_wait_for(lambda: all(b.ready for b in backends), timeout_s=10.0, what="both gateways ready")
-    clients = Clients(balancer.url)
-    running = asyncio.create_task(clients.run())
-    try:
-        await async_wait_for(
-            lambda: clients.each_done_more_than([0] * CLIENTS), timeout_s=30.0, what="every client served"
-        )
-        stopping = gateways[0]
-        stopping.send(signal.SIGTERM)
-        rc = await asyncio.to_thread(stopping.wait, 30.0)
-        after_exit = list(clients.done)
-        await async_wait_for(lambda: clients.each_done_more_than(after_exit), timeout_s=30.0, what="served after exit")
-    finally:
-        clients.stop.set()
-        await running
-        await balancer.close()
+    async with _behind_a_balancer(sims, gateway_procs, tmp_path) as behind:
+        stopping = behind.gateways[0]
+        rc = await _stop(stopping, behind.clients)
     assert rc == 0, stopping.tail()
-    assert clients.errors == [], clients.errors[:5]
-    assert backends[0].seen_unready, "readiness never fell during the drain"
+    assert behind.clients.errors == [], behind.clients.errors[:5]
+    assert behind.backends[0].seen_unready, "readiness never fell during the drain"
     assert "draining" in stopping.text()
-    assert backends[1].connections >= CLIENTS, "the clients did not move to the other gateway"
+    assert behind.backends[1].connections >= CLIENTS, "the clients did not move to the other gateway"

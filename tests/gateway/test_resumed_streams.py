@@ -22,9 +22,10 @@ from fleet.protocol.promtext import counter_value, parse
 from gateway.quota.base import QuotaBackend, QuotaLimits, Reservation
 from gateway.quota.memory import MemoryQuota
 from gateway.service import Gateway
+from gateway.settings import GatewaySettings
 from tests.agent.conftest import AgentProc
 from tests.gateway.conftest import SimFactory, serve, settings_for
-from tests.support.procs import Procs
+from tests.support.procs import Proc, Procs
 from tests.support.stacks import KEYS, MODEL, write_stack
 from tests.support.wait import async_wait_for, wait_for
 
@@ -214,16 +215,23 @@ async def test_forty_streams_survive_a_sigkilled_engine_on_the_other_replica(sim
     assert sorted(quota.settled) == sorted(s.usage[0] + s.usage[1] for s in streams if s.usage)
 
 
+def _one_drains_briefly(sims: SimFactory) -> tuple[Proc, Proc, GatewaySettings]:
+    """A replica whose engine gives in-flight requests 0.2 s after SIGTERM (``--shutdown-timeout``), another that
+    survives, round-robin between them in a pool that resumes streams, and a fast reference engine: (the one that
+    drains, the reference, the gateway's settings)."""
+    slow = ["--max-num-seqs", "64"]
+    victim, survivor, reference = sims(
+        [*slow, "--shutdown-timeout", "0.2"], slow, ["--time-scale", "50"], time_scale=1.0
+    )
+    return victim, reference, settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+
+
 async def test_streams_an_engine_aborts_at_its_shutdown_timeout_are_resumed_on_the_other_replica(
     sims: SimFactory,
 ) -> None:
     # A drain (a scale-down, a node's or pod's restart) SIGTERMs the engine; what it has not finished when its
     # --shutdown-timeout runs out, vLLM ends with finish_reason "abort". With resumeStreams, no client sees that.
-    slow = ["--max-num-seqs", "64"]
-    victim, survivor, reference = sims(
-        [*slow, "--shutdown-timeout", "0.2"], slow, ["--time-scale", "50"], time_scale=1.0
-    )
-    settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+    victim, reference, settings = _one_drains_briefly(sims)
     async with serve(settings) as (url, gw):
         await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas ready")
         streams = [Seen("completion" if i % 4 == 3 else "chat", "Drain:" + " more" * (i % 5)) for i in range(20)]
@@ -248,11 +256,7 @@ async def test_answers_an_engine_aborts_at_its_shutdown_timeout_are_retried_on_t
     sims: SimFactory,
 ) -> None:
     # Not streamed, nothing reached the client when the engine aborted: another replica answers from the start.
-    slow = ["--max-num-seqs", "64"]
-    victim, survivor, reference = sims(
-        [*slow, "--shutdown-timeout", "0.2"], slow, ["--time-scale", "50"], time_scale=1.0
-    )
-    settings = settings_for([victim.url, survivor.url], **RESUME, **ROUND_ROBIN)
+    victim, reference, settings = _one_drains_briefly(sims)
     async with serve(settings) as (url, gw):
         await async_wait_for(lambda: gw.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="both replicas ready")
         asked = [Seen("chat", "Answer:" + " more" * i) for i in range(8)]
