@@ -25,8 +25,12 @@ DEFAULT_RESERVE_TOKENS = 1024
 
 Kind = Literal["chat", "completion", "embedding"]
 # Where each kind goes on the engine, and which of vLLM's runners serves it (``engine.runner``).
-PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
-RUNNERS: dict[str, str] = {"chat": "generate", "completion": "generate", "embedding": "pooling"}
+PATHS: dict[Kind, str] = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "embedding": "/v1/embeddings",
+}
+RUNNERS: dict[Kind, str] = {"chat": "generate", "completion": "generate", "embedding": "pooling"}
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,18 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         raise BadRequest("'stream' must be a boolean", param="stream")
     if kind == "embedding":  # no stream, no completion: the prompt's tokens are the whole bill
         prompt, prompt_tokens = _completion_prompt(payload, "input")
-        return ParsedRequest(raw, kind, model, False, False, prompt, max(1, prompt_tokens), 0, 1, payload)
+        return ParsedRequest(
+            raw=raw,
+            kind=kind,
+            model=model,
+            stream=False,
+            client_wants_usage=False,
+            prompt=prompt,
+            prompt_tokens=max(1, prompt_tokens),
+            max_tokens=0,
+            n=1,
+            payload=payload,
+        )
     prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
     max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
     n = _positive_int(payload, "n") or 1

@@ -32,6 +32,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.resume import aborted
 
 __all__ = [
     "CONNECTION_BROKEN",
@@ -117,12 +118,12 @@ async def _post(
 
 
 def _aborted(payload: bytes) -> bool:
-    """Whether a JSON answer ends a choice with ``finish_reason: "abort"``."""
+    """Whether a JSON answer ends a choice with ``finish_reason: "abort"`` (`gateway.resume.aborted`)."""
     try:
-        choices = json.loads(payload).get("choices")
-    except (ValueError, AttributeError):
+        answer = json.loads(payload)
+    except ValueError:
         return False
-    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
+    return isinstance(answer, dict) and aborted(answer)
 
 
 async def send_json(

@@ -33,7 +33,7 @@ from typing import Any
 
 from gateway.body import ParsedRequest
 
-__all__ = ["Transcript", "continuation_body"]
+__all__ = ["Transcript", "aborted", "continuation_body"]
 
 _TEXT_ONLY_DELTA = frozenset({"role", "content"})
 
@@ -46,8 +46,8 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _aborted(payload: dict[str, Any]) -> bool:
-    """Whether an engine event ends a choice with ``finish_reason: "abort"``."""
+def aborted(payload: dict[str, Any]) -> bool:
+    """Whether an engine's answer or event ends a choice with ``finish_reason: "abort"``."""
     choices = payload.get("choices")
     return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
 
@@ -137,7 +137,7 @@ class Transcript:
                 self.resumable = False  # the request's own problem: relayed, and not worth repeating
                 kept.append(event)
                 continue
-            if self.can_continue and _aborted(payload):
+            if self.can_continue and aborted(payload):
                 unfinished = _unfinished(payload)
                 if unfinished is not None:
                     kept.append(self._relayed(unfinished, b"data: " + _dumps(unfinished) + b"\n\n"))
@@ -150,9 +150,9 @@ class Transcript:
         nothing (a resumed engine's role-only first delta); observed either way."""
         if self.offset >= 0:
             rewritten = self._rewrite(payload)
-            event = b"" if rewritten is None else b"data: " + _dumps(rewritten) + b"\n\n"
             if rewritten is None:
-                return event
+                return b""
+            event = b"data: " + _dumps(rewritten) + b"\n\n"
         self._observe(payload)
         return event
 

@@ -11,6 +11,10 @@ measures every node it orders, from what the cluster itself records:
             pull        its first engine pod: PodScheduled to its first running container (the image pull)
             start       ready + pull: what ``nodeColdStartSeconds`` stands for
 
+The fields are the core API's: a condition's ``type``, ``status`` ("True") and ``lastTransitionTime`` (the Node's
+``Ready``, the Pod's ``PodScheduled``, kubernetes.io "Pod Conditions"), a container status's
+``state.running.startedAt``, an object's ``metadata.creationTimestamp``.
+
 A node counts once, when its first engine container runs; the last `KEPT` starts of each group are kept, and a
 median longer than ``nodeColdStartSeconds`` by `SLOWER_THAN_CONFIGURED` is logged (replicas that need a new node
 are then ordered too late). The pull is measured from the pod's scheduling, not from the node's readiness, so a
