@@ -161,25 +161,16 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     stream = False if stream is None else stream  # the API allows null: not streamed
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
-    if kind == "embedding":  # no stream, no completion: the prompt's tokens are the whole bill
-        prompt, prompt_tokens = _completion_prompt(payload, "input")
-        return ParsedRequest(
-            raw=raw,
-            kind=kind,
-            model=model,
-            stream=False,
-            client_wants_usage=False,
-            prompt=prompt,
-            prompt_tokens=max(1, prompt_tokens),
-            max_tokens=0,
-            n=1,
-            payload=payload,
-        )
-    prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
-    max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
-    n = _positive_int(payload, "n") or 1
     options = payload.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if kind == "embedding":  # no stream, no completion: the prompt's tokens are the whole bill
+        prompt, prompt_tokens = _completion_prompt(payload, "input")
+        stream, wants_usage, max_tokens, n = False, False, 0, 1
+    else:
+        prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
+        asked = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
+        max_tokens = asked or DEFAULT_RESERVE_TOKENS
+        n = _positive_int(payload, "n") or 1
     return ParsedRequest(
         raw=raw,
         kind=kind,
@@ -188,7 +179,7 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         client_wants_usage=wants_usage,
         prompt=prompt,
         prompt_tokens=max(1, prompt_tokens),
-        max_tokens=max_tokens or DEFAULT_RESERVE_TOKENS,
+        max_tokens=max_tokens,
         n=n,
         payload=payload,
     )
