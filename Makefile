@@ -42,7 +42,8 @@ PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/
 	tests/control_plane/scaling \
 	$(addprefix tests/control_plane/test_,budget_sources.py gateway_reports.py lease_stores.py loop.py \
 	reports.py rollouts.py service.py service_budget.py service_fuzz.py shares.py starts.py startup.py) \
-	$(addprefix tests/engine_sim/test_,config.py embeddings.py kv.py scheduler.py scheduler_equivalence.py tokenizer.py) \
+	$(addprefix tests/engine_sim/test_,config.py embeddings.py kv.py messages.py responses.py scheduler.py \
+	scheduler_equivalence.py tokenizer.py) \
 	$(addprefix tests/gateway/quota/test_,memory.py) \
 	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py kv_cache.py kv_index.py p2c.py pipeline.py \
 	rendezvous.py) \

@@ -44,6 +44,7 @@ from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.kv_events import KVEventsConfig, KVEventSettings, parse_kv_events_config
 from engine_sim.kv_publisher import ZmqKVEventPublisher
 from engine_sim.lora import LoraSettings, parse_lora_modules
+from engine_sim.responses import store_enabled
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import SleepController, WakeTiming
 from engine_sim.startup import StartupPhases, run_startup
@@ -172,6 +173,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         enable_force_include_usage=args.enable_force_include_usage,
         enable_request_id_headers=args.enable_request_id_headers,
         tokenizer=_tokenizer(args.tokenizer),
+        responses_store=store_enabled(os.environ),
     )
     return ServeOptions(
         config,

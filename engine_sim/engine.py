@@ -32,7 +32,7 @@ from engine_sim.request import FinishReason, SimRequest
 from engine_sim.scheduler import Scheduler, StepResult
 from fleet.protocol.clock import Clock, SystemClock
 
-__all__ = ["Engine", "EngineState", "TokenStream"]
+__all__ = ["Engine", "EngineState", "TokenStream", "collect"]
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
@@ -74,6 +74,16 @@ class TokenStream:
             await self._event.wait()
         tokens, self._pending = self._pending, []
         return tokens, self.finished
+
+
+async def collect(stream: TokenStream) -> tuple[list[int], str]:
+    """Every token of ``stream`` and its finish reason, once it finished (``stream.error`` says if it failed)."""
+    tokens: list[int] = []
+    while True:
+        batch, finish = await stream.next_batch()
+        tokens.extend(batch)
+        if finish is not None:
+            return tokens, finish.value
 
 
 class Engine:

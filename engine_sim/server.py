@@ -1,6 +1,7 @@
 """Server: vLLM's OpenAI-compatible HTTP surface over one simulated `Engine`, on aiohttp.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), ``GET /v1/models``,
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), the Responses routes
+(`engine_sim.responses`), Anthropic's ``POST /v1/messages`` (`engine_sim.messages`), ``GET /v1/models``,
 ``GET /health`` (200 empty body; 503 when the engine is dead), ``GET|POST /ping``, ``GET /version``,
 ``GET /load``, ``GET /metrics``; with sleep mode (``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``) also
 ``POST /sleep``, ``POST /wake_up``, ``GET /is_sleeping`` and ``POST /collective_rpc`` (`engine_sim.sleep`); with
@@ -29,11 +30,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine_sim import VLLM_VERSION
 from engine_sim.embeddings import embedding_body, parse_embedding_request
-from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStream
+from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStream, collect
 from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
+from engine_sim.messages import MessagesApi
 from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
 from engine_sim.request import SimRequest
+from engine_sim.responses import ResponsesApi
 from engine_sim.sleep import SleepController, add_sleep_routes
 from engine_sim.tokenizer import APPROX, SimTokenizer
 
@@ -53,6 +56,7 @@ class ServerSettings:
     enable_force_include_usage: bool = False
     enable_request_id_headers: bool = False
     tokenizer: SimTokenizer = APPROX  # --tokenizer: prompt ids and the filler words generated
+    responses_store: bool = False  # $VLLM_ENABLE_RESPONSES_API_STORE: keep responses for GET and follow-ups
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -208,18 +212,9 @@ class _Routes:
             return error_response(exc)
         if s.enable_force_include_usage and gen.stream:
             gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
-        if self.sleep is not None and self.sleep.seed_shift:  # woken with other weights: other tokens
-            gen = GenerationRequest(**{**gen.__dict__, "seed": gen.seed + self.sleep.seed_shift})
-        action = self.faults.on_request()
-        if action.crash:
-            self.crash()
-        elif action.error is not None:
-            return error_response(action.error)
         framer = ResponseFramer(gen, s.enable_prompt_tokens_details)
-        adapter = gen.model if gen.model not in s.served_model_names else None
         try:
-            arrived = None if adapter is None else await self.engine.adapter_ready(adapter)
-            stream = self.engine.submit(gen.to_sim_request(framer.id), arrived=arrived, adapter=adapter)
+            stream = await self.start(gen, framer.id)
         except RequestError as exc:
             return error_response(exc)
         try:
@@ -230,17 +225,26 @@ class _Routes:
             if stream.finished is None:
                 self.engine.abort(framer.id)  # client went away (handler cancelled) or write failed
 
+    async def start(self, gen: GenerationRequest, request_id: str) -> TokenStream:
+        """Submit a validated generation as every generation route does: the fault policy first, the seed of
+        woken weights, the adapter it names once loaded. RequestError when it is refused."""
+        if self.sleep is not None and self.sleep.seed_shift:  # woken with other weights: other tokens
+            gen = GenerationRequest(**{**gen.__dict__, "seed": gen.seed + self.sleep.seed_shift})
+        action = self.faults.on_request()
+        if action.crash:
+            self.crash()
+        elif action.error is not None:
+            raise action.error
+        adapter = gen.model if gen.model not in self.settings.served_model_names else None
+        arrived = None if adapter is None else await self.engine.adapter_ready(adapter)
+        return self.engine.submit(gen.to_sim_request(request_id), arrived=arrived, adapter=adapter)
+
     async def _collect(self, stream: TokenStream, framer: ResponseFramer) -> web.Response:
-        tokens: list[int] = []
-        while True:
-            batch, finish = await stream.next_batch()
-            tokens.extend(batch)
-            if finish is not None:
-                break
+        tokens, finish = await collect(stream)
         if stream.error is not None:
             return error_response(_engine_failed(stream.error))
         req = stream.request
-        return _json(framer.body(tokens, finish.value, req.num_prompt_tokens, max(0, req.num_cached_tokens)))
+        return _json(framer.body(tokens, finish, req.num_prompt_tokens, max(0, req.num_cached_tokens)))
 
     async def _stream(self, request: web.Request, stream: TokenStream, framer: ResponseFramer) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
@@ -333,6 +337,11 @@ def create_app(
     else:
         app.router.add_post("/v1/chat/completions", routes.chat)
         app.router.add_post("/v1/completions", routes.completions)
+        s = settings
+        names = routes.model_names
+        abort = engine.abort
+        ResponsesApi(routes.start, abort, names, s.max_model_len, s.tokenizer, s.responses_store).add_routes(app)
+        MessagesApi(routes.start, abort, names, s.max_model_len, s.tokenizer).add_routes(app)
     if dev_routes:
         app.router.add_post("/reset_prefix_cache", routes.reset_prefix_cache)
     if sleep is not None:

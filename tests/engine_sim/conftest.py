@@ -40,7 +40,7 @@ StartSim = Callable[..., Awaitable[SimHandle]]
 @pytest.fixture
 async def start_sim() -> AsyncIterator[StartSim]:
     """``await start_sim(time_scale=.., faults=FaultSpec(..), prompt_details=.., tokenizer=.., runner=..,
-    **EngineConfig overrides)``."""
+    responses_store=.., **EngineConfig overrides)``."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def start(*args: Any, **kwargs: Any) -> SimHandle:
@@ -69,6 +69,7 @@ async def _start(
     prompt_details: bool = False,
     tokenizer: SimTokenizer = APPROX,
     runner: str = "generate",
+    responses_store: bool = False,
     **overrides: Any,
 ) -> tuple[SimHandle, Callable[[], Awaitable[None]]]:
     overrides.setdefault("max_model_len", 8192)
@@ -81,6 +82,7 @@ async def _start(
         max_model_len=config.max_model_len,
         enable_prompt_tokens_details=prompt_details,
         tokenizer=tokenizer,
+        responses_store=responses_store,
     )
     crashes: list[str] = []
     policy = FaultPolicy(faults or FaultSpec())

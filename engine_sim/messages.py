@@ -1,0 +1,178 @@
+"""Messages: Anthropic's ``POST /v1/messages`` as vLLM 0.33 serves it beside the OpenAI routes
+(`vllm/entrypoints/anthropic/`, registered with the generate routes).
+
+* The request: ``model``, ``messages`` (``{role, content}``, content a string or a list of ``text`` blocks),
+  ``max_tokens`` (required, > 0), ``system`` (a string or ``text`` blocks, one system message), ``stream``,
+  ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` and ``metadata`` (accepted). It runs as a chat request.
+  A body that fails validation (no ``max_tokens``) gets vLLM's OpenAI-shaped 400 with ``param: body.<field>``,
+  as vLLM's request validation answers before the Anthropic handler runs.
+* The answer: ``{"id": "chatcmpl-...", "type": "message", "role": "assistant", "content": [{"type": "text",
+  "text"}], "model", "stop_reason": "end_turn" | "max_tokens", "usage": {"input_tokens", "output_tokens"}}``, the
+  null ``stop_sequence`` left out (vLLM dumps with ``exclude_none``); ``input_tokens`` is the prompt less its
+  cached tokens.
+* Streams are ``event: <name>\\ndata: <json>\\n\\n`` with no ``[DONE]`` and no ``ping``: ``message_start`` (its
+  usage with the input tokens), ``content_block_start`` (with the first text), ``content_block_delta``
+  (``text_delta``) per engine step, ``content_block_stop``, ``message_delta`` (``stop_reason`` and the usage),
+  ``message_stop``.
+* Errors the handler raises are ``{"type": "error", "error": {"type", "message"}}`` with vLLM's error type names
+  and the status of the error (an unknown model: 404 ``NotFoundError``).
+
+Not simulated (400): images, tools and thinking blocks. ``stop_sequences`` are accepted and never matched.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from engine_sim.engine import TokenStream, collect
+from engine_sim.errors import RequestError
+from engine_sim.protocol import GenerationRequest, dumps, parse_generation_request
+from engine_sim.request import SimRequest
+from engine_sim.tokenizer import SimTokenizer
+
+__all__ = ["MessagesApi"]
+
+Start = Callable[[GenerationRequest, str], Awaitable[TokenStream]]
+Abort = Callable[[str], None]
+_STOP = {"stop": "end_turn", "length": "max_tokens"}
+
+
+def _invalid(field: str, message: str) -> web.Response:
+    """vLLM's request validation failure: OpenAI-shaped, before the Anthropic handler."""
+    body = {"error": {"message": f"1 validation error: {field}: {message}", "type": "Bad Request",
+                      "param": f"body.{field}", "code": 400}}  # fmt: skip
+    return web.json_response(body, status=400, dumps=dumps)
+
+
+def _error(exc: RequestError) -> web.Response:
+    body = {"type": "error", "error": {"type": exc.type, "message": exc.message}}
+    return web.json_response(body, status=exc.status, dumps=dumps)
+
+
+def _text(content: Any, field: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+        return "".join(str(b.get("text", "")) for b in content)
+    raise RequestError(400, "the simulator takes text content blocks only", "BadRequestError", field)
+
+
+class MessagesApi:
+    """``POST /v1/messages`` over one engine; ``start`` submits a generation as the server's other routes do."""
+
+    def __init__(
+        self, start: Start, abort: Abort, served_names: tuple[str, ...], max_model_len: int, tokenizer: SimTokenizer
+    ) -> None:
+        self.start, self.abort = start, abort
+        self.served_names, self.max_model_len, self.tokenizer = served_names, max_model_len, tokenizer
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/messages", self._create)
+
+    async def _create(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, RecursionError) as exc:
+            return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
+        if not isinstance(body, dict):
+            return _invalid("body", "Input should be a valid dictionary")
+        for name in ("model", "messages", "max_tokens"):
+            if name not in body:
+                return _invalid(name, "Field required")
+        max_tokens = body["max_tokens"]
+        if type(max_tokens) is not int or max_tokens <= 0:
+            return _invalid("max_tokens", "Input should be greater than 0")
+        try:
+            gen = self._chat(body)
+            message_id = f"chatcmpl-{uuid.uuid4().hex}"
+            stream = await self.start(gen, message_id)
+        except RequestError as exc:
+            return _error(exc)
+        try:
+            if gen.stream:
+                return await self._stream(request, gen, message_id, stream)
+            tokens, finish = await collect(stream)
+            if stream.error is not None:
+                return _error(RequestError(500, stream.error, "InternalServerError"))
+            req = stream.request
+            content = [{"type": "text", "text": self.tokenizer.filler_text(tokens)}]
+            usage = _usage(req, len(tokens))
+            answer = {"id": message_id, "type": "message", "role": "assistant", "content": content,
+                      "model": gen.model, "stop_reason": _STOP.get(finish, "end_turn"), "usage": usage}  # fmt: skip
+            return web.json_response(answer, dumps=dumps)
+        finally:
+            if stream.finished is None:
+                self.abort(message_id)  # the client went away (handler cancelled) or a write failed
+
+    def _chat(self, body: dict[str, Any]) -> GenerationRequest:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise RequestError(
+                400, "messages must be a non-empty list of message objects", "BadRequestError", "messages"
+            )
+        chat_messages = [{"role": str(m.get("role")), "content": _text(m.get("content"), "messages")} for m in messages]
+        if body.get("system") is not None:
+            chat_messages.insert(0, {"role": "system", "content": _text(body["system"], "system")})
+        if body.get("tools"):
+            raise RequestError(400, "the simulator does not call tools", "BadRequestError", "tools")
+        chat = {"model": body["model"], "messages": chat_messages, "max_tokens": body["max_tokens"],
+                "stream": body.get("stream") is True}  # fmt: skip
+        return parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)
+
+    async def _stream(
+        self, request: web.Request, gen: GenerationRequest, message_id: str, stream: TokenStream
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        req = stream.request
+        opened = False
+        count = 0
+        try:
+            while True:
+                batch, finish = await stream.next_batch()
+                chunk = b""
+                if not response.prepared:
+                    await response.prepare(request)
+                    message: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant", "content": [],
+                               "model": gen.model, "stop_reason": None, "stop_sequence": None,
+                               "usage": _usage(req, 0)}  # fmt: skip
+                    chunk += _event("message_start", message=message)
+                if stream.error is not None:
+                    error = {"type": "internal_error", "message": stream.error}
+                    await response.write(chunk + _event("error", error=error))
+                    break
+                for token in batch:
+                    text = self.tokenizer.token_text(token)
+                    if not opened and text:
+                        chunk += _event("content_block_start", content_block={"type": "text", "text": ""}, index=0)
+                        opened = True
+                    chunk += _event("content_block_delta", delta={"type": "text_delta", "text": text}, index=0)
+                count += len(batch)
+                if finish is not None:
+                    usage = _usage(req, count)
+                    if opened:
+                        chunk += _event("content_block_stop", index=0)
+                    chunk += _event(
+                        "message_delta", delta={"stop_reason": _STOP.get(finish.value, "end_turn")}, usage=usage
+                    )
+                    chunk += _event("message_stop")
+                await response.write(chunk)
+                if finish is not None:
+                    break
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the caller's finally aborts the request
+        return response
+
+
+def _usage(req: SimRequest, output_tokens: int) -> dict[str, int]:
+    """vLLM's Anthropic usage: the prompt's tokens less those read from the prefix cache."""
+    return {"input_tokens": req.num_prompt_tokens - max(0, req.num_cached_tokens), "output_tokens": output_tokens}
+
+
+def _event(name: str, **fields: Any) -> bytes:
+    return f"event: {name}\ndata: {dumps({'type': name, **fields})}\n\n".encode()
