@@ -13,7 +13,8 @@ The engine's environment is the agent's minus the control credentials (an engine
 with the engine key ``$LLMFLEET_ENGINE_API_KEY`` handed over as ``$VLLM_API_KEY``, which vLLM and the simulator
 read like ``--api-key``; the key never appears on a command line or in the log. With ``engine.sleepMode`` the engine
 gets ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (exactly ``1``: vLLM reads it as ``bool(int(...))``),
-without which vLLM 0.33 serves no ``/sleep`` or ``/wake_up`` (docs/agent.md cites the source lines).
+without which vLLM 0.33 serves no ``/sleep`` or ``/wake_up`` (docs/agent.md cites the source lines). With
+``engine.responsesStore`` it gets ``VLLM_ENABLE_RESPONSES_API_STORE=1``, without which vLLM keeps no response.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
 
 ENGINE_KEY_FOR_ENGINE = "VLLM_API_KEY"  # vLLM's own variable for --api-key
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's switch for its development endpoints, sleep and wake among them
+RESPONSES_STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"  # vLLM keeps /v1/responses answers (engine.responsesStore)
 
 _OUTPUT_TAIL_S = 2.0  # after the engine exits, how long `wait` gives its last output to reach the log
 
@@ -205,6 +207,8 @@ class Launcher(abc.ABC):
             env[ENGINE_KEY_FOR_ENGINE] = key
         if self.pool.engine.sleep_mode:
             env[DEV_MODE_ENV] = "1"
+        if self.pool.engine.responses_store:
+            env[RESPONSES_STORE_ENV] = "1"  # read as bool(int(...)), like the dev mode's
         return {**env, **self.config.env}
 
     async def start(self, on_line: Callable[[str], None] | None = None) -> EngineProcess:

@@ -83,6 +83,12 @@ class EngineSpec(Spec):
     completions only to generative ones; a request for the other kind is a 400 naming the pool's runner. The
     capacity plan (and so the scaler's request-rate term) counts a pooling pool's request as its prompt's prefill
     alone: `workload.meanOutputTokens` is not generated."""
+    responses_store: bool = False
+    """vLLM keeps what `/v1/responses` answers (`VLLM_ENABLE_RESPONSES_API_STORE=1` in the engine's environment), so
+    `GET /v1/responses/{id}`, `previous_response_id`, `background` and `cancel` work; the gateway sends each of them
+    to the replica holding the response. Off (vLLM's default), a response is not kept and those requests get 404
+    (`background`: 400). vLLM keeps stored responses in the engine's memory and never expires them: a replica's
+    restart (its restart windows among them) forgets them all. Generative pools only."""
     sleep_mode: bool = False
     """Warm standby: the agent starts the engine with `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`. A scale-down
     then puts ready replicas to sleep at level 1 (weights to host memory, KV cache freed) instead of stopping them,

@@ -151,6 +151,12 @@ def _operations(spec: FleetSpec, path: str, pool: PoolSpec) -> Iterator[Problem]
             f"{path}.restartWindow.maxUnavailable",
             f"{window.max_unavailable} of a minimum of {pool.replicas.min} replicas may restart at once",
         )
+    if pool.engine.responses_store and pool.engine.runner == "pooling":
+        yield _err(
+            f"{path}.engine.responsesStore",
+            "a pooling engine serves no /v1/responses; allowed: true only with engine.runner generate",
+            True,
+        )
     if pool.drain.propagation_seconds + DRAIN_MARGIN_S >= pool.drain.grace_seconds:
         yield _err(
             f"{path}.drain.graceSeconds",

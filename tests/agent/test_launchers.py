@@ -80,6 +80,19 @@ def test_a_pooling_pool_runs_its_engine_with_vllms_pooling_runner(kind: str) -> 
     assert "--runner" not in make_launcher(stacks.pool(**{"engine.kind": kind}), config).argv()  # vLLM's auto
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sim"])
+def test_a_responses_store_reaches_the_engine_as_vllms_environment_switch(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM reads VLLM_ENABLE_RESPONSES_API_STORE as bool(int(...)); without it store=true is dropped
+    monkeypatch.delenv("VLLM_ENABLE_RESPONSES_API_STORE", raising=False)
+    config = LaunchConfig(host="127.0.0.1", port=1)
+    stored = make_launcher(stacks.pool(**{"engine.kind": kind, "engine.responsesStore": True}), config)
+    assert stored.environment()["VLLM_ENABLE_RESPONSES_API_STORE"] == "1"
+    plain = make_launcher(stacks.pool(**{"engine.kind": kind}), config)
+    assert "VLLM_ENABLE_RESPONSES_API_STORE" not in plain.environment()
+
+
 def test_sim_argv_runs_the_simulator_with_vllm_flags_plus_sim_settings() -> None:
     pool = stacks.pool(**{"engine.sim": {"timeScale": 20, "startupSeconds": 0.5, "gpuProfile": "a100-80gb"}})
     config = LaunchConfig(host="127.0.0.1", port=4321, extra_args=("--fault-hang",))

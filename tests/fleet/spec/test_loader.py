@@ -182,6 +182,12 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "must exceed propagationSeconds + 5",
     ),
     (
+        "a responses store on a pooling engine",
+        {"llmfleet:pools.0.engine.runner": "pooling", "llmfleet:pools.0.engine.responsesStore": True},
+        "llmfleet:pools[0].engine.responsesStore",
+        "only with engine.runner generate",
+    ),
+    (
         "no pools",
         {"llmfleet:pools": []},
         "llmfleet:pools",
