@@ -10,7 +10,9 @@ models, admission, the endpoint set and its routers behind the `Upstream`, the r
 `Gateway`, which builds nothing; the application's lifecycle starts and stops the background loops.
 
 Public routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (to pools with
-``engine.runner: pooling`` only), GET /v1/models, GET /healthz. The admin
+``engine.runner: pooling`` only), POST /v1/responses with GET /v1/responses/{id} and POST
+/v1/responses/{id}/cancel (`gateway.held_responses`), Anthropic's POST /v1/messages (`gateway.dialects`),
+GET /v1/models, GET /healthz (`gateway.routes`). The admin
 application, served on its own port (``gateway.adminPort``, which no public Service exposes), answers GET /healthz,
 GET /readyz and GET /metrics for the gateway ``main`` runs: replica counts per pool, tenant names and the
 engines' figures never reach the public port. No other path is forwarded: the engines' development endpoints
@@ -42,7 +44,8 @@ from fleet.spec.stack import PluginRef
 from gateway.admission import Admission
 from gateway.alias_sync import AliasSync
 from gateway.auth import KeyRing
-from gateway.call import REQUEST_ID, authorization, request_id_for
+from gateway.call import REQUEST_ID, request_id_for
+from gateway.dialects import ANTHROPIC_PATHS, anthropic_error_body
 from gateway.drain import DRAIN
 from gateway.edge import METRICS, error_response, header_guard
 from gateway.endpoints import Endpoint, EndpointSet, Refresher
@@ -54,7 +57,9 @@ from gateway.prompt_tokens import PromptTokens
 from gateway.proxy import Timeouts
 from gateway.quota import QuotaBackend, quota_backend
 from gateway.reporting import GatewayReporter, PoolTraffic
+from gateway.response_ids import ResponseIds
 from gateway.retries import RetryBudget
+from gateway.routes import ENGINE_DEV_PATHS, GATEWAY, add_public_routes, healthz
 from gateway.routing.aliases import AliasTable
 from gateway.routing.base import Router
 from gateway.routing.scorers.kv_cache import KvCache
@@ -66,21 +71,6 @@ from gateway.upstream import Upstream
 
 __all__ = ["ENGINE_DEV_PATHS", "GATEWAY", "build_gateway", "create_admin_app", "create_app", "default_session"]
 
-# vLLM 0.33's development endpoints (VLLM_SERVER_DEV_MODE=1; docs/gateway.md): only a replica's own agent calls them.
-ENGINE_DEV_PATHS = (
-    "/sleep",
-    "/wake_up",
-    "/is_sleeping",
-    "/collective_rpc",
-    "/reset_prefix_cache",
-    "/release_kv_cache_memory",
-    "/pause",
-    "/resume",
-    "/is_paused",
-    "/server_info",
-)
-
-GATEWAY = web.AppKey("gateway", Gateway)
 _MAIN = web.AppKey("main", web.Application)
 _SESSION_HEADER = web.AppKey("session_header", str)  # read by both listeners' header guards
 
@@ -103,9 +93,10 @@ async def _request_id(request: web.Request, handler: Handler) -> web.StreamRespo
         return await error_response(request, exc, rid)
     except web.HTTPException as exc:  # unknown path, wrong method
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        response = web.Response(
-            status=exc.status, body=error_body(exc.reason, kind, exc.status), content_type="application/json"
-        )
+        body = error_body(exc.reason, kind, exc.status)
+        if request.path.startswith(ANTHROPIC_PATHS):
+            body = anthropic_error_body(exc.reason, exc.status)
+        response = web.Response(status=exc.status, body=body, content_type="application/json")
         if "Allow" in exc.headers:  # a 405 says which methods the path takes
             response.headers["Allow"] = exc.headers["Allow"]
     if not response.prepared:
@@ -163,14 +154,7 @@ def create_app(
         await backend.close()
 
     app.cleanup_ctx.append(lifecycle)
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/completions", _completions)
-    app.router.add_post("/v1/embeddings", _embeddings)
-    app.router.add_get("/v1/models", _models)
-    app.router.add_get("/healthz", _healthz)
-    for path in ENGINE_DEV_PATHS:
-        app.router.add_route("*", path, _refused)
-        app.router.add_route("*", path + "/{rest:.*}", _refused)
+    add_public_routes(app)
     return app
 
 
@@ -232,6 +216,7 @@ def build_gateway(
         cold=cold,
         prompt_tokens=_prompt_tokens(settings, kv_feed, metrics),
         kv_feed=kv_feed,
+        response_ids=ResponseIds.from_engine_key(settings.engine_api_key),
     )
 
 
@@ -316,7 +301,7 @@ def create_admin_app(main: web.Application) -> web.Application:
     admin = web.Application(middlewares=[_request_id, header_guard(main[_SESSION_HEADER])])
     admin[_MAIN] = main
     admin.on_startup.append(_share_metrics)
-    admin.router.add_get("/healthz", _healthz)
+    admin.router.add_get("/healthz", healthz)
     admin.router.add_get("/readyz", _readyz)
     admin.router.add_get("/metrics", _metrics)
     return admin
@@ -329,35 +314,6 @@ async def _share_metrics(admin: web.Application) -> None:
 async def _refresh_forever(gateway: Gateway) -> None:
     await asyncio.sleep(gateway.refresher.interval_s)
     await gateway.refresher.run()
-
-
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].complete(request, "chat")
-
-
-async def _completions(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].complete(request, "completion")
-
-
-async def _embeddings(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].complete(request, "embedding")
-
-
-async def _models(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY]
-    tenant = gateway.keys.authenticate(authorization(request))  # a repeated or non-ASCII header is a 400
-    return web.json_response({"object": "list", "data": gateway.models.listed(tenant)})
-
-
-async def _healthz(request: web.Request) -> web.StreamResponse:
-    del request  # Unused.
-    return web.json_response({"status": "ok"})
-
-
-async def _refused(request: web.Request) -> web.StreamResponse:
-    """An engine development path: 404 as for any unknown path, and never forwarded."""
-    del request  # Unused.
-    raise web.HTTPNotFound()
 
 
 async def _readyz(request: web.Request) -> web.StreamResponse:

@@ -23,14 +23,23 @@ __all__ = ["DEFAULT_RESERVE_TOKENS", "PATHS", "RUNNERS", "ParsedRequest", "parse
 # Reserved for the completion when the request sets no max_tokens (reconciled with the actual count at the end).
 DEFAULT_RESERVE_TOKENS = 1024
 
-Kind = Literal["chat", "completion", "embedding"]
-# Where each kind goes on the engine, and which of vLLM's runners serves it (``engine.runner``).
+Kind = Literal["chat", "completion", "embedding", "response", "message"]
+# Where each kind goes on the engine, and which of vLLM's runners serves it (``engine.runner``): vLLM 0.33 serves
+# OpenAI's Responses and Anthropic's Messages beside chat on a generative server.
 PATHS: dict[Kind, str] = {
     "chat": "/v1/chat/completions",
     "completion": "/v1/completions",
     "embedding": "/v1/embeddings",
+    "response": "/v1/responses",
+    "message": "/v1/messages",
 }
-RUNNERS: dict[Kind, str] = {"chat": "generate", "completion": "generate", "embedding": "pooling"}
+RUNNERS: dict[Kind, str] = {
+    "chat": "generate",
+    "completion": "generate",
+    "embedding": "pooling",
+    "response": "generate",
+    "message": "generate",
+}
 
 
 @dataclass(frozen=True)
@@ -47,20 +56,24 @@ class ParsedRequest:
     max_tokens: int  # per choice, as reserved
     n: int
     payload: dict[str, Any]
+    previous_response_id: str | None = None  # a Responses follow-up: the response it continues (the client's id)
 
     @property
     def reserve_tokens(self) -> int:
         return self.prompt_tokens + self.max_tokens * self.n
 
-    def upstream_body(self, served_name: str | None = None) -> bytes:
-        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk
-        and an alias of the model (its repository id) becomes ``served_name``, the only name the engine serves."""
+    def upstream_body(self, served_name: str | None = None, previous_engine_id: str | None = None) -> bytes:
+        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk,
+        an alias of the model (its repository id) becomes ``served_name``, the only name the engine serves, and a
+        follow-up names its previous response by the engine's id (``previous_engine_id``)."""
         renamed = served_name is not None and served_name != self.model
-        if (not self.stream or self.client_wants_usage) and not renamed:
+        if (not self.stream or self.client_wants_usage) and not renamed and previous_engine_id is None:
             return self.raw
         payload = dict(self.payload)
         if renamed:
             payload["model"] = served_name
+        if previous_engine_id is not None:
+            payload["previous_response_id"] = previous_engine_id
         if self.stream and not self.client_wants_usage:
             options = payload.get("stream_options")
             payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -151,6 +164,57 @@ def _completion_prompt(payload: dict[str, Any], key: str = "prompt") -> tuple[st
     )
 
 
+def _response_prompt(payload: dict[str, Any]) -> tuple[str, int]:
+    """A Responses request's prompt text (its instructions and input items) and its estimated tokens."""
+    value = payload.get("input")
+    if isinstance(value, str):
+        items: list[Any] = [{"role": "user", "content": value}]
+    elif isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
+        items = value
+    else:
+        raise BadRequest("'input' must be a string or a non-empty list of input items", param="input")
+    instructions = payload.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("'instructions' must be a string", param="instructions")
+    head = f"system:{instructions}\n" if instructions else ""
+    prompt = head + "\n".join(f"{i.get('role', '')}:{_text(i.get('content', i.get('output')))}" for i in items)
+    return prompt, math.ceil(len(prompt) / 4) + 4 * len(items)
+
+
+def _message_prompt(payload: dict[str, Any]) -> tuple[str, int]:
+    """An Anthropic Messages request's prompt text (its system and messages) and its estimated tokens."""
+    prompt, tokens = _chat_prompt(payload)
+    system = payload.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise BadRequest("'system' must be a string or a list of text blocks", param="system")
+    head = _text(system)
+    return (f"system:{head}\n{prompt}" if head else prompt), tokens + math.ceil(len(head) / 4)
+
+
+def _previous(payload: dict[str, Any]) -> str | None:
+    value = payload.get("previous_response_id")
+    if value is not None and (not isinstance(value, str) or not value):
+        raise BadRequest("'previous_response_id' must be a response id", param="previous_response_id")
+    return value
+
+
+def _generation_limits(payload: dict[str, Any], kind: Kind) -> tuple[int, int]:
+    """(max tokens per choice as reserved, choices) of a generation."""
+    if kind == "response":
+        return _positive_int(payload, "max_output_tokens") or DEFAULT_RESERVE_TOKENS, 1
+    if kind == "message":  # Anthropic requires it
+        asked = _positive_int(payload, "max_tokens")
+        if asked is None:
+            raise BadRequest("'max_tokens' is required", param="max_tokens")
+        return asked, 1
+    asked = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
+    return asked or DEFAULT_RESERVE_TOKENS, _positive_int(payload, "n") or 1
+
+
+_PROMPTS = {"chat": _chat_prompt, "completion": _completion_prompt, "response": _response_prompt,
+            "message": _message_prompt}  # fmt: skip
+
+
 def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
     payload = _json_object(raw)
@@ -167,10 +231,10 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         prompt, prompt_tokens = _completion_prompt(payload, "input")
         stream, wants_usage, max_tokens, n = False, False, 0, 1
     else:
-        prompt, prompt_tokens = _chat_prompt(payload) if kind == "chat" else _completion_prompt(payload)
-        asked = _positive_int(payload, "max_completion_tokens") or _positive_int(payload, "max_tokens")
-        max_tokens = asked or DEFAULT_RESERVE_TOKENS
-        n = _positive_int(payload, "n") or 1
+        prompt, prompt_tokens = _PROMPTS[kind](payload)
+        max_tokens, n = _generation_limits(payload, kind)
+        # Responses and Messages streams always carry their usage (in their last events): nothing to add or hide.
+        wants_usage = wants_usage or kind in ("response", "message")
     return ParsedRequest(
         raw=raw,
         kind=kind,
@@ -182,4 +246,5 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         max_tokens=max_tokens,
         n=n,
         payload=payload,
+        previous_response_id=_previous(payload) if kind == "response" else None,
     )

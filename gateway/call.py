@@ -22,6 +22,7 @@ from gateway.auth import FORWARDED_HEADERS
 from gateway.body import PATHS, ParsedRequest
 from gateway.errors import BadEncoding, BodyTooLarge, BrokenBody, MalformedHeader, RequestTimeout
 from gateway.outcome import Outcome
+from gateway.response_ids import Held
 from gateway.routing.base import RequestInfo
 from gateway.tracing import RequestSpans
 
@@ -45,6 +46,7 @@ class Call:
     path: str  # the engine's endpoint for the request's kind
     out: Outcome
     spans: RequestSpans
+    held: Held | None = None  # a Responses follow-up: where its previous response lives (only that replica serves it)
 
     @classmethod
     def of(
@@ -57,19 +59,22 @@ class Call:
         engine_api_key: str | None,
         out: Outcome,
         spans: RequestSpans,
+        held: Held | None = None,
     ) -> Call:
-        """The call for ``pool``, ``info`` being the request as routed from now on (its model the served name)."""
+        """The call for ``pool``, ``info`` being the request as routed from now on (its model the served name);
+        ``held``: the previous response of a follow-up, named to the engine by the engine's own id."""
         return cls(
             request=request,
             tenant=tenant,
             parsed=parsed,
             pool=pool,
             info=info,
-            body=parsed.upstream_body(out.adapter or pool.served_name),
+            body=parsed.upstream_body(out.adapter or pool.served_name, held.engine_id if held else None),
             headers=upstream_headers(request, out.request_id, engine_api_key),
             path=PATHS[parsed.kind],
             out=out,
             spans=spans,
+            held=held,
         )
 
     def used_tokens(self) -> int:

@@ -55,6 +55,7 @@ from multidict import CIMultiDictProxy
 from fleet.protocol.openai_error import error_body
 from fleet.spec.gateway import TimeoutSpec
 from gateway.call import new_request_id
+from gateway.dialects import error_body_for
 from gateway.errors import GatewayError, MalformedHeader, MalformedTarget, UnsupportedEncoding
 from gateway.metrics import GatewayMetrics
 
@@ -136,7 +137,7 @@ async def error_response(request: web.Request, exc: GatewayError, request_id: st
     """``exc`` as OpenAI error JSON with ``x-request-id``; a client error (``client_kind``) is counted and logged on
     one line. One that ``closes`` is sent here and the connection closed at once, rather than after aiohttp has
     spent its lingering time reading a body that is stalled or undecodable."""
-    response = web.Response(status=exc.status, body=exc.body(), content_type="application/json")
+    response = web.Response(status=exc.status, body=error_body_for(request.path, exc), content_type="application/json")
     response.headers.update(exc.headers())
     response.headers["x-request-id"] = request_id
     if exc.client_kind is not None:

@@ -11,6 +11,7 @@ status.
       Unauthorized                  401 missing or unknown API key
       ModelNotAllowed               403 the tenant may not use this model
       ModelNotFound                 404 no pool serves this model
+      ResponseNotFound              404 a response id this tenant was not given, or whose replica has left
       RequestTimeout                408 the body did not arrive within timeouts.bodyReadS (client error: body_timeout;
                                     closes)
       BodyTooLarge                  413 request body over gateway.maxBodyBytes
@@ -61,6 +62,7 @@ __all__ = [
     "ModelNotFound",
     "NoReadyReplica",
     "RequestTimeout",
+    "ResponseNotFound",
     "QueueFull",
     "QueueTimeout",
     "QuotaStoreUnavailable",
@@ -146,6 +148,13 @@ class ModelNotAllowed(GatewayError):
 class ModelNotFound(GatewayError):
     status = 404
     type = "not_found_error"
+
+
+class ResponseNotFound(GatewayError):
+    """A response id this tenant was not given, or whose replica has left (as vLLM words its own 404)."""
+
+    status = 404
+    type = "invalid_request_error"
 
 
 class RequestTimeout(GatewayError):

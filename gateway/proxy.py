@@ -36,6 +36,10 @@ from gateway.resume import aborted
 
 __all__ = [
     "CONNECTION_BROKEN",
+    "DONE_MARKERS",
+    "MESSAGES_END",
+    "RESPONSES_END",
+    "event_data",
     "JsonAnswer",
     "SseRelay",
     "Timeouts",
@@ -63,9 +67,19 @@ class Usage:
 
     @classmethod
     def of(cls, payload: Any) -> Usage:
-        usage = payload.get("usage") if isinstance(payload, dict) else None
+        """The usage of an OpenAI answer or chunk (``prompt_tokens``), or of a Responses or Anthropic answer or
+        event (``input_tokens``; in a ``response`` or ``message`` object of the event, when it carries one)."""
+        if not isinstance(payload, dict):
+            return cls()
+        usage = payload.get("usage")
+        for key in ("response", "message"):
+            inner = payload.get(key)
+            if not isinstance(usage, dict) and isinstance(inner, dict):
+                usage = inner.get("usage")
         if not isinstance(usage, dict):
             return cls()
+        if "input_tokens" in usage:
+            return cls(_int(usage.get("input_tokens")), _int(usage.get("output_tokens")))
         return cls(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
 
 
@@ -84,6 +98,21 @@ class JsonAnswer:
 def sse_error_event(message: str, type_: str = "upstream_error", code: int = 502) -> bytes:
     """The in-band error vLLM itself sends: an error event, then ``[DONE]``."""
     return b"data: " + error_body(message, type_, code) + b"\n\ndata: [DONE]\n\n"
+
+
+# What ends a stream properly, by the API it speaks: OpenAI's ``[DONE]``; the Responses API's last event (its
+# ``response.completed``, or ``.incomplete`` / ``.failed``); Anthropic's ``message_stop``.
+DONE_MARKERS = (b"data: [DONE]",)
+RESPONSES_END = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+MESSAGES_END = (b"event: message_stop",)
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The ``data:`` line's content of one SSE event (after any ``event:`` line); None without one."""
+    if event.startswith(b"data:"):
+        return event[5:].split(b"\n", 1)[0]
+    at = event.find(b"\ndata:")
+    return None if at < 0 else event[at + 6 :].split(b"\n", 1)[0]
 
 
 def _died(exc: Exception) -> UpstreamDiedEarly:
@@ -159,6 +188,7 @@ class SseRelay:
 
     resp: aiohttp.ClientResponse
     hide_usage: bool
+    ends: tuple[bytes, ...] = DONE_MARKERS  # what ends the stream properly (`DONE_MARKERS`, `RESPONSES_END`, ...)
     buffer: bytes = b""
     events: int = 0
     done: bool = False
@@ -173,7 +203,7 @@ class SseRelay:
             return b""
         complete, self.buffer = self.buffer[: cut + 2], self.buffer[cut + 2 :]
         self.events += complete.count(b"\n\n")
-        if b"[DONE]" in complete:
+        if any(end in complete for end in self.ends):
             self.done = True
         if b'"error"' in complete:
             self._spot_error(complete)
@@ -183,23 +213,29 @@ class SseRelay:
 
     def _spot_error(self, complete: bytes) -> None:
         for event in complete.split(b"\n\n"):
-            if not (event.startswith(b"data:") and b'"error"' in event):
+            data = event_data(event) if b'"error"' in event else None
+            if data is None:
                 continue
             try:
-                payload = json.loads(event[5:])
+                payload = json.loads(data)
             except ValueError:
                 continue
-            error = payload.get("error") if isinstance(payload, dict) else None
+            if not isinstance(payload, dict):
+                continue
+            error = payload.get("error")
             if isinstance(error, dict):
                 code = error.get("code")
                 self.error_code = code if isinstance(code, int) and 400 <= code < 600 else 500
+            elif payload.get("type") == "error":  # the Responses API's error event: its fields at the top
+                self.error_code = 500
 
     def _take_usage(self, complete: bytes) -> bytes:
         kept: list[bytes] = []
         for event in complete.split(b"\n\n")[:-1]:
-            if b'"usage"' in event and event.startswith(b"data:"):
+            data = event_data(event) if b'"usage"' in event else None
+            if data is not None:
                 try:
-                    payload = json.loads(event[5:])
+                    payload = json.loads(data)
                 except ValueError:
                     payload = None
                 found = Usage.of(payload)
@@ -231,6 +267,7 @@ async def open_stream(
     headers: dict[str, str],
     timeouts: Timeouts,
     hide_usage: bool,
+    ends: tuple[bytes, ...] = DONE_MARKERS,
 ) -> tuple[SseRelay, bytes]:
     """One streaming attempt up to its first event: (relay for the rest, bytes to send first).
 
@@ -240,7 +277,7 @@ async def open_stream(
     try:
         async with asyncio.timeout(timeouts.first_token_s):
             resp = await _post(session, url, body, headers, timeouts)
-            relay = SseRelay(resp, hide_usage)
+            relay = SseRelay(resp, hide_usage, ends)
             first = await relay.first()
     except TimeoutError:
         if relay is not None:

@@ -62,6 +62,8 @@ def _unfinished(payload: dict[str, Any]) -> dict[str, Any] | None:
 def _may_resume(parsed: ParsedRequest) -> bool:
     """Whether the request, as sent, can be continued from a text prefix at all."""
     payload = parsed.payload
+    if parsed.kind not in ("chat", "completion"):  # a Responses or Messages stream is not continued (yet)
+        return False
     if parsed.n != 1 or payload.get("best_of") not in (None, 1) or payload.get("echo"):
         return False
     if parsed.kind == "completion":

@@ -28,13 +28,15 @@ from fleet.spec.stack import GatewaySpec, PoolSpec, TenantSpec
 from gateway.admission import Admission
 from gateway.auth import KeyRing
 from gateway.body import RUNNERS, Kind, ParsedRequest, parse_body
-from gateway.call import REQUEST_ID, Call, authorization, new_request_id, read_body
+from gateway.call import REQUEST_ID, Call, new_request_id, read_body
+from gateway.dialects import credential, stream_ends
 from gateway.endpoints import EndpointSet, Refresher
 from gateway.errors import (
     BadRequest,
     GatewayError,
     GatewayTimeout,
     NoReadyReplica,
+    ResponseNotFound,
     ServiceUnavailable,
     UnsupportedMediaType,
     UpstreamConnectError,
@@ -51,6 +53,7 @@ from gateway.outcome import Outcome, record
 from gateway.prompt_tokens import PromptTokens
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.reporting import PoolTraffic
+from gateway.response_ids import Held, IdRewriter, ResponseIds
 from gateway.routing.aliases import AliasTable
 from gateway.routing.base import RequestInfo
 from gateway.shares import CapacityShares
@@ -87,6 +90,7 @@ class Gateway:
     cold: asyncio.Event  # set when a request waits for a pool with no capacity: report at once
     prompt_tokens: PromptTokens  # the prompt as the engine tokenizes it, for pools routed by kv-cache
     kv_feed: KvEventFeed  # the engines' KV events into the kv-cache scorers' indexes
+    response_ids: ResponseIds  # the ids clients get for responses: the replica holding each, sealed per tenant
 
     @property
     def endpoints(self) -> EndpointSet:
@@ -125,6 +129,7 @@ class Gateway:
         self, request: web.Request, kind: Kind, out: Outcome, spans: RequestSpans
     ) -> web.StreamResponse:
         tenant, parsed, pool, info = await self._intake(request, kind, out, spans)
+        held = self._previous(parsed, tenant, pool)
         with spans.phase("quota", {"llmfleet.tenant": tenant.name}):
             limits = QuotaLimits.of(tenant)
             check_fits(limits, parsed.reserve_tokens)
@@ -144,7 +149,7 @@ class Gateway:
                     token_ids=self.prompt_tokens.ids(pool.name, parsed),
                 )
                 return await self._attempts(
-                    Call.of(request, tenant, parsed, pool, info, self.engine_api_key, out, spans)
+                    Call.of(request, tenant, parsed, pool, info, self.engine_api_key, out, spans, held)
                 )
         finally:
             await self.quota.release(reservation, out.used_tokens)
@@ -155,7 +160,7 @@ class Gateway:
         """Who asks (the key), for what (the body) and which pool serves it; the request as the model lookup saw
         it (its model the client's name)."""
         with spans.phase("auth") as span:
-            tenant = self.keys.authenticate(authorization(request))
+            tenant = self.keys.authenticate(credential(request))
             span.set_attribute("llmfleet.tenant", tenant.name)
         out.tenant = tenant.name
         if request.content_type != "application/json":
@@ -187,6 +192,16 @@ class Gateway:
         spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
         return tenant, parsed, pool, info
 
+    def _previous(self, parsed: ParsedRequest, tenant: TenantSpec, pool: PoolSpec) -> Held | None:
+        """Where a follow-up's previous response lives: a replica of ``pool`` still in it, or a 404."""
+        public = parsed.previous_response_id
+        if public is None:
+            return None
+        held = self.response_ids.open(public, tenant.name)
+        if held is None or self.upstream.endpoints.get(pool.name, held.replica) is None:
+            raise ResponseNotFound(f"Response with id '{public}' not found.", param="previous_response_id")
+        return held
+
     @contextlib.asynccontextmanager
     async def _admitted(
         self, tenant: TenantSpec, pool: PoolSpec, out: Outcome, spans: RequestSpans
@@ -215,9 +230,16 @@ class Gateway:
         tried: set[str] = set()
         retry_reason: str | None = None  # the failure that sent the request to its next replica
         up.on_request()
+        pinned = call.held.replica if call.held else None
         while True:
             with call.spans.phase("route", {"llmfleet.routing.picker": up.picker(pool.name)}) as span:
-                decision = up.route(pool.name, call.info, exclude=tried)
+                decision = up.route(pool.name, call.info, exclude=tried, only=pinned)
+                if decision is None and pinned is not None and not tried:  # it holds the response, and cannot serve
+                    raise ResponseNotFound(
+                        f"Response with id '{call.parsed.previous_response_id}' not found: the replica holding it is "
+                        "not serving",
+                        param="previous_response_id",
+                    )
                 if decision is None:
                     raise _no_ready_replica(pool)
                 span.set_attributes(
@@ -230,7 +252,9 @@ class Gateway:
                     return await self._answer(call, attempt, retry_reason)
                 except UpstreamStatus as exc:
                     up.account(attempt.ep, exc)
-                    return web.Response(status=exc.status, body=exc.body, headers={"Content-Type": exc.content_type})
+                    rewrite = self._rewriter(call, attempt.ep.id)  # the engine's 404 names the previous response
+                    body = exc.body if rewrite is None else rewrite(exc.body)
+                    return web.Response(status=exc.status, body=body, headers={"Content-Type": exc.content_type})
                 except UpstreamError as exc:
                     up.account(attempt.ep, exc)
                     if exc.retryable and up.may_retry(out):
@@ -248,9 +272,11 @@ class Gateway:
             deadline = asyncio.get_running_loop().time() + up.timeouts.total_s
             with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
                 headers = spans.headers_for(span, call.headers)
-                relay, first = await up.open(ep, call.path, call.body, headers, not call.parsed.client_wants_usage)
+                hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
+                relay, first = await up.open(ep, call.path, call.body, headers, hide, ends)
             # From here on bytes reach the client: the session owns the attempt, no retry.
-            return await StreamSession(call, up).run(Segment(attempt, relay, first), deadline)
+            session = StreamSession(call, up, self._rewriter(call, ep.id))
+            return await session.run(Segment(attempt, relay, first), deadline)
         with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
             answer = await up.send(ep, call.path, call.body, spans.headers_for(span, call.headers))
         up.succeeded(ep)
@@ -258,9 +284,18 @@ class Gateway:
         out.completion_tokens = answer.usage.completion_tokens
         out.used_tokens = call.used_tokens()
         out.first_token_s = self.clock.monotonic() - out.received
+        rewrite = self._rewriter(call, ep.id)
+        body = answer.body if rewrite is None else rewrite(answer.body)
         return web.Response(
-            status=200, body=answer.body, headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id}
+            status=200, body=body, headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id}
         )
+
+    def _rewriter(self, call: Call, replica: str) -> IdRewriter | None:
+        """For a Responses answer from ``replica``: its ids as the client gets them (`gateway.response_ids`)."""
+        if call.parsed.kind != "response":
+            return None
+        known = {call.held.engine_id: call.parsed.previous_response_id or ""} if call.held else None
+        return IdRewriter(self.response_ids, replica, call.tenant.name, known)
 
 
 def _no_ready_replica(pool: PoolSpec) -> NoReadyReplica:

@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
 from gateway.call import Call
+from gateway.dialects import stream_ends, stream_error
 from gateway.errors import UpstreamBroken, UpstreamError
-from gateway.proxy import CONNECTION_BROKEN, SseRelay, sse_error_event
+from gateway.proxy import CONNECTION_BROKEN, SseRelay
 from gateway.resume import Transcript, continuation_body
 from gateway.routing.base import EndpointView
 from gateway.tracing import fail
@@ -58,8 +60,9 @@ class Segment:
 class StreamSession:
     """The relay of one stream: `run` owns the first segment from its first event on."""
 
-    def __init__(self, call: Call, upstream: Upstream) -> None:
-        self.call, self.upstream = call, upstream
+    def __init__(self, call: Call, upstream: Upstream, rewrite: Callable[[bytes], bytes] | None = None) -> None:
+        """``rewrite`` changes each chunk of events before it goes out (a Responses stream's ids)."""
+        self.call, self.upstream, self.rewrite = call, upstream, rewrite
         self.transcript = Transcript.for_request(call.parsed) if call.pool.resume_streams else None
         self.resuming = False  # a failure met a stream that can be continued: counted in resumed_streams_total
 
@@ -90,7 +93,7 @@ class StreamSession:
                 resumed = await self._resume(segment, failure, deadline)
                 if resumed is None:
                     out.error, out.stream_status = "stream_broken", BROKEN_STREAM_STATUS
-                    await response.write(sse_error_event(failure))
+                    await response.write(stream_error(self.call.parsed.kind, failure))
                     break
                 segment = resumed
                 failure = await self._write(response, segment.first)
@@ -122,6 +125,8 @@ class StreamSession:
         failure = None
         if self.transcript is not None:
             chunk, failure = self.transcript.relay(chunk)
+        if self.rewrite is not None:
+            chunk = self.rewrite(chunk)
         if chunk:
             await response.write(chunk)
         return failure
@@ -171,7 +176,8 @@ class StreamSession:
             try:
                 with call.spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, "resume") as span:
                     headers = call.spans.headers_for(span, call.headers)
-                    relay, first = await up.open(ep, call.path, body, headers, not call.parsed.client_wants_usage)
+                    hide = not call.parsed.client_wants_usage
+                    relay, first = await up.open(ep, call.path, body, headers, hide, stream_ends(call.parsed.kind))
             except UpstreamError as exc:
                 attempt.close()
                 up.account(ep, exc)

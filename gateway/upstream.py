@@ -26,7 +26,7 @@ from gateway.endpoints import Endpoint, EndpointSet
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.outcome import Outcome
-from gateway.proxy import JsonAnswer, SseRelay, Timeouts, open_stream, send_json
+from gateway.proxy import DONE_MARKERS, JsonAnswer, SseRelay, Timeouts, open_stream, send_json
 from gateway.retries import RetryBudget
 from gateway.routing.base import Decision, EndpointView, RequestInfo, Router
 
@@ -107,10 +107,21 @@ class Upstream:
         return self.routers[pool].picker.name
 
     def route(
-        self, pool: str, info: RequestInfo, exclude: Collection[str] = (), *, ready_only: bool = False
+        self,
+        pool: str,
+        info: RequestInfo,
+        exclude: Collection[str] = (),
+        *,
+        ready_only: bool = False,
+        only: str | None = None,
     ) -> Decision | None:
-        """The pool router's pick among its replicas but ``exclude`` (ids), only ready ones with ``ready_only``."""
-        views = [v for v in self.endpoints.snapshot(pool) if v.id not in exclude and (v.ready or not ready_only)]
+        """The pool router's pick among its replicas but ``exclude`` (ids), only ready ones with ``ready_only``,
+        and only replica ``only`` when set (a follow-up to the response it holds; its filters still apply)."""
+        views = [
+            v
+            for v in self.endpoints.snapshot(pool)
+            if v.id not in exclude and (v.ready or not ready_only) and (only is None or v.id == only)
+        ]
         return self.routers[pool].route(views, info)
 
     def begin(self, view: EndpointView, pool: PoolSpec, out: Outcome) -> Attempt:
@@ -123,10 +134,16 @@ class Upstream:
         return await send_json(self.session, ep.url + path, body, headers, self.timeouts)
 
     async def open(
-        self, ep: Endpoint, path: str, body: bytes, headers: dict[str, str], hide_usage: bool
+        self,
+        ep: Endpoint,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        hide_usage: bool,
+        ends: tuple[bytes, ...] = DONE_MARKERS,
     ) -> tuple[SseRelay, bytes]:
-        """A stream from ``ep`` up to its first event (`gateway.proxy.open_stream`)."""
-        return await open_stream(self.session, ep.url + path, body, headers, self.timeouts, hide_usage=hide_usage)
+        """A stream from ``ep`` up to its first event (`gateway.proxy.open_stream`), ended by ``ends``."""
+        return await open_stream(self.session, ep.url + path, body, headers, self.timeouts, hide_usage, ends)
 
     # -- health and budget ---------------------------------------------------------------------------------
     def succeeded(self, ep: Endpoint) -> None:

@@ -1,14 +1,15 @@
-"""Malformed input over HTTP: generated OpenAI bodies at a simulator process are answered, never with a 5xx.
+"""Malformed input over HTTP: generated OpenAI and Anthropic bodies at a simulator process are answered, never with
+a 5xx.
 
-Every answer is a 200 (a JSON completion, or an SSE stream that ends with ``data: [DONE]`` and carries no error
-event) or a 4xx in vLLM's error shape, ``{"error": {"message", "type", "param", "code": <status>}}``; the
-process stays healthy throughout. Examples are derandomized, so CI runs the same ones every time; the pinned
+Every answer is a 200 (a JSON answer, or an SSE stream that ends as its API ends one and carries no error event)
+or a 4xx in vLLM's error shape, ``{"error": {"message", "type", "param", "code": <status>}}``, or on
+``/v1/messages`` the Anthropic shape vLLM's handler answers with (`tests.support.answers`); the process stays
+healthy throughout. Examples are derandomized, so CI runs the same ones every time; the pinned
 ``@example`` bodies are a stream (always run) and bodies that were each answered with a 500 once.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,15 +17,11 @@ import aiohttp
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from tests.support.answers import PATHS, check_answer
 from tests.support.openai_bodies import CONTENT_TYPES, Kind, request_bytes
 from tests.support.procs import Proc, Procs
 
 MODEL = "qwen"
-PATHS: dict[Kind, str] = {
-    "chat": "/v1/chat/completions",
-    "completion": "/v1/completions",
-    "embedding": "/v1/embeddings",
-}
 FUZZ = settings(
     max_examples=120,
     deadline=None,
@@ -71,31 +68,13 @@ async def pooling_target(pooling_sim: Proc) -> AsyncIterator[tuple[Proc, aiohttp
         yield pooling_sim, session
 
 
-def _check_answer(status: int, content_type: str, body: bytes, answer_key: str = "choices") -> None:
-    assert status < 500, body[:300]
-    if status >= 400:
-        error = json.loads(body)["error"]
-        assert isinstance(error["message"], str) and isinstance(error["type"], str), error
-        assert error["param"] is None or isinstance(error["param"], str), error
-        assert error["code"] == status, error
-        return
-    assert status == 200, body
-    if not content_type.startswith("text/event-stream"):
-        assert json.loads(body)[answer_key], body
-        return
-    events = [line[6:] for line in body.decode().split("\n\n") if line.startswith("data: ")]
-    assert events and events[-1] == "[DONE]", body[-300:]
-    for event in events[:-1]:
-        assert "error" not in json.loads(event), event
-
-
 async def _fuzz(target: tuple[Proc, aiohttp.ClientSession], kind: Kind, raw: bytes, content_type: str) -> None:
     sim, session = target
     headers = {"Content-Type": content_type}
     async with session.post(sim.url + PATHS[kind], data=raw, headers=headers) as resp:
         answer = (resp.status, resp.headers.get("Content-Type", ""), await resp.read())
     try:
-        _check_answer(*answer, "data" if kind == "embedding" else "choices")
+        check_answer(kind, *answer, code_is_status=True)
     except AssertionError as exc:
         raise AssertionError(f"request body {raw[:300]!r} ({content_type}): {exc}") from None
     async with session.get(sim.url + "/health") as health:
@@ -139,3 +118,25 @@ async def test_generated_embedding_bodies_at_a_pooling_server_are_answered_or_re
     pooling_target: Any, raw: bytes, content_type: str
 ) -> None:
     await _fuzz(pooling_target, "embedding", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("response", MODEL), content_type=CONTENT_TYPES)
+@example(raw=b'{"model":"qwen","input":"hi","stream":true,"max_output_tokens":3}', content_type=JSON)
+@example(raw=b'{"model":"qwen","input":' + DEEP + b"}", content_type=JSON)
+async def test_generated_responses_bodies_are_answered_or_refused_with_a_4xx(
+    target: tuple[Proc, aiohttp.ClientSession], raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "response", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("message", MODEL), content_type=CONTENT_TYPES)
+@example(
+    raw=b'{"model":"qwen","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}', content_type=JSON
+)
+@example(raw=b'{"model":"qwen","max_tokens":3,"messages":' + DEEP + b"}", content_type=JSON)
+async def test_generated_messages_bodies_are_answered_or_refused_with_a_4xx(
+    target: tuple[Proc, aiohttp.ClientSession], raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "message", raw, content_type)

@@ -49,10 +49,13 @@ SimFactory = Callable[..., list[Proc]]
 
 @pytest.fixture
 def sims(procs: Procs) -> SimFactory:
-    """``sims(["--fault-hang"], [], time_scale=...)``: start one simulator per argument list, in parallel."""
+    """``sims(["--fault-hang"], [], time_scale=..., env={...})``: start one simulator per argument list, in
+    parallel (``env`` added to each one's environment)."""
 
-    def start(*arg_lists: list[str], **kw: Any) -> list[Proc]:
-        spawned = [procs.start(sim_args(*extra, **kw), name=f"sim-{len(procs.started)}") for extra in arg_lists]
+    def start(*arg_lists: list[str], env: dict[str, str] | None = None, **kw: Any) -> list[Proc]:
+        spawned = [
+            procs.start(sim_args(*extra, **kw), name=f"sim-{len(procs.started)}", env=env) for extra in arg_lists
+        ]
         for proc in spawned:
             proc.wait_url("API server")
         return spawned

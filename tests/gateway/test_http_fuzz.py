@@ -1,10 +1,12 @@
-"""Malformed input over HTTP: generated OpenAI bodies through the gateway are answered, never with a 5xx.
+"""Malformed input over HTTP: generated OpenAI and Anthropic bodies through the gateway are answered, never with a
+5xx.
 
 A gateway in this process in front of one simulator process; each example is one request with a valid tenant
-key. Every answer is a 200 (a JSON completion, or an SSE stream that ends with ``data: [DONE]`` and carries no
-error event) or a 4xx in OpenAI's error shape, whether the gateway refused the body or relayed the engine's
-refusal; and the client's input never counts against the replica (no failure, no ejection). Examples are
-derandomized, so CI runs the same ones every time.
+key. Every answer is a 200 (a JSON answer, or an SSE stream that ends as its API ends one, ``data: [DONE]``, a
+Responses stream's last event, Anthropic's ``message_stop``, and carries no error event) or a 4xx in OpenAI's error
+shape (Anthropic's too on ``/v1/messages``), whether the gateway refused the body or relayed the engine's refusal;
+and the client's input never counts against the replica (no failure, no ejection). Examples are derandomized, so
+CI runs the same ones every time.
 """
 
 from __future__ import annotations
@@ -21,17 +23,13 @@ from hypothesis import HealthCheck, example, given, settings
 
 from gateway.service import Gateway
 from tests.gateway.conftest import serve, settings_for, sim_args
+from tests.support.answers import PATHS, check_answer
 from tests.support.openai_bodies import CONTENT_TYPES, Kind, request_bytes
 from tests.support.procs import Proc, Procs
 from tests.support.stacks import KEYS, MODEL
 from tests.support.wait import async_wait_for
 
 POOL = "qwen-7b"
-PATHS: dict[Kind, str] = {
-    "chat": "/v1/chat/completions",
-    "completion": "/v1/completions",
-    "embedding": "/v1/embeddings",
-}
 KEY = f"Bearer {KEYS['gold']}"
 FUZZ = settings(
     max_examples=120,
@@ -92,33 +90,12 @@ async def pooling_target(pooling_sim: Proc) -> AsyncIterator[Target]:
         yield found
 
 
-def _check_answer(status: int, content_type: str, body: bytes, answer_key: str = "choices") -> None:
-    assert status < 500, body[:300]
-    if status >= 400:
-        document = json.loads(body)
-        assert list(document) == ["error"], document
-        error = document["error"]
-        assert sorted(error) == ["code", "message", "param", "type"], error
-        assert isinstance(error["message"], str) and isinstance(error["type"], str), error
-        assert error["param"] is None or isinstance(error["param"], str), error
-        assert error["code"] is None or isinstance(error["code"], int | str), error
-        return
-    assert status == 200, body[:300]
-    if not content_type.startswith("text/event-stream"):
-        assert json.loads(body)[answer_key], body[:300]
-        return
-    events = [event[6:] for event in body.decode().split("\n\n") if event.startswith("data: ")]
-    assert events and events[-1] == "[DONE]", body[-300:]
-    for event in events[:-1]:
-        assert "error" not in json.loads(event), event
-
-
 async def _fuzz(target: Target, kind: Kind, raw: bytes, content_type: str) -> None:
     headers = {"Authorization": KEY, "Content-Type": content_type}
     async with target.session.post(target.url + PATHS[kind], data=raw, headers=headers) as resp:
         answer = (resp.status, resp.headers.get("Content-Type", ""), await resp.read())
     try:
-        _check_answer(*answer, "data" if kind == "embedding" else "choices")
+        check_answer(kind, *answer)
     except AssertionError as exc:
         raise AssertionError(f"request body {raw[:300]!r} ({content_type}): {exc}") from None
     (endpoint,) = target.gateway.endpoints.members(POOL)
@@ -156,3 +133,25 @@ async def test_generated_embedding_bodies_are_answered_or_refused_with_an_openai
     pooling_target: Target, raw: bytes, content_type: str
 ) -> None:
     await _fuzz(pooling_target, "embedding", raw, content_type)
+
+
+RESPONSE_STREAM = {"model": MODEL, "input": "hi", "stream": True, "max_output_tokens": 3}
+MESSAGE_STREAM = {"model": MODEL, "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@FUZZ
+@given(raw=request_bytes("response", MODEL), content_type=CONTENT_TYPES)
+@example(raw=json.dumps(RESPONSE_STREAM).encode(), content_type=JSON)
+async def test_generated_responses_bodies_are_answered_or_refused_with_an_openai_4xx(
+    target: Target, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "response", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("message", MODEL), content_type=CONTENT_TYPES)
+@example(raw=json.dumps(MESSAGE_STREAM).encode(), content_type=JSON)
+async def test_generated_messages_bodies_are_answered_or_refused_with_a_4xx(
+    target: Target, raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "message", raw, content_type)

@@ -1,4 +1,5 @@
-"""OpenAI bodies: hypothesis strategies for chat-completions and completions request bodies, right and wrong.
+"""OpenAI bodies: hypothesis strategies for chat-completions, completions, embeddings, Responses and Anthropic
+Messages request bodies, right and wrong.
 
 The fields are those of the OpenAI API's request schemas (``CreateChatCompletionRequest``,
 ``CreateCompletionRequest``) plus the vLLM extras the simulator reads (``ignore_eos``, ``add_generation_prompt``,
@@ -25,9 +26,20 @@ from typing import Any, Literal
 
 from hypothesis import strategies as st
 
-__all__ = ["ANY_JSON", "CONTENT_TYPES", "TEXT", "Kind", "Mode", "chat_bodies", "completion_bodies", "request_bytes"]
+__all__ = [
+    "ANY_JSON",
+    "CONTENT_TYPES",
+    "TEXT",
+    "Kind",
+    "Mode",
+    "chat_bodies",
+    "completion_bodies",
+    "message_bodies",
+    "request_bytes",
+    "response_bodies",
+]
 
-Kind = Literal["chat", "completion", "embedding"]
+Kind = Literal["chat", "completion", "embedding", "response", "message"]
 Strategy = st.SearchStrategy[Any]
 Fields = dict[str, Strategy]
 
@@ -219,6 +231,62 @@ def _embedding_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
     return required, optional
 
 
+def _response_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
+    """OpenAI's ``CreateResponse``: ``input`` a string or message items, and the fields a follow-up names."""
+    content = m.text | st.lists(
+        st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text"]), "text": m.field(m.text, None)}),
+        min_size=1,
+        max_size=2,
+    )
+    item = st.fixed_dictionaries(
+        {"role": m.field(st.sampled_from(["user", "assistant", "system", "developer"]), "robot"), "content": content},
+        optional={"type": m.field(st.just("message"), "function_call_output")},
+    )
+    required = {
+        "model": m.field(st.just(model), "", "no-such-model"),
+        "input": m.field(m.text | st.lists(item, min_size=1, max_size=3), [], [{}], 7, None),
+    }
+    optional = {
+        "instructions": m.field(m.text, 7, []),
+        "max_output_tokens": m.count(1, 12, 8192, 10**6),
+        "previous_response_id": m.field(st.just("resp_nothing"), "", 7, "resp_a.b"),
+        "store": m.field(st.booleans(), "yes"),
+        "background": m.field(st.just(False), True, "yes"),
+        "stream": m.field(st.booleans(), None, 1),
+        "temperature": m.unit(0.0, 2.0),
+        "top_p": m.unit(0.0, 1.0),
+        "metadata": m.field(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=2), []),
+        "user": m.field(m.text),
+    }
+    return required, optional
+
+
+def _message_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
+    """Anthropic's ``MessageCreateParams``: ``max_tokens`` required, content strings or text blocks."""
+    block = st.fixed_dictionaries({"type": m.field(st.just("text"), "image"), "text": m.field(m.text, None)})
+    message = st.fixed_dictionaries(
+        {
+            "role": m.field(st.sampled_from(["user", "assistant"]), "robot", "system"),
+            "content": m.field(m.text | st.lists(block, min_size=1, max_size=2), [], None),
+        }
+    )
+    required = {
+        "model": m.field(st.just(model), "", "no-such-model"),
+        "max_tokens": m.count(1, 12, 8192, 10**6),
+        "messages": m.field(st.lists(message, min_size=1, max_size=3), [], [{}]),
+    }
+    optional = {
+        "system": m.field(m.text | st.lists(block, max_size=2), 7),
+        "stream": m.field(st.booleans(), None, 1),
+        "temperature": m.unit(0.0, 1.0),
+        "top_p": m.unit(0.0, 1.0),
+        "top_k": m.count(0, 50),
+        "stop_sequences": m.field(st.lists(m.text, max_size=2), "x"),
+        "metadata": m.field(st.fixed_dictionaries({}, optional={"user_id": m.text}), []),
+    }
+    return required, optional
+
+
 def _body(required: Fields, optional: Fields) -> Strategy:
     """The fields, the optional ones each present or not, plus at times unknown ones (never a known name)."""
     known = set(required) | set(optional)
@@ -250,6 +318,16 @@ def embedding_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
     return _bodies(_embedding_fields, model)
 
 
+def response_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
+    """``POST /v1/responses`` bodies for a server that serves ``model``."""
+    return _bodies(_response_fields, model)
+
+
+def message_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Anthropic ``POST /v1/messages`` bodies for a server that serves ``model``."""
+    return _bodies(_message_fields, model)
+
+
 def _not_an_object(body: bytes) -> st.SearchStrategy[bytes]:
     """Bytes a JSON parser refuses, or reads as something else than an object, or cannot read at all."""
     deep = st.sampled_from([64, 999, 1001, 1500, 1900]).map(lambda n: b'{"model":"m","messages":' + b"[" * n + b"]" * n)
@@ -264,7 +342,14 @@ def _not_an_object(body: bytes) -> st.SearchStrategy[bytes]:
 
 def request_bytes(kind: Kind, model: str) -> st.SearchStrategy[bytes]:
     """What a client sends for ``kind``: a generated body as JSON (nine times in ten), else malformed bytes."""
-    bodies = {"chat": chat_bodies, "completion": completion_bodies, "embedding": embedding_bodies}[kind](model)
+    strategies = {
+        "chat": chat_bodies,
+        "completion": completion_bodies,
+        "embedding": embedding_bodies,
+        "response": response_bodies,
+        "message": message_bodies,
+    }
+    bodies = strategies[kind](model)
     # Non-ASCII as \u escapes, or as raw UTF-8 (where half a surrogate pair becomes bytes no UTF-8 decoder takes).
     encoded = st.tuples(bodies, _rarely(st.just(True), st.just(False), one_in=4)).map(
         lambda pair: json.dumps(pair[0], ensure_ascii=pair[1]).encode("utf-8", "surrogatepass")

@@ -39,6 +39,23 @@ class Answer:
         assert sorted(error) == ["code", "message", "param", "type"], self
         return dict(error)
 
+    @property
+    def anthropic_error(self) -> dict[str, Any]:
+        """The ``error`` object of an Anthropic error body (``{"type": "error", "error": {type, message}}``)."""
+        assert self.headers.get("content-type", "").startswith("application/json"), self
+        document = json.loads(self.body)
+        assert isinstance(document, dict) and document.get("type") == "error" and list(document) == ["type", "error"]
+        error = document["error"]
+        assert sorted(error) == ["message", "type"], self
+        return dict(error)
+
+    def error_for(self, path: str) -> dict[str, Any]:
+        """The error object in the shape of the API ``path`` belongs to: Anthropic's on ``/v1/messages``, except
+        for a request the HTTP parser refused before its path was known (OpenAI's shape, as on every other path)."""
+        if path.startswith("/v1/messages") and json.loads(self.body).get("type") == "error":
+            return self.anthropic_error
+        return self.error
+
 
 def request(method: str, target: bytes | str, headers: list[Header], body: bytes = b"") -> bytes:
     """One request with ``Host`` and ``Connection: close``; ``headers`` as given (no Content-Length is added)."""

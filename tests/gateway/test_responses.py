@@ -1,0 +1,160 @@
+"""OpenAI's Responses API through the gateway: two simulator processes keeping their responses
+(``VLLM_ENABLE_RESPONSES_API_STORE=1``), two gateways of one fleet, the real ``openai`` client with a tenant's key.
+
+A response's follow-up, retrieve and cancel reach the replica that holds it, through either gateway; another
+tenant, an altered id, or a replica that stopped get OpenAI's 404; the gateway counts the tokens."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import openai
+import pytest
+
+from fleet.protocol import promtext
+from gateway.response_ids import ResponseIds
+from gateway.service import Gateway
+from gateway.settings import GatewaySettings
+from tests.gateway.conftest import SimFactory, serve
+from tests.support.procs import Proc
+from tests.support.stacks import KEYS, MODEL, spec
+from tests.support.wait import async_wait_for
+
+STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
+ENGINE_KEY = "fleet-engine-key"  # every gateway of a fleet holds it: their response ids agree
+
+
+@contextlib.asynccontextmanager
+async def _gateways(replicas: list[Proc]) -> AsyncIterator[tuple[list[str], list[Gateway]]]:
+    urls = [r.url for r in replicas]
+    settings = GatewaySettings(
+        spec=spec("gateway"), static_replicas={"qwen-7b": urls}, access_log=False, engine_api_key=ENGINE_KEY
+    )
+    async with serve(settings) as (first, a), serve(settings) as (second, b):
+        for gateway in (a, b):
+            await async_wait_for(lambda g=gateway: g.endpoints.routable("qwen-7b") == 2, timeout_s=10, what="ready")
+        yield [first, second], [a, b]
+
+
+def _client(url: str, tenant: str = "gold") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEYS[tenant], max_retries=0)
+
+
+def _tokens(gateway: Gateway, direction: str) -> float:
+    samples = promtext.parse(gateway.metrics.render().decode())
+    labels = {"tenant": "gold", "model": MODEL, "direction": direction}
+    return promtext.counter_value(samples, "llmfleet_gateway_tokens", labels)
+
+
+async def test_a_follow_up_and_a_retrieve_through_another_gateway_reach_the_replica_holding_it(
+    sims: SimFactory,
+) -> None:
+    replicas = sims([], [], env=STORE)
+    async with _gateways(replicas) as ([first, second], [a, b]):
+        one, other = _client(first), _client(second)
+        try:
+            made = await one.responses.create(model=MODEL, input="name a tide", max_output_tokens=6)
+            follow = await other.responses.create(
+                model=MODEL, input="and the next?", previous_response_id=made.id, max_output_tokens=6
+            )
+            again = await other.responses.retrieve(made.id)
+            async with one.responses.stream(
+                model=MODEL, input="a third", previous_response_id=follow.id, max_output_tokens=4
+            ) as stream:
+                kinds = [event.type async for event in stream]
+                streamed = await stream.get_final_response()
+            last = await other.responses.retrieve(streamed.id)
+        finally:
+            await one.close()
+            await other.close()
+    holder = ResponseIds.from_engine_key(ENGINE_KEY).open(made.id, "gold")
+    assert holder is not None and holder.engine_id.startswith("resp_")
+    assert holder.engine_id not in made.id  # the client never sees the engine's id
+    ids = ResponseIds.from_engine_key(ENGINE_KEY)
+    replicas_of = {ids.open(r.id, "gold").replica for r in (made, follow, streamed)}  # type: ignore[union-attr]
+    assert replicas_of == {holder.replica}  # each follow-up went where its conversation lives
+    assert follow.previous_response_id == made.id and streamed.previous_response_id == follow.id
+    assert again.id == made.id and again.output_text == made.output_text
+    assert last.id == streamed.id and last.output_text == streamed.output_text
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert follow.usage is not None and made.usage is not None and follow.usage.input_tokens > made.usage.input_tokens
+    assert _tokens(a, "out") + _tokens(b, "out") == 6 + 6 + 4
+
+
+async def test_another_tenant_an_altered_id_and_a_stopped_replica_get_openais_404(sims: SimFactory) -> None:
+    replicas = sims([], [], env=STORE)
+    async with _gateways(replicas) as ([url, _], [gateway, _]):
+        gold, bronze = _client(url), _client(url, "bronze")
+        try:
+            made = await gold.responses.create(model=MODEL, input="name a tide", max_output_tokens=4)
+            with pytest.raises(openai.NotFoundError) as theirs:
+                await bronze.responses.retrieve(made.id)
+            with pytest.raises(openai.NotFoundError):
+                await bronze.responses.create(model=MODEL, input="hi", previous_response_id=made.id)
+            with pytest.raises(openai.NotFoundError):
+                await gold.responses.retrieve(made.id[:-2] + ("AA" if not made.id.endswith("AA") else "BB"))
+            held = ResponseIds.from_engine_key(ENGINE_KEY).open(made.id, "gold")
+            assert held is not None
+            next(r for r in replicas if r.url == gateway.endpoints.get("qwen-7b", held.replica).url).stop()  # type: ignore[union-attr]
+            await async_wait_for(lambda: gateway.endpoints.routable("qwen-7b") == 1, timeout_s=10, what="probe")
+            with pytest.raises(openai.NotFoundError) as gone:
+                await gold.responses.create(model=MODEL, input="hi", previous_response_id=made.id)
+            with pytest.raises(openai.NotFoundError):
+                await gold.responses.retrieve(made.id)
+            still = await gold.responses.create(model=MODEL, input="a new one", max_output_tokens=2)
+        finally:
+            await gold.close()
+            await bronze.close()
+    assert theirs.value.body == {
+        "message": f"Response with id '{made.id}' not found.",
+        "type": "invalid_request_error",
+        "param": "response_id",
+        "code": 404,
+    }
+    assert isinstance(gone.value.body, dict) and gone.value.body["param"] == "previous_response_id"
+    assert still.status == "incomplete"  # new conversations go on on the replica left
+
+
+async def test_cancel_reaches_the_holder_and_the_engines_own_refusal_comes_back_with_the_gateways_id(
+    sims: SimFactory,
+) -> None:
+    replicas = sims([], [], env=STORE, time_scale=1.0)
+    async with _gateways(replicas) as ([first, second], _):
+        one, other = _client(first), _client(second)
+        try:
+            running = await one.responses.create(model=MODEL, input="hi", background=True, max_output_tokens=4000)
+            cancelled = await other.responses.cancel(running.id)
+            done = await one.responses.create(model=MODEL, input="hi", max_output_tokens=2)
+            with pytest.raises(openai.BadRequestError, match="Cannot cancel a synchronous response"):
+                await other.responses.cancel(done.id)
+        finally:
+            await one.close()
+            await other.close()
+        async with httpx.AsyncClient(base_url=first) as raw:
+            bad = await raw.post("/v1/responses", json={"model": MODEL, "input": 3}, headers=_bearer())
+    assert running.status == "queued" and cancelled.id == running.id and cancelled.status == "cancelled"
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+
+
+def _bearer() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS['gold']}"}
+
+
+async def test_without_the_engines_store_a_follow_up_gets_the_engines_404_naming_the_clients_id(
+    sims: SimFactory,
+) -> None:
+    replicas = sims([], [])  # vLLM's default: store=true is dropped
+    async with _gateways(replicas) as ([url, _], _):
+        client = _client(url)
+        try:
+            made = await client.responses.create(model=MODEL, input="name a tide", max_output_tokens=2)
+            with pytest.raises(openai.NotFoundError) as forgotten:
+                await client.responses.create(model=MODEL, input="and?", previous_response_id=made.id)
+            with pytest.raises(openai.NotFoundError) as retrieved:
+                await client.responses.retrieve(made.id)
+        finally:
+            await client.close()
+    for refused in (forgotten.value, retrieved.value):
+        assert isinstance(refused.body, dict) and refused.body["message"] == f"Response with id '{made.id}' not found."
