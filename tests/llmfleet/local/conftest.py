@@ -41,6 +41,7 @@ FAST: dict[str, Any] = {
                 "kind": "sim",
                 "maxNumSeqs": 4,
                 "maxModelLen": 4096,
+                "responsesStore": True,  # through the agent to the engine's environment
                 "sim": {"gpuProfile": "a100-80gb", "startupSeconds": 0.3},
             },
             "replicas": {"min": 1, "max": 3},

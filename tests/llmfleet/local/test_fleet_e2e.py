@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from fleet.protocol.keys import DEMO_API_KEY
@@ -48,6 +50,18 @@ def test_up_prints_the_banner_and_a_streamed_completion_works(fleet: Fleet) -> N
         assert r.status_code == 200
         lines = [line for line in r.iter_lines() if line.startswith("data:")]
     assert len(lines) >= 2 and lines[-1] == "data: [DONE]"
+
+
+def test_a_responses_follow_up_and_an_anthropic_message_work_on_the_fleet(fleet: Fleet) -> None:
+    client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key=DEMO_API_KEY, max_retries=0)
+    made = client.responses.create(model=MODEL, input="name a tide", max_output_tokens=4)
+    # The agent started its engine keeping responses (engine.responsesStore): a follow-up finds the first one.
+    follow = client.responses.create(model=MODEL, input="and the next?", previous_response_id=made.id)
+    assert client.responses.retrieve(follow.id).output_text == follow.output_text
+    assert follow.usage is not None and made.usage is not None and follow.usage.input_tokens > made.usage.input_tokens
+    claude = anthropic.Anthropic(base_url=fleet.gateway, api_key=DEMO_API_KEY, max_retries=0)
+    message = claude.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "Hello!"}])
+    assert message.usage.output_tokens == 4 and message.content[0].type == "text"
 
 
 async def test_load_scales_out_then_back_to_min_without_a_failed_request(fleet: Fleet) -> None:
