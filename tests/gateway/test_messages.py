@@ -83,3 +83,28 @@ async def test_the_gateways_refusals_on_messages_are_anthropic_errors(sims: SimF
         "error": {"type": "invalid_request_error", "message": "'max_tokens' is required"},
     }
     assert twice.status_code == 400 and twice.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_tenant_over_its_token_quota_gets_anthropics_rate_limit_error_and_responses_count_too(
+    sims: SimFactory,
+) -> None:
+    (sim,) = sims([])
+    async with serve(settings_for([sim.url], **{"tenants.0.tokensPerMinute": 300})) as (url, gateway):
+        claude = anthropic.AsyncAnthropic(base_url=url, api_key=KEYS["gold"], max_retries=0)
+        ask = {"model": MODEL, "max_tokens": 200, "messages": [{"role": "user", "content": "hi"}]}
+        try:
+            first = await claude.messages.create(**ask)  # type: ignore[arg-type]
+            with pytest.raises(anthropic.RateLimitError) as over:  # the minute's tokens are spent
+                await claude.messages.create(**ask)  # type: ignore[arg-type]
+        finally:
+            await claude.close()
+        async with httpx.AsyncClient(base_url=url) as raw:
+            response = await raw.post(
+                "/v1/responses",
+                json={"model": MODEL, "input": "hi", "max_output_tokens": 200},
+                headers={"Authorization": f"Bearer {KEYS['gold']}"},
+            )
+    assert first.usage.output_tokens == 200
+    assert over.value.status_code == 429 and over.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert response.status_code == 429 and list(response.json()) == ["error"]  # OpenAI's shape on its route
+    assert _counted(gateway, "llmfleet_gateway_requests", {"tenant": "gold", "model": MODEL, "status": "429"}) == 2
