@@ -78,7 +78,11 @@ class Call:
         )
 
     def used_tokens(self) -> int:
-        """The tokens the quota settles: the engine's counts, the parsed prompt's when the engine gave none."""
+        """The tokens the quota settles: the engine's counts, the parsed prompt's when the engine gave none. A
+        background response is charged its whole reservation: it runs on after its answer, unseen."""
+        if self.parsed.kind == "response" and self.parsed.payload.get("background") is True:
+            if self.out.completion_tokens is None:
+                return self.parsed.reserve_tokens
         prompt = self.out.prompt_tokens
         return (prompt if prompt is not None else self.parsed.prompt_tokens) + (self.out.completion_tokens or 0)
 

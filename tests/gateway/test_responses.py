@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import openai
@@ -27,10 +28,11 @@ ENGINE_KEY = "fleet-engine-key"  # every gateway of a fleet holds it: their resp
 
 
 @contextlib.asynccontextmanager
-async def _gateways(replicas: list[Proc]) -> AsyncIterator[tuple[list[str], list[Gateway]]]:
+async def _gateways(replicas: list[Proc], **overrides: Any) -> AsyncIterator[tuple[list[str], list[Gateway]]]:
     urls = [r.url for r in replicas]
+    stack = spec("gateway", **overrides)
     settings = GatewaySettings(
-        spec=spec("gateway"), static_replicas={"qwen-7b": urls}, access_log=False, engine_api_key=ENGINE_KEY
+        spec=stack, static_replicas={"qwen-7b": urls}, access_log=False, engine_api_key=ENGINE_KEY
     )
     async with serve(settings) as (first, a), serve(settings) as (second, b):
         for gateway in (a, b):
@@ -158,3 +160,17 @@ async def test_without_the_engines_store_a_follow_up_gets_the_engines_404_naming
             await client.close()
     for refused in (forgotten.value, retrieved.value):
         assert isinstance(refused.body, dict) and refused.body["message"] == f"Response with id '{made.id}' not found."
+
+
+async def test_a_background_response_is_charged_its_whole_reservation(sims: SimFactory) -> None:
+    replicas = sims([], [], env=STORE, time_scale=1.0)
+    async with _gateways(replicas, **{"tenants.0.tokensPerMinute": 5000}) as ([url, _], _):
+        client = _client(url)
+        try:
+            running = await client.responses.create(model=MODEL, input="hi", background=True, max_output_tokens=4000)
+            # Its answer came at once with no usage; the 4,000 tokens it may still generate are spent already.
+            with pytest.raises(openai.RateLimitError):
+                await client.responses.create(model=MODEL, input="hi", max_output_tokens=1500)
+            await client.responses.cancel(running.id)
+        finally:
+            await client.close()
