@@ -15,8 +15,11 @@
   one ``response.output_text.delta`` per engine step, ``response.output_text.done``, ``response.content_part.done``,
   ``response.output_item.done``, ``response.completed``. An engine failure mid-way sends an ``error`` event.
 
-Not simulated (400): other input item types (tool calls and their outputs), tools, a streamed background
-response and the replay of a stored one (``GET ?stream=true``).
+* A background response made with ``stream: true`` answers its events as they come, and ``GET
+  /v1/responses/{id}?stream=true&starting_after=N`` replays them after event N and follows it to its end.
+
+Not simulated (400): other input item types (tool calls and their outputs), tools; a replay of a response not made
+in the background with ``stream`` (vLLM fails it after its 200 headers).
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,7 @@ from aiohttp import web
 from engine_sim.engine import TokenStream, collect
 from engine_sim.errors import RequestError
 from engine_sim.protocol import GenerationRequest, dumps, parse_generation_request
+from engine_sim.responses_wire import MessageEvents, ResponseShape, bad, input_messages, not_found
 from engine_sim.tokenizer import SimTokenizer
 
 __all__ = ["STORE_ENV", "ResponsesApi", "store_enabled"]
@@ -52,40 +55,31 @@ def store_enabled(env: Mapping[str, str] = os.environ) -> bool:
         return False
 
 
-def _bad(message: str, param: str | None = None, type_: str = "invalid_request_error") -> RequestError:
-    return RequestError(400, message, type_, param)
-
-
-def _not_found(response_id: str) -> RequestError:
-    return RequestError(404, f"Response with id '{response_id}' not found.", "invalid_request_error", "response_id")
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)  # input_text / output_text parts
-    raise _bad("message content must be a string or a list of text parts", "input")
-
-
-def _input_messages(value: Any) -> list[dict[str, str]]:
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise _bad("input must be a string or a non-empty list of input items", "input")
-    messages = []
-    for item in value:
-        if not isinstance(item, dict) or item.get("type", "message") != "message" or "role" not in item:
-            raise _bad("the simulator takes message items only ({role, content})", "input")
-        messages.append({"role": str(item["role"]), "content": _text(item.get("content"))})
-    return messages
-
-
 @dataclass
 class _Stored:
     response: dict[str, Any]
     messages: list[dict[str, str]]  # the conversation without system messages, the answer last
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    task: asyncio.Task[None] | None = field(default=None, repr=False)  # a background response's run
+    events: list[bytes] | None = None  # a streamed background response's events, for its replays
+    done: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def replay(self, response: web.StreamResponse, after: int) -> None:
+        """Write the events numbered above ``after``, then each new one until the run ends."""
+        assert self.events is not None
+        sent = max(0, after + 1)
+        while True:
+            changed = self.changed
+            if sent < len(self.events):
+                await response.write(b"".join(self.events[sent:]))
+                sent = len(self.events)
+            if self.done and sent >= len(self.events):
+                return
+            await changed.wait()
 
 
 class ResponsesApi:
@@ -114,7 +108,8 @@ class ResponsesApi:
         try:
             run = self._prepare(_loads(await request.read()))
             if run.background:
-                return _json(self._background(run))
+                queued = self._background(run)
+                return _json(queued) if not run.gen.stream else await self._replay(request, self.stored[run.id], -1)
             stream = await self.start(run.gen, run.id)
         except RequestError as exc:
             return _json(exc.to_json(), exc.status)
@@ -129,22 +124,40 @@ class ResponsesApi:
             if stream.finished is None:
                 self.abort(run.id)  # the client went away (handler cancelled) or a write failed
 
-    async def _retrieve(self, request: web.Request) -> web.Response:
+    async def _retrieve(self, request: web.Request) -> web.StreamResponse:
         response_id = request.match_info["response_id"]
-        if request.query.get("stream", "false").lower() == "true":
-            return _json(_bad("the simulator does not replay stored responses as streams", "stream").to_json(), 400)
         held = self.stored.get(response_id)
         if held is None:
-            return _json(_not_found(response_id).to_json(), 404)
-        return _json(held.response)
+            return _json(not_found(response_id).to_json(), 404)
+        if request.query.get("stream", "false").lower() != "true":
+            return _json(held.response)
+        if held.events is None:  # vLLM fails such a replay after its 200 headers; the simulator says why first
+            return _json(
+                bad("only a response made with background and stream replays as a stream", "stream").to_json(), 400
+            )
+        try:
+            after = int(request.query.get("starting_after", "-1"))
+        except ValueError:
+            return _json(bad("starting_after must be an integer", "starting_after").to_json(), 400)
+        return await self._replay(request, held, after)
+
+    async def _replay(self, request: web.Request, held: _Stored, after: int) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        try:
+            await held.replay(response, after)
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # a reader that leaves does not stop the run
+        return response
 
     async def _cancel(self, request: web.Request) -> web.Response:
         response_id = request.match_info["response_id"]
         held = self.stored.get(response_id)
         if held is None:
-            return _json(_not_found(response_id).to_json(), 404)
+            return _json(not_found(response_id).to_json(), 404)
         if held.response["status"] not in ("queued", "in_progress") or held.task is None:
-            return _json(_bad("Cannot cancel a synchronous response.", "response_id").to_json(), 400)
+            return _json(bad("Cannot cancel a synchronous response.", "response_id").to_json(), 400)
         held.task.cancel()
         held.response = {**held.response, "status": "cancelled"}
         return _json(held.response)
@@ -152,21 +165,19 @@ class ResponsesApi:
     # -- one response --------------------------------------------------------------------------------------
     def _prepare(self, body: Any) -> _Run:
         if not isinstance(body, dict):
-            raise _bad("Request body must be a JSON object")
+            raise bad("Request body must be a JSON object")
         store, background = body.get("store", True) is not False, body.get("background") is True
         if background and not store:
             raise RequestError(400, "background can only be used when `store` is true", "Bad Request", "background")
         if background and not self.store_on:
-            raise _bad(
+            raise bad(
                 "This vLLM engine does not support `store=True` and therefore does not support the background "
                 f"mode. To enable these features, set the environment variable `{STORE_ENV}=1` when launching "
                 "the vLLM server.",
                 "background",
             )
-        if background and body.get("stream") is True:
-            raise _bad("the simulator does not stream background responses", "stream")
         if body.get("tools"):
-            raise _bad("the simulator does not call tools", "tools")
+            raise bad("the simulator does not call tools", "tools")
         if "input" not in body:
             raise RequestError(400, "1 validation error: input: Field required", "Bad Request", "body.input")
         instructions = body.get("instructions")
@@ -175,9 +186,9 @@ class ResponsesApi:
         if previous is not None:
             held = self.stored.get(str(previous))
             if held is None:
-                raise _not_found(str(previous))
+                raise not_found(str(previous))
             history = list(held.messages)
-        new = _input_messages(body["input"])
+        new = input_messages(body["input"])
         system = [{"role": "system", "content": str(instructions)}] if isinstance(instructions, str) else []
         chat = {"model": body.get("model"), "messages": system + history + new, "stream": body.get("stream", False)}
         for ours, theirs in (("max_tokens", "max_output_tokens"), ("seed", "seed"), ("ignore_eos", "ignore_eos")):
@@ -185,7 +196,7 @@ class ResponsesApi:
                 chat[ours] = body[theirs]
         gen = parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)
         run_id = f"resp_{uuid.uuid4().hex}"
-        shape = _ResponseShape(run_id, gen.model, body, gen.max_tokens, str(previous) if previous else None)
+        shape = ResponseShape(run_id, gen.model, body, gen.max_tokens, str(previous) if previous else None)
         kept = [m for m in history + new if m["role"] != "system"]
         return _Run(run_id, gen, shape, kept, store and self.store_on, background)
 
@@ -194,55 +205,65 @@ class ResponsesApi:
         req = stream.request
         response = run.shape.final(text, finish, req.num_prompt_tokens, len(tokens), max(0, req.num_cached_tokens))
         if run.store:
+            messages = [*run.messages, {"role": "assistant", "content": text}]
             held = self.stored.get(run.id)
-            if held is None or held.response["status"] != "cancelled":
-                self.stored[run.id] = _Stored(response, [*run.messages, {"role": "assistant", "content": text}])
+            if held is None:
+                self.stored[run.id] = _Stored(response, messages)
+            elif held.response["status"] != "cancelled":  # a background run ends
+                held.response, held.messages = response, messages
         return response
 
     def _background(self, run: _Run) -> dict[str, Any]:
+        """Queue ``run`` as a task of its own; a streamed one logs its events for the replays."""
         queued = run.shape.object("queued", [], None)
-        held = self.stored[run.id] = _Stored(queued, [])
+        held = self.stored[run.id] = _Stored(queued, [], events=[] if run.gen.stream else None)
 
         async def work() -> None:
             try:
                 stream = await self.start(run.gen, run.id)
+                try:
+                    async for _ in self._frames(run, stream, MessageEvents(held.events)):
+                        held.notify()
+                finally:
+                    if stream.finished is None:
+                        self.abort(run.id)  # cancelled
+                if stream.error is not None:
+                    held.response = {**held.response, "status": "failed"}
             except RequestError:
                 held.response = {**held.response, "status": "failed"}
-                return
-            try:
-                tokens, finish = await collect(stream)
             finally:
-                if stream.finished is None:
-                    self.abort(run.id)  # cancelled
-            if stream.error is not None:
-                held.response = {**held.response, "status": "failed"}
-            else:
-                self._finish(run, stream, tokens, finish)
+                held.done = True
+                held.notify()
 
         held.task = asyncio.get_running_loop().create_task(work())
         return queued
 
-    async def _stream(self, request: web.Request, run: _Run, stream: TokenStream) -> web.StreamResponse:
-        events = _MessageEvents()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    async def _frames(self, run: _Run, stream: TokenStream, events: MessageEvents) -> AsyncIterator[bytes]:
+        """The stream's events as the engine's steps produce them, the response finished (and kept) at the end."""
         tokens: list[int] = []
+        while True:
+            batch, finish = await stream.next_batch()
+            if events.sequence == 0:
+                yield events.opening(run.shape.object("in_progress", [], None))
+            if stream.error is not None:
+                yield events.emit("error", code="InternalServerError", message=stream.error)
+                return
+            chunk = events.deltas([self.tokenizer.token_text(token) for token in batch])
+            tokens.extend(batch)
+            if finish is not None:
+                chunk += events.closing(self._finish(run, stream, tokens, finish.value))
+            if chunk:
+                yield chunk
+            if finish is not None:
+                return
+
+    async def _stream(self, request: web.Request, run: _Run, stream: TokenStream) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         try:
-            while True:
-                batch, finish = await stream.next_batch()
+            async for chunk in self._frames(run, stream, MessageEvents()):
                 if not response.prepared:
-                    await response.prepare(request)
-                    await response.write(events.opening(run.shape.object("in_progress", [], None)))
-                if stream.error is not None:
-                    await response.write(events.emit("error", code="InternalServerError", message=stream.error))
-                    break
-                chunk = events.deltas([self.tokenizer.token_text(token) for token in batch])
-                tokens.extend(batch)
-                if finish is not None:
-                    chunk += events.closing(self._finish(run, stream, tokens, finish.value))
-                if chunk:
-                    await response.write(chunk)
-                if finish is not None:
-                    break
+                    await response.prepare(request)  # headers only with the first events (after prefill)
+                await response.write(chunk)
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the caller's finally aborts the request
@@ -250,107 +271,20 @@ class ResponsesApi:
 
 
 @dataclass(frozen=True)
-class _ResponseShape:
-    """The fields of one response object that do not change while it runs."""
-
-    id: str
-    model: str
-    body: dict[str, Any]
-    max_output_tokens: int
-    previous_response_id: str | None
-    created_at: int = field(default_factory=lambda: int(time.time()))
-
-    def object(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
-        b = self.body
-        return {
-            "id": self.id, "created_at": self.created_at, "incomplete_details": None,
-            "instructions": b.get("instructions"), "metadata": b.get("metadata"), "model": self.model,
-            "object": "response", "output": output, "parallel_tool_calls": True,
-            "temperature": b.get("temperature", 1.0), "tool_choice": "none", "tools": [],
-            "top_p": b.get("top_p", 1.0), "background": b.get("background") is True,
-            "max_output_tokens": self.max_output_tokens, "max_tool_calls": None,
-            "previous_response_id": self.previous_response_id, "prompt": None, "reasoning": None,
-            "service_tier": "auto", "status": status, "text": None, "top_logprobs": None, "truncation": "disabled",
-            "usage": usage, "user": None,
-        }  # fmt: skip
-
-    def final(self, text: str, finish: str, prompt: int, completion: int, cached: int) -> dict[str, Any]:
-        content: list[dict[str, Any]] = (
-            [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}] if text else []
-        )
-        message = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "status": "completed",
-                   "content": content}  # fmt: skip
-        usage = {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion,
-        }
-        incomplete = finish == "length"
-        response = self.object("incomplete" if incomplete else "completed", [message], usage)
-        if incomplete:
-            response["incomplete_details"] = {"reason": "max_output_tokens"}
-        return response
-
-
-@dataclass(frozen=True)
 class _Run:
     id: str
     gen: GenerationRequest
-    shape: _ResponseShape
+    shape: ResponseShape
     messages: list[dict[str, str]]  # what a follow-up replays: the conversation so far, no system message
     store: bool
     background: bool
-
-
-class _MessageEvents:
-    """The SSE events of one streamed message, numbered from 0."""
-
-    def __init__(self) -> None:
-        self.sequence = 0
-        self.item_id = uuid.uuid4().hex  # vLLM streams its message item under a bare uuid
-        self.where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        self.texts: list[str] = []
-
-    def emit(self, type_: str, **fields: Any) -> bytes:
-        event = {"type": type_, "sequence_number": self.sequence, **fields}
-        self.sequence += 1
-        return f"event: {type_}\ndata: {dumps(event)}\n\n".encode()
-
-    def _item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.item_id, "type": "message", "role": "assistant", "content": content, "status": status}
-
-    def opening(self, started: dict[str, Any]) -> bytes:
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        return (
-            self.emit("response.created", response=started)
-            + self.emit("response.in_progress", response=started)
-            + self.emit("response.output_item.added", output_index=0, item=self._item("in_progress", []))
-            + self.emit("response.content_part.added", **self.where, part=part)
-        )
-
-    def deltas(self, texts: list[str]) -> bytes:
-        self.texts.extend(texts)
-        return b"".join(self.emit("response.output_text.delta", **self.where, delta=t, logprobs=[]) for t in texts)
-
-    def closing(self, final: dict[str, Any]) -> bytes:
-        text = "".join(self.texts)
-        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
-        item = {**self._item("completed", [part]), "summary": []}
-        return (
-            self.emit("response.output_text.done", **self.where, text=text, logprobs=[])
-            + self.emit("response.content_part.done", **self.where, part=part)
-            + self.emit("response.output_item.done", output_index=0, item=item)
-            + self.emit("response.completed", response=final)
-        )
 
 
 def _loads(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise _bad(f"Invalid JSON body: {type(exc).__name__}") from None
+        raise bad(f"Invalid JSON body: {type(exc).__name__}") from None
 
 
 def _json(data: object, status: int = 200) -> web.Response:

@@ -138,3 +138,25 @@ async def test_a_bad_request_gets_vllms_error(
     response = await sim.client.post("/v1/responses", json=body)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
+
+
+async def test_a_streamed_background_response_replays_after_any_event_to_its_end(start_sim: StartSim) -> None:
+    sim = await start_sim(responses_store=True, time_scale=2.0)
+    client = _client(sim)
+    try:
+        live = await client.responses.create(
+            model="qwen", input="name a tide", background=True, stream=True, max_output_tokens=5
+        )
+        seen = [event async for event in live]
+        response_id = seen[0].response.id  # type: ignore[union-attr]
+        replayed = await client.responses.retrieve(response_id, stream=True, starting_after=3)
+        tail = [event async for event in replayed]
+        unstreamed = await client.responses.create(model="qwen", input="hi", background=True, max_output_tokens=2)
+        with pytest.raises(openai.BadRequestError, match="background and stream"):
+            await client.responses.retrieve(unstreamed.id, stream=True)
+    finally:
+        await client.close()
+    assert seen[0].type == "response.created" and seen[-1].type == "response.completed"
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert [e.sequence_number for e in tail] == list(range(4, len(seen)))  # after event 3, to the end
+    assert tail[-1].type == "response.completed"

@@ -174,3 +174,25 @@ async def test_a_background_response_is_charged_its_whole_reservation(sims: SimF
             await client.responses.cancel(running.id)
         finally:
             await client.close()
+
+
+async def test_a_streamed_background_response_replays_through_another_gateway_with_the_clients_ids(
+    sims: SimFactory,
+) -> None:
+    replicas = sims([], [], env=STORE)
+    async with _gateways(replicas) as ([first, second], _):
+        one, other = _client(first), _client(second)
+        try:
+            live = await one.responses.create(
+                model=MODEL, input="name a tide", background=True, stream=True, max_output_tokens=5
+            )
+            seen = [event async for event in live]
+            response_id = seen[0].response.id  # type: ignore[union-attr]
+            replayed = await other.responses.retrieve(response_id, stream=True, starting_after=2)
+            tail = [event async for event in replayed]
+        finally:
+            await one.close()
+            await other.close()
+    assert ResponseIds.from_engine_key(ENGINE_KEY).open(response_id, "gold") is not None  # the gateway's id
+    assert [e.sequence_number for e in tail] == list(range(3, len(seen)))
+    assert tail[-1].type == "response.completed" and tail[-1].response.id == response_id  # type: ignore[union-attr]
