@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gateway.body import Kind
 from gateway.call import authorization
-from gateway.errors import GatewayError, MalformedHeader
+from gateway.errors import GatewayError, MalformedHeader, Unauthorized
 from gateway.proxy import DONE_MARKERS, MESSAGES_END, RESPONSES_END, sse_error_event
 
 __all__ = ["ANTHROPIC_PATHS", "anthropic_error_body", "credential", "error_body_for", "stream_ends", "stream_error"]
@@ -79,4 +79,6 @@ def credential(request: web.Request) -> str | None:
             raise MalformedHeader("malformed x-api-key header: not ASCII", param="x-api-key")
         if keys and "Authorization" not in request.headers:
             return f"Bearer {keys[0].strip()}"
+        if not keys and "Authorization" not in request.headers:
+            raise Unauthorized("missing API key: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'")
     return authorization(request)

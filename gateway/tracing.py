@@ -45,7 +45,14 @@ if TYPE_CHECKING:
 __all__ = ["UNTRACED", "RequestSpans", "Tracing", "TracingUnavailable", "fail", "provider_for", "traces_url"]
 
 _TRACER = "llmfleet.gateway"
-_OPERATION = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings"}  # gen_ai.operation.name
+# gen_ai.operation.name: OpenAI's Responses and Anthropic's Messages are chat operations in the GenAI conventions
+_OPERATION = {
+    "chat": "chat",
+    "completion": "text_completion",
+    "embedding": "embeddings",
+    "response": "chat",
+    "message": "chat",
+}
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()  # stateless: W3C traceparent/tracestate only, never the global one
 

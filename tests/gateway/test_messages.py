@@ -68,6 +68,9 @@ async def test_the_gateways_refusals_on_messages_are_anthropic_errors(sims: SimF
                 json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
                 headers={"x-api-key": KEYS["gold"]},
             )
+            keyless = await raw.post(
+                "/v1/messages", json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+            )
             twice = await raw.post(
                 "/v1/messages",
                 json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
@@ -82,6 +85,7 @@ async def test_the_gateways_refusals_on_messages_are_anthropic_errors(sims: SimF
         "type": "error",
         "error": {"type": "invalid_request_error", "message": "'max_tokens' is required"},
     }
+    assert keyless.status_code == 401 and "x-api-key" in keyless.json()["error"]["message"]
     assert twice.status_code == 400 and twice.json()["error"]["type"] == "invalid_request_error"
 
 
