@@ -44,6 +44,10 @@ class Models:
             raise ValueError(f"aliases name unknown pools {unknown}; pools: {', '.join(sorted(self._by_pool))}")
         self.aliases = table
 
+    def pool(self, name: str) -> PoolSpec:
+        """The pool named ``name`` (KeyError for one this gateway does not serve)."""
+        return self._by_pool[name]
+
     def is_adapter(self, model: str) -> bool:
         """Whether ``model`` is the name of a LoRA adapter (the request then names it to its engine)."""
         return model in self._adapters

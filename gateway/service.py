@@ -129,7 +129,7 @@ class Gateway:
         self, request: web.Request, kind: Kind, out: Outcome, spans: RequestSpans
     ) -> web.StreamResponse:
         tenant, parsed, pool, info = await self._intake(request, kind, out, spans)
-        held = self._previous(parsed, tenant, pool)
+        held, pool = self._previous(parsed, pool, out)
         with spans.phase("quota", {"llmfleet.tenant": tenant.name}):
             limits = QuotaLimits.of(tenant)
             check_fits(limits, parsed.reserve_tokens)
@@ -192,15 +192,25 @@ class Gateway:
         spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
         return tenant, parsed, pool, info
 
-    def _previous(self, parsed: ParsedRequest, tenant: TenantSpec, pool: PoolSpec) -> Held | None:
-        """Where a follow-up's previous response lives: a replica of ``pool`` still in it, or a 404."""
+    def _previous(self, parsed: ParsedRequest, pool: PoolSpec, out: Outcome) -> tuple[Held | None, PoolSpec]:
+        """Where a follow-up's previous response lives, and the pool to send it to: that replica's pool, when it is
+        ``pool`` or another pool of the alias the request names (a canary's twin: the conversation stays where it
+        is, whatever the alias's weights); a 404 when the replica has left, or belongs to another model."""
         public = parsed.previous_response_id
         if public is None:
-            return None
-        held = self.response_ids.open(public, tenant.name)
-        if held is None or self.upstream.endpoints.get(pool.name, held.replica) is None:
+            return None, pool
+        held = self.response_ids.open(public, out.tenant)
+        endpoints = self.upstream.endpoints
+        holder = None if held is None else next((p for p in endpoints.pools if endpoints.get(p, held.replica)), None)
+        alias = self.models.aliases.get(parsed.model)
+        if holder is not None and holder != pool.name and (alias is None or holder not in alias.pools):
+            holder = None
+        if held is None or holder is None:
             raise ResponseNotFound(f"Response with id '{public}' not found.", param="previous_response_id")
-        return held
+        if holder != pool.name:
+            pool = self.models.pool(holder)
+            out.model, out.pool = pool.served_name, pool.name
+        return held, pool
 
     @contextlib.asynccontextmanager
     async def _admitted(

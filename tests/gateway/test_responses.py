@@ -16,6 +16,7 @@ import pytest
 
 from fleet.protocol import promtext
 from gateway.response_ids import ResponseIds
+from gateway.routing.aliases import AliasTable, WeightedAlias
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from tests.gateway.conftest import SimFactory, serve
@@ -196,3 +197,28 @@ async def test_a_streamed_background_response_replays_through_another_gateway_wi
     assert ResponseIds.from_engine_key(ENGINE_KEY).open(response_id, "gold") is not None  # the gateway's id
     assert [e.sequence_number for e in tail] == list(range(3, len(seen)))
     assert tail[-1].type == "response.completed" and tail[-1].response.id == response_id  # type: ignore[union-attr]
+
+
+async def test_a_follow_up_stays_on_its_pool_whatever_the_aliases_weights_say(sims: SimFactory) -> None:
+    names = ["qwen-v1", "qwen-v2"]
+    v1, v2 = sims(*(["--served-model-name", n] for n in names), env=STORE)
+    engine = {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192}
+    pools = [{"name": n, "model": "Qwen/Qwen2.5-7B-Instruct", "servedModelName": n, "engine": engine} for n in names]
+    aliases = {"chat": {"pools": {"qwen-v1": 1, "qwen-v2": 0}}}
+    stack = spec("gateway", pools=pools, aliases=aliases, **{"tenants.1.allowedModels": ["chat"]})
+    replicas = {"qwen-v1": [v1.url], "qwen-v2": [v2.url]}
+    settings = GatewaySettings(spec=stack, static_replicas=replicas, access_log=False, engine_api_key=ENGINE_KEY)
+    async with serve(settings) as (url, gateway):
+        await async_wait_for(lambda: gateway.endpoints.routable("qwen-v2") == 1, timeout_s=10, what="ready")
+        client = _client(url)
+        try:
+            made = await client.responses.create(model="chat", input="name a tide", max_output_tokens=2)
+            # A rollout moves the alias to qwen-v2; the conversation begun on qwen-v1 goes on there.
+            gateway.set_aliases(AliasTable({"chat": WeightedAlias("chat", {"qwen-v1": 0, "qwen-v2": 1})}))
+            follow = await client.responses.create(model="chat", input="and?", previous_response_id=made.id)
+            fresh = await client.responses.create(model="chat", input="a new one", max_output_tokens=2)
+            with pytest.raises(openai.NotFoundError):  # another model's pool does not hold it
+                await client.responses.create(model="qwen-v2", input="and?", previous_response_id=made.id)
+        finally:
+            await client.close()
+    assert (made.model, follow.model, fresh.model) == ("qwen-v1", "qwen-v1", "qwen-v2")
