@@ -17,6 +17,9 @@
 * Errors the handler raises are ``{"type": "error", "error": {"type", "message"}}`` with vLLM's error type names
   and the status of the error (an unknown model: 404 ``NotFoundError``).
 
+``POST /v1/messages/count_tokens`` answers ``{"input_tokens", "context_management": {"original_input_tokens"}}``
+for the same body without ``max_tokens``, running nothing.
+
 Not simulated (400): images, tools and thinking blocks. ``stop_sequences`` are accepted and never matched.
 """
 
@@ -73,6 +76,26 @@ class MessagesApi:
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._create)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """The prompt's tokens as ``/v1/messages`` would run it, without running it."""
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, RecursionError) as exc:
+            return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
+        if not isinstance(body, dict):
+            return _invalid("body", "Input should be a valid dictionary")
+        for name in ("model", "messages"):
+            if name not in body:
+                return _invalid(name, "Field required")
+        try:
+            gen = self._chat({**body, "max_tokens": 1, "stream": False})
+        except RequestError as exc:
+            return _error(exc)
+        tokens = len(gen.prompt_token_ids)
+        answer = {"input_tokens": tokens, "context_management": {"original_input_tokens": tokens}}
+        return web.json_response(answer, dumps=dumps)
 
     async def _create(self, request: web.Request) -> web.StreamResponse:
         try:

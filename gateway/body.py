@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_RESERVE_TOKENS", "PATHS", "RUNNERS", "ParsedRequest", "parse
 # Reserved for the completion when the request sets no max_tokens (reconciled with the actual count at the end).
 DEFAULT_RESERVE_TOKENS = 1024
 
-Kind = Literal["chat", "completion", "embedding", "response", "message"]
+Kind = Literal["chat", "completion", "embedding", "response", "message", "count"]
 # Where each kind goes on the engine, and which of vLLM's runners serves it (``engine.runner``): vLLM 0.33 serves
 # OpenAI's Responses and Anthropic's Messages beside chat on a generative server.
 PATHS: dict[Kind, str] = {
@@ -32,6 +32,7 @@ PATHS: dict[Kind, str] = {
     "embedding": "/v1/embeddings",
     "response": "/v1/responses",
     "message": "/v1/messages",
+    "count": "/v1/messages/count_tokens",  # Anthropic's: a Messages body's prompt tokens, nothing generated
 }
 RUNNERS: dict[Kind, str] = {
     "chat": "generate",
@@ -39,6 +40,7 @@ RUNNERS: dict[Kind, str] = {
     "embedding": "pooling",
     "response": "generate",
     "message": "generate",
+    "count": "generate",
 }
 
 
@@ -202,6 +204,8 @@ def _generation_limits(payload: dict[str, Any], kind: Kind) -> tuple[int, int]:
     """(max tokens per choice as reserved, choices) of a generation."""
     if kind == "response":
         return _positive_int(payload, "max_output_tokens") or DEFAULT_RESERVE_TOKENS, 1
+    if kind == "count":
+        return 0, 1
     if kind == "message":  # Anthropic requires it
         asked = _positive_int(payload, "max_tokens")
         if asked is None:
@@ -212,7 +216,7 @@ def _generation_limits(payload: dict[str, Any], kind: Kind) -> tuple[int, int]:
 
 
 _PROMPTS = {"chat": _chat_prompt, "completion": _completion_prompt, "response": _response_prompt,
-            "message": _message_prompt}  # fmt: skip
+            "message": _message_prompt, "count": _message_prompt}  # fmt: skip
 
 
 def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:

@@ -3,6 +3,7 @@ application holds under `GATEWAY` (built by `gateway.app.create_app`).
 
     POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages   Gateway.complete
     GET /v1/responses/{id}, POST /v1/responses/{id}/cancel                    gateway.held_responses
+    POST /v1/messages/count_tokens                                            gateway.token_counts
     GET /v1/models, GET /healthz
     every method on ENGINE_DEV_PATHS                                          404, never forwarded
 """
@@ -14,6 +15,7 @@ from aiohttp import web
 from gateway.call import authorization
 from gateway.held_responses import held_response
 from gateway.service import Gateway
+from gateway.token_counts import count_tokens
 
 __all__ = ["ENGINE_DEV_PATHS", "GATEWAY", "add_public_routes", "healthz"]
 
@@ -42,6 +44,7 @@ def add_public_routes(app: web.Application) -> None:
     app.router.add_get("/v1/responses/{response_id}", _retrieve)
     app.router.add_post("/v1/responses/{response_id}/cancel", _cancel)
     app.router.add_post("/v1/messages", _messages)
+    app.router.add_post("/v1/messages/count_tokens", _count_tokens)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", healthz)
     for path in ENGINE_DEV_PATHS:
@@ -75,6 +78,10 @@ async def _cancel(request: web.Request) -> web.StreamResponse:
 
 async def _messages(request: web.Request) -> web.StreamResponse:
     return await request.app[GATEWAY].complete(request, "message")
+
+
+async def _count_tokens(request: web.Request) -> web.StreamResponse:
+    return await count_tokens(request.app[GATEWAY], request)
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

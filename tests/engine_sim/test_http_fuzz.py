@@ -140,3 +140,11 @@ async def test_generated_messages_bodies_are_answered_or_refused_with_a_4xx(
     target: tuple[Proc, aiohttp.ClientSession], raw: bytes, content_type: str
 ) -> None:
     await _fuzz(target, "message", raw, content_type)
+
+
+@FUZZ
+@given(raw=request_bytes("count", MODEL), content_type=CONTENT_TYPES)
+async def test_generated_token_count_bodies_are_answered_or_refused_with_a_4xx(
+    target: tuple[Proc, aiohttp.ClientSession], raw: bytes, content_type: str
+) -> None:
+    await _fuzz(target, "count", raw, content_type)

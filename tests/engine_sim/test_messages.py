@@ -74,3 +74,20 @@ async def test_an_error_of_the_handler_is_anthropic_shaped_and_validation_is_ope
         "/v1/messages", json={"model": "qwen", "max_tokens": 0, "messages": [{"role": "user", "content": "hi"}]}
     )
     assert zero.status_code == 400
+
+
+async def test_count_tokens_answers_the_prompt_a_message_would_run_without_running_it(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    client = _client(sim)
+    try:
+        counted = await client.messages.count_tokens(
+            model="qwen", system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
+        )
+        message = await client.messages.create(
+            model="qwen", max_tokens=1, system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
+        )
+    finally:
+        await client.close()
+    assert counted.input_tokens == message.usage.input_tokens > 0
+    missing = await sim.client.post("/v1/messages/count_tokens", json={"model": "qwen"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "body.messages"

@@ -30,6 +30,9 @@ async def test_the_anthropic_client_creates_and_streams_messages_with_a_tenant_k
             whole = await client.messages.create(
                 model=MODEL, max_tokens=5, system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
             )
+            counted = await client.messages.count_tokens(
+                model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
+            )
             async with client.messages.stream(
                 model=MODEL, max_tokens=7, messages=[{"role": "user", "content": "and the next?"}]
             ) as stream:
@@ -38,9 +41,10 @@ async def test_the_anthropic_client_creates_and_streams_messages_with_a_tenant_k
         finally:
             await client.close()
     assert whole.type == "message" and whole.stop_reason == "max_tokens" and whole.usage.output_tokens == 5
+    assert counted.input_tokens == whole.usage.input_tokens  # the same prompt, counted by an engine
     assert streamed.usage.output_tokens == 7 and text == streamed.content[0].text and text
     labels = {"tenant": "gold", "model": MODEL}
-    assert _counted(gateway, "llmfleet_gateway_requests", {**labels, "status": "200"}) == 2
+    assert _counted(gateway, "llmfleet_gateway_requests", {**labels, "status": "200"}) == 3  # the count too
     assert _counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "out"}) == 5 + 7
     assert _counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "in"}) > 0
 

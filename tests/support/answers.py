@@ -21,6 +21,7 @@ PATHS: dict[Kind, str] = {
     "embedding": "/v1/embeddings",
     "response": "/v1/responses",
     "message": "/v1/messages",
+    "count": "/v1/messages/count_tokens",
 }
 _ANSWER_KEY = {
     "chat": "choices",
@@ -28,13 +29,14 @@ _ANSWER_KEY = {
     "embedding": "data",
     "response": "output",
     "message": "content",
+    "count": "input_tokens",
 }
 # The event that ends a stream of each kind that does not end with [DONE].
 _LAST_EVENT = {"response": ("response.completed", "response.incomplete"), "message": ("message_stop",)}
 
 
 def _check_error(kind: Kind, status: int, document: Any, code_is_status: bool) -> None:
-    if kind == "message" and isinstance(document, dict) and document.get("type") == "error":
+    if kind in ("message", "count") and isinstance(document, dict) and document.get("type") == "error":
         assert list(document) == ["type", "error"] and sorted(document["error"]) == ["message", "type"], document
         return
     assert isinstance(document, dict) and list(document) == ["error"], document

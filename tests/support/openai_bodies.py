@@ -34,12 +34,13 @@ __all__ = [
     "Mode",
     "chat_bodies",
     "completion_bodies",
+    "count_bodies",
     "message_bodies",
     "request_bytes",
     "response_bodies",
 ]
 
-Kind = Literal["chat", "completion", "embedding", "response", "message"]
+Kind = Literal["chat", "completion", "embedding", "response", "message", "count"]
 Strategy = st.SearchStrategy[Any]
 Fields = dict[str, Strategy]
 
@@ -287,6 +288,13 @@ def _message_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
     return required, optional
 
 
+def _count_fields(m: Mode, model: str) -> tuple[Fields, Fields]:
+    """Anthropic's token count: a Messages body without ``max_tokens`` (nor ``stream``)."""
+    required, optional = _message_fields(m, model)
+    del required["max_tokens"], optional["stream"]
+    return required, optional
+
+
 def _body(required: Fields, optional: Fields) -> Strategy:
     """The fields, the optional ones each present or not, plus at times unknown ones (never a known name)."""
     known = set(required) | set(optional)
@@ -328,6 +336,11 @@ def message_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
     return _bodies(_message_fields, model)
 
 
+def count_bodies(model: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Anthropic ``POST /v1/messages/count_tokens`` bodies for a server that serves ``model``."""
+    return _bodies(_count_fields, model)
+
+
 def _not_an_object(body: bytes) -> st.SearchStrategy[bytes]:
     """Bytes a JSON parser refuses, or reads as something else than an object, or cannot read at all."""
     deep = st.sampled_from([64, 999, 1001, 1500, 1900]).map(lambda n: b'{"model":"m","messages":' + b"[" * n + b"]" * n)
@@ -348,6 +361,7 @@ def request_bytes(kind: Kind, model: str) -> st.SearchStrategy[bytes]:
         "embedding": embedding_bodies,
         "response": response_bodies,
         "message": message_bodies,
+        "count": count_bodies,
     }
     bodies = strategies[kind](model)
     # Non-ASCII as \u escapes, or as raw UTF-8 (where half a surrogate pair becomes bytes no UTF-8 decoder takes).
