@@ -52,6 +52,20 @@ def _invalid(field: str, message: str) -> web.Response:
     return web.json_response(body, status=400, dumps=dumps)
 
 
+async def _validated(request: web.Request, required: tuple[str, ...]) -> dict[str, Any] | web.Response:
+    """The body as a JSON object holding the ``required`` fields, else vLLM's validation failure."""
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, RecursionError) as exc:
+        return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
+    if not isinstance(body, dict):
+        return _invalid("body", "Input should be a valid dictionary")
+    for name in required:
+        if name not in body:
+            return _invalid(name, "Field required")
+    return body
+
+
 def _error(exc: RequestError) -> web.Response:
     body = {"type": "error", "error": {"type": exc.type, "message": exc.message}}
     return web.json_response(body, status=exc.status, dumps=dumps)
@@ -80,15 +94,9 @@ class MessagesApi:
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's tokens as ``/v1/messages`` would run it, without running it."""
-        try:
-            body = json.loads(await request.read())
-        except (ValueError, RecursionError) as exc:
-            return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
-        if not isinstance(body, dict):
-            return _invalid("body", "Input should be a valid dictionary")
-        for name in ("model", "messages"):
-            if name not in body:
-                return _invalid(name, "Field required")
+        body = await _validated(request, ("model", "messages"))
+        if isinstance(body, web.Response):
+            return body
         try:
             gen = self._chat({**body, "max_tokens": 1, "stream": False})
         except RequestError as exc:
@@ -98,15 +106,9 @@ class MessagesApi:
         return web.json_response(answer, dumps=dumps)
 
     async def _create(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = json.loads(await request.read())
-        except (ValueError, RecursionError) as exc:
-            return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
-        if not isinstance(body, dict):
-            return _invalid("body", "Input should be a valid dictionary")
-        for name in ("model", "messages", "max_tokens"):
-            if name not in body:
-                return _invalid(name, "Field required")
+        body = await _validated(request, ("model", "messages", "max_tokens"))
+        if isinstance(body, web.Response):
+            return body
         max_tokens = body["max_tokens"]
         if type(max_tokens) is not int or max_tokens <= 0:
             return _invalid("max_tokens", "Input should be greater than 0")

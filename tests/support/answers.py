@@ -11,18 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.body import PATHS
 from tests.support.openai_bodies import Kind
 
 __all__ = ["PATHS", "check_answer"]
 
-PATHS: dict[Kind, str] = {
-    "chat": "/v1/chat/completions",
-    "completion": "/v1/completions",
-    "embedding": "/v1/embeddings",
-    "response": "/v1/responses",
-    "message": "/v1/messages",
-    "count": "/v1/messages/count_tokens",
-}
 _ANSWER_KEY = {
     "chat": "choices",
     "completion": "choices",
