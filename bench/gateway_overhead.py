@@ -1,14 +1,16 @@
 """Gateway overhead: the same load sent direct to one engine and through the gateway, in the same run.
 
-    .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick] [--litellm PATH] [--loop auto|asyncio|uvloop]
-        [--plot DIR | --no-plot]
+    .venv/bin/python bench/gateway_overhead.py [--requests N] [--quick] [--api chat|responses|messages]
+        [--litellm PATH] [--loop auto|asyncio|uvloop] [--plot DIR | --no-plot]
 
 Starts one simulator with (almost) zero model latency (``--time-scale 1e6``) and one ``llmfleet gateway``
 process with auth, in-memory quotas and power-of-two-choices routing, each pinned to its own core when the
 machine has two or more. The load generator (this process) runs three scenarios against both targets:
 non-streaming at concurrency 1 (added latency), non-streaming at concurrency 64 (throughput), and streaming
-responses of 256 chunks at concurrency 16 (relay cost). CPU per request is the gateway (or engine) process's
-user+system time from /proc divided by the requests served. With the ``bench`` extra (or ``--litellm PATH``)
+responses of 256 chunks at concurrency 16 (relay cost), each in the API ``--api`` names (chat completions by
+default; OpenAI's Responses, whose ids the gateway rewrites; Anthropic's Messages). CPU per request is the gateway
+(or engine) process's user+system time from /proc divided by the requests served. With the ``bench`` extra (or
+``--litellm PATH``)
 it also runs LiteLLM's proxy against the same engine (offline cost map, master key, no database). It also
 measures the CPU that aiohttp and httpx clients spend per request (the reason the gateway proxies with aiohttp).
 Figures are printed, never asserted, and drawn into ``gateway-overhead.png`` (``--plot DIR``, default bench/out/):
@@ -137,14 +139,35 @@ def _stack(tmp: Path) -> Path:
     return path
 
 
-async def _run(
-    scenario: str, target: str, url: str, pid: int, requests: int, concurrency: int, stream_tokens: int | None
-) -> Result:
-    body: dict[str, object] = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
-    if stream_tokens:
-        body.update(max_tokens=stream_tokens, stream=True, ignore_eos=True)
-    data = json.dumps(body).encode()
+def _request(api: str, stream_tokens: int | None) -> tuple[str, bytes, dict[str, str]]:
+    """(path, body, headers) of one request of ``api``: 8 tokens, or ``stream_tokens`` streamed."""
+    tokens = stream_tokens or 8
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    messages = [{"role": "user", "content": "Hi"}]
+    body: dict[str, object]
+    if api == "responses":
+        path, body = "/v1/responses", {"model": MODEL, "input": "Hi", "max_output_tokens": tokens}
+    elif api == "messages":  # Anthropic's clients send the key as x-api-key
+        path, body = "/v1/messages", {"model": MODEL, "messages": messages, "max_tokens": tokens}
+        headers = {"x-api-key": KEY, "Content-Type": "application/json"}
+    else:
+        path, body = "/v1/chat/completions", {"model": MODEL, "messages": messages, "max_tokens": tokens}
+    if stream_tokens:
+        body.update(stream=True, ignore_eos=True)
+    return path, json.dumps(body).encode(), headers
+
+
+async def _run(
+    scenario: str,
+    target: str,
+    url: str,
+    pid: int,
+    requests: int,
+    concurrency: int,
+    stream_tokens: int | None,
+    api: str = "chat",
+) -> Result:
+    path, data, headers = _request(api, stream_tokens)
     latencies: list[float] = []
     errors = 0
     chunks = 0
@@ -156,7 +179,7 @@ async def _run(
             remaining -= 1
             start = time.perf_counter()
             try:
-                async with session.post(url + "/v1/chat/completions", data=data, headers=headers) as resp:
+                async with session.post(url + path, data=data, headers=headers) as resp:
                     if stream_tokens:
                         async for line in resp.content:
                             if line.startswith(b"data: {"):
@@ -172,7 +195,7 @@ async def _run(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(20, requests)):  # warm connections and code paths
-            async with session.post(url + "/v1/chat/completions", data=data, headers=headers) as resp:
+            async with session.post(url + path, data=data, headers=headers) as resp:
                 await resp.read()
         cpu0, t0 = _cpu_seconds(pid), time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
@@ -393,7 +416,7 @@ async def main(args: argparse.Namespace) -> None:
             results = []
             for name, count, concurrency, tokens in scenarios:
                 for target, url, pid in targets:  # same run, back to back
-                    results.append(await _run(name, target, url, pid, count, concurrency, tokens))
+                    results.append(await _run(name, target, url, pid, count, concurrency, tokens, args.api))
             clients = await _client_cpu(engine, max(300, n // 5))
             print(
                 f"\ncores: {cores}; engine on core {engine_core}, gateway on core {gateway_core}; "
@@ -413,6 +436,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000, help="requests in the c=64 scenario")
     parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
+    parser.add_argument(
+        "--api",
+        choices=["chat", "responses", "messages"],
+        default="chat",
+        help="the API every scenario speaks: chat completions, OpenAI's Responses, Anthropic's Messages",
+    )
     parser.add_argument("--litellm", default=None, help="path of a `litellm` binary (default: this venv, PATH)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="the gateway's loop")
     add_plot_arguments(parser)
