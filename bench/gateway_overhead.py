@@ -279,7 +279,8 @@ def _litellm(tmp: Path, engine: str, core: int | None, binary: str) -> tuple[sub
 
 
 def _print(results: list[Result], clients: dict[str, float]) -> None:
-    head = f"{'scenario':<26}{'target':<9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'CPU ms/req':>12}"
+    width = max(26, *(len(r.scenario) + 2 for r in results))
+    head = f"{'scenario':<{width}}{'target':<9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'CPU ms/req':>12}"
     head += f"{'chunks/s':>11}{'CPU us/chunk':>14}"
     print(head)
     print("-" * len(head))
@@ -288,7 +289,7 @@ def _print(results: list[Result], clients: dict[str, float]) -> None:
         cps = r.chunks / r.seconds if r.chunks else 0.0
         per_chunk = r.cpu_s / r.chunks * 1e6 if r.chunks and r.cpu_s is not None else float("nan")
         print(
-            f"{r.scenario:<26}{r.target:<9}{r.rps:>9.0f}{r.pct(0.5):>9.2f}{r.pct(0.99):>9.2f}{r.errors:>8}"
+            f"{r.scenario:<{width}}{r.target:<9}{r.rps:>9.0f}{r.pct(0.5):>9.2f}{r.pct(0.99):>9.2f}{r.errors:>8}"
             f"{cpu:>12.3f}{cps:>11.0f}{per_chunk:>14.1f}"
         )
     print()
@@ -317,6 +318,29 @@ def _print(results: list[Result], clients: dict[str, float]) -> None:
             "upstream client CPU per request (this process, concurrency 16): "
             + ", ".join(f"{name} {sec * 1000:.3f} ms" for name, sec in clients.items())
         )
+
+
+def _apis(text: str) -> str:
+    unknown = sorted(set(text.split(",")) - {"chat", "responses", "messages"})
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown API {', '.join(unknown)}: choose from chat, responses, messages")
+    return text
+
+
+def _print_apis(results: list[Result], apis: list[str]) -> None:
+    """The gateway's CPU for each API over the first API's, scenario by scenario, all from this run."""
+    by = {(r.scenario, r.target): r for r in results if r.target == "gateway"}
+    base = apis[0]
+    for scenario in dict.fromkeys(r.scenario.rsplit(" [", 1)[0] for r in results):
+        first = by[(f"{scenario} [{base}]", "gateway")]
+        parts = []
+        for api in apis[1:]:
+            other = by[(f"{scenario} [{api}]", "gateway")]
+            unit = (other.cpu_s or 0.0) / max(1, other.chunks or other.requests)
+            unit0 = (first.cpu_s or 0.0) / max(1, first.chunks or first.requests)
+            parts.append(f"{api} {unit / unit0:.2f}x")
+        per = "chunk" if first.chunks else "request"
+        print(f"{scenario}: gateway CPU per {per} over {base}'s: {', '.join(parts)}")
 
 
 def plot(results: list[Result], directory: Path) -> None:
@@ -413,16 +437,21 @@ async def main(args: argparse.Namespace) -> None:
                 ("non-stream c=64", n, 64, None),
                 ("stream 256 chunks c=16", max(64, n // 20), 16, 256),
             ]
+            apis = args.api.split(",")
             results = []
             for name, count, concurrency, tokens in scenarios:
-                for target, url, pid in targets:  # same run, back to back
-                    results.append(await _run(name, target, url, pid, count, concurrency, tokens, args.api))
+                for api in apis:  # same run, back to back: the APIs side by side within each scenario
+                    label = name if len(apis) == 1 else f"{name} [{api}]"
+                    for target, url, pid in targets:
+                        results.append(await _run(label, target, url, pid, count, concurrency, tokens, api))
             clients = await _client_cpu(engine, max(300, n // 5))
             print(
                 f"\ncores: {cores}; engine on core {engine_core}, gateway on core {gateway_core}; "
                 f"litellm: {'run' if lite else 'not run' if binary else 'not installed (pip install -e .[bench])'}\n"
             )
             _print(results, clients)
+            if len(apis) > 1:
+                _print_apis(results, apis)
             if args.plot is not None:
                 plot(results, args.plot)
         finally:
@@ -438,9 +467,10 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="fewer requests, no LiteLLM")
     parser.add_argument(
         "--api",
-        choices=["chat", "responses", "messages"],
         default="chat",
-        help="the API every scenario speaks: chat completions, OpenAI's Responses, Anthropic's Messages",
+        type=_apis,
+        help="the APIs each scenario speaks, a comma list of chat (completions), responses (OpenAI's), messages "
+        "(Anthropic's); several run side by side in the same run (default chat)",
     )
     parser.add_argument("--litellm", default=None, help="path of a `litellm` binary (default: this venv, PATH)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="the gateway's loop")
