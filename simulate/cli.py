@@ -16,11 +16,12 @@ stack's own pair, ``oracle`` the oracle scaler beside it; without it the stack's
 the table gains ``/oracle`` and the miss split (`simulate.report`). ``--kv-delay-ms`` is how late the replicas'
 KV events reach the ``kv-cache`` scorer of ``p2c+kv`` (`simulate.kvfeed`).
 ``--frontier`` also runs every fixed size (``--sizes`` to choose them) and prints the frontier
-(`simulate.frontier`) and where each row sits against it and against the oracle. ``--plot P`` writes the replay
-over time to P and, with ``--frontier``, the frontier with each scaler's point to P with ``-frontier`` added to
-its name. ``--week`` replays the trace once for each day of a week with engines as old as they would be at
-``--week-hour`` that day, losing ``--degradation-per-72h`` of their speed per 72 h up, with and without the pool's
-restart windows (`simulate.week`). A simulation prints, it never asserts; it exits 2 on a bad trace or option.
+(`simulate.frontier`) and where each row sits against it and against the oracle. ``--plot P`` writes the replay over
+time to P, with ``--frontier`` the frontier with each scaler's point to P with ``-frontier`` added to its name, and
+with ``--fixed`` and several routers the routers side by side at each size (``-routing`` added). ``--week`` replays
+the trace once for each day of a week with engines as old as they would be at ``--week-hour`` that day, losing
+``--degradation-per-72h`` of their speed per 72 h up, with and without the pool's restart windows (`simulate.week`).
+A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
 
 from __future__ import annotations
@@ -38,7 +39,17 @@ from llmfleet.registries import all_registries
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
 from simulate.frontier import compare, frontier_configs, frontier_table, parse_sizes, point
 from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_all
-from simulate.report import ORACLE_ROUTING, Row, miss_split, oracle_shares, row, table, write_frontier_plot, write_plot
+from simulate.report import (
+    ORACLE_ROUTING,
+    Row,
+    miss_split,
+    oracle_shares,
+    row,
+    table,
+    write_frontier_plot,
+    write_plot,
+    write_routing_plot,
+)
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
 from simulate.week import week_report
 
@@ -183,6 +194,19 @@ def _print_frontier(prepared: Prepared, fixed: list[Row], scalers: list[Row]) ->
     print(f"  node bound: {prepared.bound_paid_gpu_s / 3600:.2f} paid GPU-hours")
 
 
+def _extra_plots(args: argparse.Namespace, prepared: Prepared, rows: list[Row], frontier: list[Row]) -> None:
+    """The frontier's PNG (with ``--frontier``) and the routers' side by side (``--fixed`` with several)."""
+    title = f"{args.stack} / {prepared.pool.name}: {Path(args.trace).name} x{args.rate_scale:g}"
+    if frontier:
+        path = args.plot.with_name(f"{args.plot.stem}-frontier{args.plot.suffix or '.png'}")
+        write_frontier_plot(path, title, frontier, rows)
+        print(f"plot: {path}")
+    if args.fixed and len({r["routing"] for r in rows}) > 1:
+        path = args.plot.with_name(f"{args.plot.stem}-routing{args.plot.suffix or '.png'}")
+        write_routing_plot(path, title, rows, prepared.cache_ceiling)
+        print(f"plot: {path}")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
@@ -218,10 +242,6 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         write_plot(args.plot, prepared, results[: len(configs)], spec.autoscaling.interval_s, BOUND_INTERVAL_S)
         print(f"plot: {args.plot}")
-        if sizes:
-            path = args.plot.with_name(f"{args.plot.stem}-frontier{args.plot.suffix or '.png'}")
-            title = f"{args.stack} / {prepared.pool.name}: {Path(args.trace).name} x{args.rate_scale:g}"
-            write_frontier_plot(path, title, rows[len(configs) :], rows[: len(configs)])
-            print(f"plot: {path}")
+        _extra_plots(args, prepared, rows[: len(configs)], rows[len(configs) :])
     print(f"wall: {time.perf_counter() - started:.0f}s")
     return 0

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from fleet.spec.stack import FleetSpec, PluginRef, PoolSpec
 from gateway.routing.base import Router
+from gateway.routing.scorers.kv_cache import KvCache
 from simulate.control import Controller
 from simulate.kv_oracle import OracleKv
 from simulate.kvfeed import KV_EVENT_DELAY_S
@@ -86,7 +87,8 @@ def make_router(spec: FleetSpec, routing: str, seed: int) -> Router:
     if routing != "oracle-kv":
         return Router.from_refs(r.filters, scorers, pick)
     router = Router.from_refs(r.filters, scorers[:-1], pick)  # the oracle is no plugin: built here, same weight
-    router.scorers.append((OracleKv(), scorers[-1].weight))
+    kv = KvCache.Params.model_validate(scorers[-1].params)  # and the same minShare as the kv-cache it measures
+    router.scorers.append((OracleKv(min_share=kv.min_share), scorers[-1].weight))
     return router
 
 

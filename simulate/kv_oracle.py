@@ -6,9 +6,10 @@ routing: no events, no delay, no lost or skipped block.
 
 Score of a replica = leading prompt blocks its prefix cache holds, exactly as the engine would take them on
 admission (`engine_sim.kv.KVCacheManager.computed_blocks`: full 16-token blocks, capped at the prompt's length
-less one token) / full blocks of the prompt, the ``kv-cache`` scorer's denominator. A request without token ids,
-or a replica the lookup does not know, scores 0. It is an affinity scorer, so the ``p2c`` picker anchors on it
-within its load bound, as it does on ``kv-cache``.
+less one token) / full blocks of the prompt, the ``kv-cache`` scorer's denominator, 0 below the same
+``minShare`` (`gateway.routing.scorers.kv_cache.held_share`). A request without token ids, or a replica the
+lookup does not know, scores 0. Like ``kv-cache`` it is an affinity scorer that spares prefill, so the ``p2c``
+picker anchors on it within the same load bound, grown by the share spared.
 
 Not a plugin a stack can name: it needs the simulation's replicas (``scheduler_of``, set by
 `simulate.fleet_sim.FleetSim`), so it is taken out of the scorer registry once defined.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from engine_sim.kv import BLOCK_SIZE
 from engine_sim.scheduler import Scheduler
 from gateway.routing.base import SCORERS, EndpointView, RequestInfo, Router, Scorer
+from gateway.routing.scorers.kv_cache import held_share
 
 __all__ = ["OracleKv", "bind_oracle", "cached_prefix_blocks", "prefix_cache_keys"]
 
@@ -51,9 +53,11 @@ def cached_prefix_blocks(scheduler: Scheduler, keys: Sequence[int], num_tokens: 
 
 class OracleKv(Scorer, name="oracle-kv"):
     affinity = True
+    spares_prefill = True
 
-    def __init__(self, scheduler_of: Callable[[str], Scheduler | None] | None = None) -> None:
+    def __init__(self, scheduler_of: Callable[[str], Scheduler | None] | None = None, min_share: float = 0.5) -> None:
         self.scheduler_of: Callable[[str], Scheduler | None] = scheduler_of or (lambda _: None)
+        self.min_share = min_share
         self._last: tuple[str, list[int]] = ("", [])
 
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
@@ -67,7 +71,7 @@ class OracleKv(Scorer, name="oracle-kv"):
         for endpoint in endpoints:
             scheduler = self.scheduler_of(endpoint.id)
             held = 0 if scheduler is None else cached_prefix_blocks(scheduler, keys, len(tokens))
-            scores.append(held / len(keys))
+            scores.append(held_share(held, len(keys), self.min_share))
         return scores
 
 

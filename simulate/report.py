@@ -1,5 +1,5 @@
-"""What a replay prints: one row per configuration, the yardsticks, and (``--plot``) PNGs: the replay over time
-and the frontier of fixed sizes with each scaler's point.
+"""What a replay prints: one row per configuration, the yardsticks, and (``--plot``) PNGs: the replay over time,
+the frontier of fixed sizes with each scaler's point, and routers side by side at each fixed size.
 
 With an ``oracle-kv`` row in the run (`simulate.kv_oracle`), each row of the same scaling (and fleet size) gets
 ``/oracle``: its prompt tokens served from cache over the oracle router's, and `miss_split` divides its miss
@@ -16,7 +16,17 @@ from pathlib import Path
 from simulate.replay import Prepared
 from simulate.result import Result, busy_spread, quantile
 
-__all__ = ["ORACLE_ROUTING", "Row", "miss_split", "oracle_shares", "row", "table", "write_frontier_plot", "write_plot"]
+__all__ = [
+    "ORACLE_ROUTING",
+    "Row",
+    "miss_split",
+    "oracle_shares",
+    "row",
+    "table",
+    "write_frontier_plot",
+    "write_plot",
+    "write_routing_plot",
+]
 
 ORACLE_ROUTING = "oracle-kv"
 
@@ -205,5 +215,43 @@ def write_frontier_plot(path: Path, title: str, fixed: Sequence[Row], scalers: S
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_routing_plot(path: Path, title: str, rows: Sequence[Row], ceiling: float) -> None:
+    """A PNG of routers side by side at each fixed fleet size (``--routing a,b --fixed 5,8``): prompt tokens
+    served from cache (with the infinite shared cache's rate), TTFT p50 and p99, and the load spread."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    routings = list(dict.fromkeys(str(r["routing"]) for r in rows))
+    sizes = list(dict.fromkeys(str(r["scaling"]).rsplit(" ", 1)[-1] for r in rows))
+    value = {(str(r["routing"]), str(r["scaling"]).rsplit(" ", 1)[-1]): r for r in rows}
+    panels = [("hit", "prompt tokens from cache (%)", 100.0), ("ttft_p50", "TTFT p50 (ms)", 1000.0),
+              ("ttft_p99", "TTFT p99 (ms)", 1000.0), ("spread", "busiest replica / mean", 1.0)]  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
+    width = 0.8 / len(routings)
+    for ax, (key, label, scale) in zip(axes, panels, strict=True):
+        for i, routing in enumerate(routings):
+            ys = [
+                float(value[(routing, size)][key]) * scale if (routing, size) in value else math.nan for size in sizes
+            ]
+            ax.bar([j + i * width for j in range(len(sizes))], ys, width, label=routing)
+        if key == "hit":
+            ax.axhline(ceiling * 100, color="black", lw=1, ls="--", label="infinite shared cache")
+        if key == "spread":
+            ax.set_ylim(bottom=1.0)
+        ax.set_xticks(
+            [j + width * (len(routings) - 1) / 2 for j in range(len(sizes))], [f"{s} replicas" for s in sizes]
+        )
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, axis="y")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels), fontsize=7)
+    fig.suptitle(title, fontsize=9, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)

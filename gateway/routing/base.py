@@ -14,6 +14,10 @@ Affinity scorers (``Scorer.affinity = True``: ``session-affinity``, ``prefix-aff
 cached state lives. The runner also sums their weighted values alone into `Scored.affinity`, so a picker can
 tell "preferred because of cached state" apart from "preferred because idle": `anchor` is the candidate with
 the highest positive affinity, and `within_bound` says whether its load leaves room to honour it (see p2c).
+A scorer that knows what each engine holds (``Scorer.spares_prefill = True``: ``kv-cache``) scores the share of
+the prompt's prefill a replica is spared; the runner keeps the largest such value as `Scored.spared`, and the
+bound grows with it: a replica that needs to prefill a tenth of a prompt can take more requests than one that
+prefills all of it.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class Scored:
     endpoint: EndpointView
     score: float  # weighted sum of every scorer
     affinity: float = 0.0  # the part of ``score`` that came from affinity scorers
+    spared: float = 0.0  # the share of the prompt's prefill the replica's cache spares (unweighted, in [0, 1])
 
 
 def endpoint_load(endpoint: EndpointView) -> float:
@@ -106,12 +111,15 @@ def anchor(candidates: Sequence[Scored]) -> Scored | None:
 
 
 def within_bound(preferred: Scored, candidates: Sequence[Scored], load_factor: float) -> bool:
-    """Whether ``preferred`` may take one more request: load <= ``load_factor`` x mean candidate load + 1.
+    """Whether ``preferred`` may take one more request: load <= (``load_factor`` x mean candidate load + 1) x
+    (1 + its `Scored.spared`).
 
-    The +1 keeps a nearly idle fleet sticky when a gauge still counts the session's previous request.
+    The +1 keeps a nearly idle fleet sticky when a gauge still counts the session's previous request. The bound
+    counts requests, not work: a request whose prompt the replica mostly holds costs it a fraction of the
+    prefill, so the bound grows with the share spared, to at most twice (a request still decodes in full).
     """
     mean = sum(endpoint_load(c.endpoint) for c in candidates) / len(candidates)
-    return endpoint_load(preferred.endpoint) <= load_factor * mean + 1.0
+    return endpoint_load(preferred.endpoint) <= (load_factor * mean + 1.0) * (1.0 + preferred.spared)
 
 
 @dataclass(frozen=True)
@@ -147,12 +155,15 @@ class Scorer(abc.ABC):
     """Scores each endpoint in [0, 1] (1 = best), index-aligned with ``endpoints``.
 
     ``affinity = True`` marks a scorer whose score means "this replica holds the request's cached state"
-    (its weighted values also go to `Scored.affinity`); load scorers leave it False.
+    (its weighted values also go to `Scored.affinity`); load scorers leave it False. ``spares_prefill = True``
+    marks one whose score is the share of the prompt's prefill the replica is spared, known from the engines
+    themselves (its values, unweighted, go to `Scored.spared`); a scorer that guesses leaves it False.
     """
 
     name: ClassVar[str]
     Params: ClassVar[type[PluginParams]] = PluginParams
     affinity: ClassVar[bool] = False
+    spares_prefill: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, name: str, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -240,18 +251,22 @@ class Router:
                 return None
         totals = [0.0] * len(current)
         affinity = [0.0] * len(current)
+        spared = [0.0] * len(current)
         if len(current) > 1:
             for scorer, weight in self.scorers:
                 start = time.perf_counter()
                 values = scorer.score(current, request)
                 self._timed(scorer.name, start)
                 for i, value in enumerate(values):
-                    weighted = weight * _clamp(value)
+                    clamped = _clamp(value)
+                    weighted = weight * clamped
                     totals[i] += weighted
                     if scorer.affinity:
                         affinity[i] += weighted
+                    if scorer.spares_prefill:
+                        spared[i] = max(spared[i], clamped)
         start = time.perf_counter()
-        scored = [Scored(e, s, a) for e, s, a in zip(current, totals, affinity, strict=True)]
+        scored = [Scored(*row) for row in zip(current, totals, affinity, spared, strict=True)]
         chosen = self.picker.pick(scored, request)
         self._timed(self.picker.name, start)
         for scorer, _ in self.scorers:

@@ -99,6 +99,9 @@ def test_the_kv_routings_and_the_oracle_weigh_as_the_stacks_prefix_affinity() ->
     load = weights["p2c"]
     assert weights["p2c+kv"] == {**load, "kv-cache": weights["p2c+prefix"]["prefix-affinity"]}
     assert weights["oracle-kv"] == {**load, "oracle-kv": weights["p2c+kv"]["kv-cache"]}
+    kv, oracle = (make_router(spec, r, seed=1).scorers[-1][0] for r in ("p2c+kv", "oracle-kv"))
+    assert kv.min_share == oracle.min_share == 0.5  # the same minShare, the same bound
+    assert kv.spares_prefill and oracle.spares_prefill
 
 
 def test_simulate_with_the_oracle_router_prints_the_oracle_column_and_the_miss_split(
@@ -113,8 +116,13 @@ def test_simulate_with_the_oracle_router_prints_the_oracle_column_and_the_miss_s
     assert [line.split()[0] for line in out.splitlines()[6:8]] == ["p2c+kv", "oracle-kv"]
     assert out.splitlines()[7].split()[21] == "100.0%"  # the oracle's own row, after hit and /ceil
     assert "oracle-kv / fixed 3: miss" in out and "lost by routing" in out
-    assert main([*argv, "--routing", "p2c"]) == 0
+    png = tmp_path / "kv.png"
+    assert main([*argv, "--routing", "p2c", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "/oracle" not in out and "miss split" not in out
+    assert not (tmp_path / "kv-routing.png").exists()  # one router: nothing to set side by side
+    assert main([*argv, "--routing", "p2c,p2c+kv", "--plot", str(png)]) == 0
+    assert f"plot: {tmp_path / 'kv-routing.png'}" in capsys.readouterr().out
+    assert (tmp_path / "kv-routing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*argv, "--kv-delay-ms", "-1"]) == 2
     assert "--kv-delay-ms -1" in capsys.readouterr().err

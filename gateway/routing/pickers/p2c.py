@@ -11,9 +11,10 @@ score, the one with the highest affinity (`gateway.routing.base.anchor`) is alwa
 second is drawn uniformly from the others, and a tie goes to the anchor (it holds the cached state). So a session
 keeps landing on its replica instead of reaching it only when a random draw happens to include it. Bounded load:
 the anchor is honoured only while its load (max of this gateway's in-flight count and the engine's running +
-waiting) is at most ``loadFactor`` x the candidates' mean load + 1 (`gateway.routing.base.within_bound`);
-above that it is left out of both draws for this request, so affinity never piles requests onto an overloaded
-replica. Without affinity (no session id, no known prefix) both draws are uniform, as in plain p2c.
+waiting) is at most ``loadFactor`` x the candidates' mean load + 1 (`gateway.routing.base.within_bound`), times
+1 + the share of the prompt's prefill its cache spares when a scorer knows it (``kv-cache``: up to twice the
+bound for a prompt it holds whole); above that it is left out of both draws for this request, so affinity never
+piles requests onto an overloaded replica. Without affinity (no session id, no known prefix) both draws are uniform, as in plain p2c.
 
 Parameters: ``seed`` (random draws, for tests), ``loadFactor`` (>= 1, default 1.25).
 Example: ``picker: {name: p2c, params: {loadFactor: 1.5}}``

@@ -6,7 +6,11 @@ kept in this gateway's own `gateway.routing.kv_index.KvIndex` by `gateway.kv_eve
 every replica of the pool, so all of them see the same blocks and score alike without sharing any state.
 
 Score of a replica = leading full blocks of the request's prompt tokens (`RequestInfo.token_ids`: the pool's
-tokenizer and chat template, as the engine renders them) that its engine holds / full blocks of the prompt.
+tokenizer and chat template, as the engine renders them) that its engine holds / full blocks of the prompt, when
+that share is at least ``minShare``, else 0: a short cached prefix of a long prompt saves little, and sending the
+prompt after it to a busier replica costs more than it saves, so the load scorers decide such a request. The
+score is the share of the prefill the replica is spared (``spares_prefill``), so p2c's load bound grows with it
+(`gateway.routing.base.within_bound`).
 A replica whose event stream is down (`stream_down`) scores 0: its entries were dropped when the stream broke,
 and until it is back the load scorers decide for it. A request without token ids (the pool has no tokenizer)
 scores 0 everywhere.
@@ -14,7 +18,8 @@ scores 0 everywhere.
 It is an affinity scorer: ``p2c`` always draws the replica it prefers, within the picker's load bound, so a cached
 prefix never piles requests onto an overloaded replica.
 
-Parameters: ``blockSize`` (16: the engines' ``--block-size``; events of another size are not indexed).
+Parameters: ``blockSize`` (16: the engines' ``--block-size``; events of another size are not indexed),
+``minShare`` (0.5, in [0, 1]).
 
 Example: ``scorers: [{name: kv-cache, weight: 2}]``
 """
@@ -29,19 +34,29 @@ from fleet.spec.plugins import PluginParams
 from gateway.routing.base import EndpointView, RequestInfo, Scorer
 from gateway.routing.kv_index import KvIndex, request_keys
 
-__all__ = ["KvCache"]
+__all__ = ["KvCache", "held_share"]
+
+
+def held_share(held: int, blocks: int, min_share: float) -> float:
+    """``held`` of ``blocks`` leading blocks as a share, 0 below ``min_share``."""
+    share = held / blocks
+    return share if share >= min_share else 0.0
 
 
 class KvCache(Scorer, name="kv-cache"):
     affinity = True
+    spares_prefill = True
 
     class Params(PluginParams):
         block_size: int = Field(default=16, ge=1, le=1024)
         """Tokens per KV block: the engines' ``--block-size`` (vLLM's default, 16)."""
+        min_share: float = Field(default=0.5, ge=0.0, le=1.0)
+        """The least share of the prompt a replica must hold for its cache to count (below: score 0)."""
 
     def __init__(self, params: Params | None = None) -> None:
         params = params or self.Params()
         self.index = KvIndex(block_size=params.block_size)
+        self.min_share = params.min_share
         self.stream_down: set[str] = set()  # replicas whose event stream is cut (`gateway.kv_events`)
         self.scored = 0  # requests scored with token ids
         self.hit_blocks = 0  # leading blocks the chosen replica held, summed over them
@@ -62,7 +77,7 @@ class KvCache(Scorer, name="kv-cache"):
         live = [e.id for e in endpoints if e.id not in self.stream_down]
         matched = self.index.matched(keys, live)
         self._matched = (request.request_id, matched)
-        return [matched.get(e.id, 0) / len(keys) for e in endpoints]
+        return [held_share(matched.get(e.id, 0), len(keys), self.min_share) for e in endpoints]
 
     def observe(self, request: RequestInfo, chosen: EndpointView) -> None:
         """Count the blocks the chosen replica held (the gateway's predicted hit rate, `hit_rate`)."""

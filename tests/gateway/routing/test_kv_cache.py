@@ -17,8 +17,18 @@ def test_a_replica_scores_its_reported_share_of_the_prompts_leading_blocks() -> 
     assert list(scorer.score(ENDPOINTS, request(request_id="no-tokens"))) == [0.0, 0.0]
 
 
-def test_a_forgotten_replica_and_one_whose_stream_is_cut_score_zero() -> None:
+def test_a_share_below_min_share_scores_zero_and_the_load_scorers_decide() -> None:
     scorer = KvCache()
+    scorer.index.apply("r1", [stored([1, 2, 3], None, list(TOKENS[:48]))])
+    scorer.index.apply("r2", [stored([4], None, list(TOKENS[:16]))])
+    assert list(scorer.score(ENDPOINTS, request(request_id="a", token_ids=TOKENS))) == [0.75, 0.0]  # 0.25 < 0.5
+    anything = KvCache(KvCache.Params(min_share=0.0))
+    anything.index.apply("r2", [stored([4], None, list(TOKENS[:16]))])
+    assert list(anything.score(ENDPOINTS, request(request_id="b", token_ids=TOKENS))) == [0.0, 0.25]
+
+
+def test_a_forgotten_replica_and_one_whose_stream_is_cut_score_zero() -> None:
+    scorer = KvCache(KvCache.Params(min_share=0.0))
     scorer.index.apply("r1", [stored([1, 2], None, list(TOKENS[:32]))])
     scorer.index.apply("r2", [stored([3], None, list(TOKENS[:16]))])
     scorer.index.forget("r1")

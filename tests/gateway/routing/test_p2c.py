@@ -9,7 +9,8 @@ import pytest
 
 from fleet.spec.loader import load_spec
 from gateway.routing import pickers
-from gateway.routing.base import EndpointView, Router, Scored, anchor, within_bound
+from gateway.routing.base import SCORERS, EndpointView, RequestInfo, Router, Scored, anchor, within_bound
+from gateway.routing.scorers.kv_cache import KvCache
 from tests.gateway.builders import endpoint, request
 
 PICKS = 2000
@@ -111,6 +112,37 @@ def test_within_bound_compares_the_anchor_with_the_mean_load(
 ) -> None:
     candidates = [_scored(str(i), 0, in_flight=n) for i, n in enumerate(loads)]
     assert within_bound(candidates[0], candidates, load_factor) is expected
+
+
+@pytest.mark.parametrize(
+    ("spared", "expected"),
+    [
+        (0.0, False),  # 9 > 1.25 x 4.5 + 1 = 6.6
+        (0.3, False),  # 9 > 6.6 x 1.3 = 8.6
+        (0.5, True),  # 9 <= 6.6 x 1.5 = 9.9: half its prefill spared, it takes the request
+        (1.0, True),
+    ],
+)
+def test_the_bound_grows_with_the_share_of_prefill_the_anchors_cache_spares(spared: float, expected: bool) -> None:
+    candidates = [Scored(endpoint("a", in_flight=9), 1.0, 1.0, spared)]
+    candidates += [Scored(endpoint(x, in_flight=3), 1.0) for x in "bcd"]
+    assert within_bound(candidates[0], candidates, 1.25) is expected
+
+
+def test_the_router_keeps_the_largest_prefill_share_spared_unweighted() -> None:
+    class Holds(KvCache, name="test-holds"):  # a kv-cache whose index says "a" holds 80%, "b" 40%
+        def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
+            return [{"a": 0.8, "b": 0.4}[e.id] for e in endpoints]
+
+    try:
+        router = Router([], [(Holds(), 3.0)], pickers.REGISTRY.create("max-score", {"seed": 1}))
+        seen: list[Sequence[Scored]] = []
+        original = router.picker.pick
+        router.picker.pick = lambda c, r: seen.append(c) or original(c, r)  # type: ignore[method-assign]
+        router.route([endpoint("a"), endpoint("b")], request())
+    finally:
+        SCORERS.unregister("test-holds")
+    assert [(c.affinity, c.spared) for c in seen[0]] == [(pytest.approx(2.4), 0.8), (pytest.approx(1.2), 0.4)]
 
 
 def _prod_router(seed: int) -> Router:
