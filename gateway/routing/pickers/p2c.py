@@ -14,7 +14,8 @@ the anchor is honoured only while its load (max of this gateway's in-flight coun
 waiting) is at most ``loadFactor`` x the candidates' mean load + 1 (`gateway.routing.base.within_bound`), times
 1 + the share of the prompt's prefill its cache spares when a scorer knows it (``kv-cache``: up to twice the
 bound for a prompt it holds whole); above that it is left out of both draws for this request, so affinity never
-piles requests onto an overloaded replica. Without affinity (no session id, no known prefix) both draws are uniform, as in plain p2c.
+piles requests onto an overloaded replica. Without affinity (no session id, no known prefix) both draws are
+uniform, as in plain p2c.
 
 Parameters: ``seed`` (random draws, for tests), ``loadFactor`` (>= 1, default 1.25).
 Example: ``picker: {name: p2c, params: {loadFactor: 1.5}}``
