@@ -8,7 +8,8 @@ answer, a streamed one event by event. An id the tenant was not given, altered, 
 or is not serving (stopped, restarting, ejected) gets 404 in OpenAI's error shape, as vLLM answers an unknown id;
 never another replica's answer. What the engine answers (its own 404 for a response it did not keep, a 400 for
 cancelling a response that is not running) is relayed with the ids rewritten. Neither request takes a quota or an
-admission slot: neither runs the model. Each counts in ``requests_total`` under the tenant and the pool's model.
+admission slot: neither runs the model. Each counts in ``requests_total`` under the tenant and the pool's model,
+and in the access log.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ __all__ = ["held_response"]
 
 async def held_response(gateway: Gateway, request: web.Request, cancel: bool) -> web.StreamResponse:
     """Forward a retrieve (``cancel`` False) or a cancel to the replica holding the response the path names."""
-    with counted(gateway) as tally:
+    with counted(gateway, request) as tally:
         tenant = gateway.keys.authenticate(authorization(request))
         tally.tenant = tenant.name
         public = request.match_info["response_id"]
@@ -35,7 +36,7 @@ async def held_response(gateway: Gateway, request: web.Request, cancel: bool) ->
         ep = None if held is None else _holder(gateway, held)
         if held is None or ep is None:
             raise ResponseNotFound(f"Response with id '{public}' not found.", param="response_id")
-        tally.model = ep.model
+        tally.model, tally.replica = ep.model, ep.id
         rewrite = IdRewriter(gateway.response_ids, held.replica, tenant.name, {held.engine_id: public})
         path = f"/v1/responses/{held.engine_id}" + ("/cancel" if cancel else "")
         params = None if cancel else request.query

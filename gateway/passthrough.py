@@ -5,7 +5,8 @@ What the gateway forwards this way takes no quota and no admission slot: a store
 engine's headers (the request id, the engine key, the trace context) within ``timeouts.totalS`` and relays the
 answer, a JSON body whole and a stream event by event, through ``rewrite`` (an id is never split between two
 writes). An engine that cannot be reached is a 503, one that does not answer in time a 504. `counted` adds the
-request to ``requests_total`` under its tenant and model, however it ends.
+request to ``requests_total`` under its tenant and model, and writes its access-log line (its route as the
+route's pattern: no response id in the log), however it ends.
 """
 
 from __future__ import annotations
@@ -29,16 +30,17 @@ __all__ = ["Tally", "counted", "forward"]
 
 @dataclass
 class Tally:
-    """What ``requests_total`` records for one passthrough request; its handler fills it in."""
+    """What ``requests_total`` and the access log record for one passthrough request; its handler fills it in."""
 
     tenant: str = "-"
     model: str = "-"
     status: int = 500
+    replica: str | None = None
 
 
 @contextlib.contextmanager
-def counted(gateway: Gateway) -> Iterator[Tally]:
-    tally = Tally()
+def counted(gateway: Gateway, request: web.Request) -> Iterator[Tally]:
+    tally, wall, start = Tally(), gateway.clock.time(), gateway.clock.monotonic()
     try:
         yield tally
     except GatewayError as exc:
@@ -46,6 +48,21 @@ def counted(gateway: Gateway) -> Iterator[Tally]:
         raise
     finally:
         gateway.metrics.child(gateway.metrics.requests, tally.tenant, tally.model, str(tally.status)).inc()
+        if gateway.access_log is not None:
+            gateway.access_log.write(
+                {
+                    "ts": round(wall, 6),
+                    "request_id": request[REQUEST_ID],
+                    "route": f"{request.method} {request.match_info.route.resource.canonical}"
+                    if request.match_info.route.resource is not None
+                    else request.path,
+                    "tenant": tally.tenant,
+                    "model": tally.model,
+                    "replica": tally.replica,
+                    "status": tally.status,
+                    "done_s": round(gateway.clock.monotonic() - start, 6),
+                }
+            )
 
 
 async def forward(

@@ -130,6 +130,8 @@ class Gateway:
     ) -> web.StreamResponse:
         tenant, parsed, pool, info = await self._intake(request, kind, out, spans)
         held, pool = self._previous(parsed, pool, out)
+        if out.alias is not None:  # the pool the request goes to: a follow-up's is its conversation's
+            self.metrics.child(self.metrics.alias_routed, out.alias, pool.name).inc()
         with spans.phase("quota", {"llmfleet.tenant": tenant.name}):
             limits = QuotaLimits.of(tenant)
             check_fits(limits, parsed.reserve_tokens)
@@ -188,7 +190,6 @@ class Gateway:
             out.adapter = parsed.model
         if alias is not None:
             out.alias = alias.name
-            self.metrics.child(self.metrics.alias_routed, alias.name, pool.name).inc()
         spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
         return tenant, parsed, pool, info
 

@@ -24,7 +24,7 @@ __all__ = ["count_tokens"]
 
 
 async def count_tokens(gateway: Gateway, request: web.Request) -> web.StreamResponse:
-    with counted(gateway) as tally:
+    with counted(gateway, request) as tally:
         tenant = gateway.keys.authenticate(credential(request))
         tally.tenant = tenant.name
         if request.content_type != "application/json":
@@ -52,6 +52,7 @@ async def count_tokens(gateway: Gateway, request: web.Request) -> web.StreamResp
         view = min(views, key=endpoint_load)
         ep = gateway.upstream.endpoints.get(pool.name, view.id)
         assert ep is not None  # a view of the snapshot taken with no await since
+        tally.replica = ep.id
         body = parsed.upstream_body(pool.served_name)
         response = await forward(gateway, request, ep, "POST", "/v1/messages/count_tokens", body=body)
         tally.status = response.status

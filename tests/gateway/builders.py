@@ -1,10 +1,12 @@
-"""Builders for gateway tests: endpoint snapshots and request infos."""
+"""Builders for gateway tests: endpoint snapshots and request infos; and a gateway's counter as it exports it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from fleet.protocol import promtext
 from gateway.routing.base import EndpointView, RequestInfo
+from gateway.service import Gateway
 from tests.support.stacks import MODEL
 
 
@@ -55,3 +57,12 @@ class ManualClock:
 
     async def sleep(self, seconds: float) -> None:
         self.now += max(0.0, seconds)
+
+
+def counted(gateway: Gateway, name: str, labels: dict[str, str]) -> float:
+    """The gateway's counter ``name`` for ``labels`` in its /metrics text; 0 when it has no such series."""
+    samples = promtext.parse(gateway.metrics.render().decode())
+    try:
+        return promtext.counter_value(samples, name, labels)
+    except KeyError:
+        return 0.0

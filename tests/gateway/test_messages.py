@@ -8,18 +8,9 @@ import anthropic
 import httpx
 import pytest
 
-from fleet.protocol import promtext
-from gateway.service import Gateway
+from tests.gateway.builders import counted
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
-
-
-def _counted(gateway: Gateway, name: str, labels: dict[str, str]) -> float:
-    samples = promtext.parse(gateway.metrics.render().decode())
-    try:
-        return promtext.counter_value(samples, name, labels)
-    except KeyError:
-        return 0.0
 
 
 async def test_the_anthropic_client_creates_and_streams_messages_with_a_tenant_key(sims: SimFactory) -> None:
@@ -30,7 +21,7 @@ async def test_the_anthropic_client_creates_and_streams_messages_with_a_tenant_k
             whole = await client.messages.create(
                 model=MODEL, max_tokens=5, system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
             )
-            counted = await client.messages.count_tokens(
+            token_count = await client.messages.count_tokens(
                 model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "name a tide"}]
             )
             async with client.messages.stream(
@@ -41,12 +32,12 @@ async def test_the_anthropic_client_creates_and_streams_messages_with_a_tenant_k
         finally:
             await client.close()
     assert whole.type == "message" and whole.stop_reason == "max_tokens" and whole.usage.output_tokens == 5
-    assert counted.input_tokens == whole.usage.input_tokens  # the same prompt, counted by an engine
+    assert token_count.input_tokens == whole.usage.input_tokens  # the same prompt, counted by an engine
     assert streamed.usage.output_tokens == 7 and text == streamed.content[0].text and text
     labels = {"tenant": "gold", "model": MODEL}
-    assert _counted(gateway, "llmfleet_gateway_requests", {**labels, "status": "200"}) == 3  # the count too
-    assert _counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "out"}) == 5 + 7
-    assert _counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "in"}) > 0
+    assert counted(gateway, "llmfleet_gateway_requests", {**labels, "status": "200"}) == 3  # the count too
+    assert counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "out"}) == 5 + 7
+    assert counted(gateway, "llmfleet_gateway_tokens", {**labels, "direction": "in"}) > 0
 
 
 async def test_the_gateways_refusals_on_messages_are_anthropic_errors(sims: SimFactory) -> None:
@@ -115,4 +106,4 @@ async def test_a_tenant_over_its_token_quota_gets_anthropics_rate_limit_error_an
     assert first.usage.output_tokens == 200
     assert over.value.status_code == 429 and over.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     assert response.status_code == 429 and list(response.json()) == ["error"]  # OpenAI's shape on its route
-    assert _counted(gateway, "llmfleet_gateway_requests", {"tenant": "gold", "model": MODEL, "status": "429"}) == 2
+    assert counted(gateway, "llmfleet_gateway_requests", {"tenant": "gold", "model": MODEL, "status": "429"}) == 2

@@ -7,6 +7,8 @@ tenant, an altered id, or a replica that stopped get OpenAI's 404; the gateway c
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +16,11 @@ import httpx
 import openai
 import pytest
 
-from fleet.protocol import promtext
 from gateway.response_ids import ResponseIds
 from gateway.routing.aliases import AliasTable, WeightedAlias
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
+from tests.gateway.builders import counted
 from tests.gateway.conftest import SimFactory, serve
 from tests.support.procs import Proc
 from tests.support.stacks import KEYS, MODEL, spec
@@ -46,9 +48,7 @@ def _client(url: str, tenant: str = "gold") -> openai.AsyncOpenAI:
 
 
 def _tokens(gateway: Gateway, direction: str) -> float:
-    samples = promtext.parse(gateway.metrics.render().decode())
-    labels = {"tenant": "gold", "model": MODEL, "direction": direction}
-    return promtext.counter_value(samples, "llmfleet_gateway_tokens", labels)
+    return counted(gateway, "llmfleet_gateway_tokens", {"tenant": "gold", "model": MODEL, "direction": direction})
 
 
 async def test_a_follow_up_and_a_retrieve_through_another_gateway_reach_the_replica_holding_it(
@@ -199,7 +199,9 @@ async def test_a_streamed_background_response_replays_through_another_gateway_wi
     assert tail[-1].type == "response.completed" and tail[-1].response.id == response_id  # type: ignore[union-attr]
 
 
-async def test_a_follow_up_stays_on_its_pool_whatever_the_aliases_weights_say(sims: SimFactory) -> None:
+async def test_a_follow_up_stays_on_its_pool_whatever_the_aliases_weights_say(
+    sims: SimFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     names = ["qwen-v1", "qwen-v2"]
     v1, v2 = sims(*(["--served-model-name", n] for n in names), env=STORE)
     engine = {"kind": "sim", "maxNumSeqs": 8, "maxModelLen": 8192}
@@ -207,7 +209,8 @@ async def test_a_follow_up_stays_on_its_pool_whatever_the_aliases_weights_say(si
     aliases = {"chat": {"pools": {"qwen-v1": 1, "qwen-v2": 0}}}
     stack = spec("gateway", pools=pools, aliases=aliases, **{"tenants.1.allowedModels": ["chat"]})
     replicas = {"qwen-v1": [v1.url], "qwen-v2": [v2.url]}
-    settings = GatewaySettings(spec=stack, static_replicas=replicas, access_log=False, engine_api_key=ENGINE_KEY)
+    settings = GatewaySettings(spec=stack, static_replicas=replicas, access_log=True, engine_api_key=ENGINE_KEY)
+    caplog.set_level(logging.INFO, logger="llmfleet.gateway.access")
     async with serve(settings) as (url, gateway):
         await async_wait_for(lambda: gateway.endpoints.routable("qwen-v2") == 1, timeout_s=10, what="ready")
         client = _client(url)
@@ -219,6 +222,13 @@ async def test_a_follow_up_stays_on_its_pool_whatever_the_aliases_weights_say(si
             fresh = await client.responses.create(model="chat", input="a new one", max_output_tokens=2)
             with pytest.raises(openai.NotFoundError):  # another model's pool does not hold it
                 await client.responses.create(model="qwen-v2", input="and?", previous_response_id=made.id)
+            await client.responses.retrieve(follow.id)
         finally:
             await client.close()
+        routed = {pool: counted(gateway, "llmfleet_gateway_alias_routed", {"pool": pool}) for pool in names}
     assert (made.model, follow.model, fresh.model) == ("qwen-v1", "qwen-v1", "qwen-v2")
+    assert routed == {"qwen-v1": 2, "qwen-v2": 1}  # the follow-up counted where it went, not where the weights drew
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmfleet.gateway.access"]
+    retrieve = [line for line in lines if line.get("route") == "GET /v1/responses/{response_id}"]
+    assert len(retrieve) == 1 and retrieve[0]["status"] == 200 and retrieve[0]["replica"] == "qwen-v1-static-0"
+    assert follow.id not in json.dumps(retrieve)  # no response id in the log
