@@ -160,6 +160,13 @@ class EndpointSet:
     def get(self, pool: str, rid: str) -> Endpoint | None:
         return self._members[pool].get(rid)
 
+    def find(self, rid: str) -> Endpoint | None:
+        """The member ``rid`` of whichever pool it belongs to (a replica id names one replica in one pool)."""
+        for members in self._members.values():
+            if rid in members:
+                return members[rid]
+        return None
+
     @contextlib.contextmanager
     def lease(self, view: EndpointView) -> Iterator[Endpoint]:
         """Count one request on the replica behind ``view`` (a router's pick from `snapshot`) until the block ends.

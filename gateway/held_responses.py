@@ -49,9 +49,5 @@ async def held_response(gateway: Gateway, request: web.Request, cancel: bool) ->
 
 def _holder(gateway: Gateway, held: Held) -> Endpoint | None:
     """The replica holding ``held`` while it serves: a stopped engine (a restart included) has forgotten it."""
-    endpoints, now = gateway.upstream.endpoints, gateway.clock.monotonic()
-    for pool in endpoints.pools:
-        ep = endpoints.get(pool, held.replica)
-        if ep is not None:
-            return ep if ep.ready and now >= ep.ejected_until else None
-    return None
+    ep = gateway.upstream.endpoints.find(held.replica)
+    return ep if ep is not None and ep.ready and gateway.clock.monotonic() >= ep.ejected_until else None

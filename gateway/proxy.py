@@ -203,8 +203,9 @@ class SseRelay:
             return b""
         complete, self.buffer = self.buffer[: cut + 2], self.buffer[cut + 2 :]
         self.events += complete.count(b"\n\n")
-        if any(end in complete for end in self.ends):
-            self.done = True
+        for end in self.ends:  # a loop, not any() over a generator: this runs for every chunk relayed
+            if end in complete:
+                self.done = True
         if b'"error"' in complete:
             self._spot_error(complete)
         if b'"usage"' in complete:

@@ -201,8 +201,8 @@ class Gateway:
         if public is None:
             return None, pool
         held = self.response_ids.open(public, out.tenant)
-        endpoints = self.upstream.endpoints
-        holder = None if held is None else next((p for p in endpoints.pools if endpoints.get(p, held.replica)), None)
+        member = None if held is None else self.upstream.endpoints.find(held.replica)
+        holder = None if member is None else member.pool
         alias = self.models.aliases.get(parsed.model)
         if holder is not None and holder != pool.name and (alias is None or holder not in alias.pools):
             holder = None

@@ -50,3 +50,13 @@ def test_a_lease_counts_one_request_on_the_picked_replica_until_it_ends() -> Non
     with pytest.raises(RuntimeError), endpoints.lease(picked):
         raise RuntimeError("the attempt failed")
     assert [v.in_flight for v in endpoints.snapshot("qwen-7b")] == [0, 0]
+
+
+def test_find_names_a_replica_in_whichever_pool_it_belongs_to() -> None:
+    endpoints = _set(2, ManualClock())
+    endpoints.set_members("small", [("s-0", "http://s0", True)])
+    found = endpoints.find("s-0")
+    assert found is not None and found.pool == "small" and found.url == "http://s0"
+    first = endpoints.find("r0")
+    assert first is not None and first.pool == "qwen-7b"
+    assert endpoints.find("nobody") is None
