@@ -47,7 +47,7 @@ PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/
 	$(addprefix tests/gateway/quota/test_,memory.py) \
 	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py kv_cache.py kv_index.py p2c.py pipeline.py \
 	rendezvous.py) \
-	$(addprefix tests/gateway/test_,auth_body.py body_properties.py endpoints.py key_rotation.py kv_events.py \
+	$(addprefix tests/gateway/test_,auth_body.py body_properties.py dialects.py endpoints.py key_rotation.py kv_events.py \
 	prompt_tokens.py proxy_relay.py resume.py retries.py service.py shares.py) \
 	$(addprefix tests/llmfleet/commands/test_,model_command.py plan_trace.py preflight.py reference.py) \
 	$(addprefix tests/llmfleet/local/test_,plots.py timeseries.py) \

@@ -3,9 +3,9 @@
 * **Errors.** OpenAI's routes answer ``{"error": {message, type, param, code}}``
   (`fleet.protocol.openai_error`); Anthropic's ``/v1/messages`` answers ``{"type": "error", "error": {type,
   message}}`` with Anthropic's error types (`anthropic_error_body`: ``invalid_request_error``,
-  ``authentication_error``, ``permission_error``, ``not_found_error``, ``request_too_large``, ``rate_limit_error``,
-  ``api_error``, ``overloaded_error``), so each client's own error classes see the gateway's refusals. What an
-  engine answers is relayed as it is.
+  ``authentication_error``, ``permission_error``, ``not_found_error``, ``rate_limit_error``, ``overloaded_error``,
+  ``timeout_error``, ``api_error``: those its client's ``ErrorType`` lists), so each client's own error classes
+  see the gateway's refusals. What an engine answers is relayed as it is.
 * **The end of a stream.** Chat and completions end with ``data: [DONE]``; a Responses stream with its
   ``response.completed`` event (or ``.incomplete`` / ``.failed``); a Messages stream with ``message_stop``. A
   stream that stops before its end failed.
@@ -30,14 +30,15 @@ from gateway.proxy import DONE_MARKERS, MESSAGES_END, RESPONSES_END, sse_error_e
 __all__ = ["ANTHROPIC_PATHS", "anthropic_error_body", "credential", "error_body_for", "stream_ends", "stream_error"]
 
 ANTHROPIC_PATHS = ("/v1/messages",)
+# The error types Anthropic's client knows (its ``ErrorType``), by the gateway's status; a 413 is an invalid request.
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
-    413: "request_too_large",
     429: "rate_limit_error",
     503: "overloaded_error",
+    504: "timeout_error",
 }
 
 
