@@ -45,7 +45,7 @@ PARALLEL_TESTS := $(wildcard tests/test_layers.py tests/fleet tests/infra tests/
 	$(addprefix tests/engine_sim/test_,config.py embeddings.py kv.py messages.py responses.py scheduler.py \
 	scheduler_equivalence.py tokenizer.py) \
 	$(addprefix tests/gateway/quota/test_,memory.py) \
-	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py kv_cache.py kv_index.py p2c.py pipeline.py \
+	$(addprefix tests/gateway/routing/test_,adapters.py aliases.py kv_cache.py kv_index.py least_work.py p2c.py pipeline.py \
 	rendezvous.py) \
 	$(addprefix tests/gateway/test_,auth_body.py body_properties.py dialects.py endpoints.py key_rotation.py kv_events.py \
 	prompt_tokens.py proxy_relay.py resume.py retries.py service.py shares.py) \

@@ -73,7 +73,8 @@ class OutlierPolicy:
 
 @dataclass
 class Endpoint:
-    """Mutable state of one replica; only `EndpointSet` and `Refresher` write it."""
+    """Mutable state of one replica; only `EndpointSet`, `Refresher` and an `gateway.upstream.Attempt` (its
+    request's tokens) write it."""
 
     id: str
     url: str
@@ -84,6 +85,8 @@ class Endpoint:
     metrics: EngineMetrics | None = None
     metrics_at: float | None = None
     in_flight: int = 0
+    prefill_tokens: int = 0  # `EndpointView.prefill_tokens`: open requests' prompt tokens still to prefill
+    context_tokens: int = 0  # and those of open requests the replica has answered
     failures: int = 0  # consecutive replica faults
     ejections: int = 0  # consecutive ejections (sets the backoff)
     ejected_until: float = 0.0
@@ -106,6 +109,8 @@ class Endpoint:
             kv_usage=m.kv_usage if m else 0.0,
             in_flight=self.in_flight,
             max_num_seqs=self.max_num_seqs,
+            prefill_tokens=self.prefill_tokens,
+            context_tokens=self.context_tokens,
             adapters=self.adapters or frozenset(),
             active_adapters=m.lora_active if m else frozenset(),
         )

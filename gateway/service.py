@@ -257,7 +257,8 @@ class Gateway:
                     {"llmfleet.replica": decision.endpoint.id, "llmfleet.routing.candidates": decision.candidates}
                 )
             tried.add(decision.endpoint.id)
-            with up.begin(decision.endpoint, pool, out) as attempt:
+            tokens = len(call.info.token_ids or ())
+            with up.begin(decision.endpoint, pool, out, tokens, decision.spared) as attempt:
                 out.routed_s = self.clock.monotonic() - out.received
                 try:
                     return await self._answer(call, attempt, retry_reason)
@@ -285,6 +286,7 @@ class Gateway:
                 headers = spans.headers_for(span, call.headers)
                 hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
                 relay, first = await up.open(ep, call.path, call.body, headers, hide, ends)
+            attempt.answered()
             # From here on bytes reach the client: the session owns the attempt, no retry.
             session = StreamSession(call, up, self._rewriter(call, ep.id))
             return await session.run(Segment(attempt, relay, first), deadline)

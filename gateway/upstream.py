@@ -36,7 +36,11 @@ __all__ = ["Attempt", "Upstream"]
 class Attempt:
     """One attempt on one replica: its lease (the replica's in-flight counts) from `Upstream.begin` until `close`
     or the end of the ``with`` block, whichever comes first. Writes the attempt's part of ``out``: ``attempts``,
-    ``replica`` and ``upstream_s`` (the time the lease was held)."""
+    ``replica`` and ``upstream_s`` (the time the lease was held).
+
+    It also counts the request's prompt on the replica for the ``least-work`` picker: ``prompt_tokens`` less the
+    share its router expected the cache to hold (``spared``) in `Endpoint.prefill_tokens` until `answered` (the
+    first event of a stream; a whole answer stays there to its end), then all of them in ``context_tokens``."""
 
     def __init__(
         self,
@@ -45,9 +49,14 @@ class Attempt:
         clock: Clock,
         pool: PoolSpec,
         out: Outcome,
+        prompt_tokens: int = 0,
+        spared: float = 0.0,
     ) -> None:
         self._stack = contextlib.ExitStack()
         self.ep = self._stack.enter_context(lease)
+        self._uncached, self._tokens, self._answered = round((1.0 - spared) * prompt_tokens), prompt_tokens, False
+        self.ep.prefill_tokens += self._uncached
+        self._stack.callback(self._release)
         self._clock, self._out = clock, out
         gauge = metrics.child(metrics.in_flight, pool.name, self.ep.id)
         gauge.inc()
@@ -56,6 +65,19 @@ class Attempt:
         out.attempts += 1
         out.replica = self.ep.id
         metrics.child(metrics.routed, pool.served_name, self.ep.id).inc()
+
+    def answered(self) -> None:
+        """The replica has answered (a stream's first event): the prompt is prefilled and its context decodes."""
+        if not self._answered and self._started is not None:
+            self._answered = True
+            self.ep.prefill_tokens -= self._uncached
+            self.ep.context_tokens += self._tokens
+
+    def _release(self) -> None:
+        if self._answered:
+            self.ep.context_tokens -= self._tokens
+        else:
+            self.ep.prefill_tokens -= self._uncached
 
     def close(self) -> None:
         if self._started is not None:
@@ -124,9 +146,12 @@ class Upstream:
         ]
         return self.routers[pool].route(views, info)
 
-    def begin(self, view: EndpointView, pool: PoolSpec, out: Outcome) -> Attempt:
-        """Lease the replica behind ``view`` (a `route` pick with no await since) for one attempt."""
-        return Attempt(self.endpoints.lease(view), self.metrics, self.clock, pool, out)
+    def begin(
+        self, view: EndpointView, pool: PoolSpec, out: Outcome, prompt_tokens: int = 0, spared: float = 0.0
+    ) -> Attempt:
+        """Lease the replica behind ``view`` (a `route` pick with no await since) for one attempt of a request of
+        ``prompt_tokens`` (0: not known), ``spared`` of which its router expected the replica's cache to hold."""
+        return Attempt(self.endpoints.lease(view), self.metrics, self.clock, pool, out, prompt_tokens, spared)
 
     # -- the wire ------------------------------------------------------------------------------------------
     async def send(self, ep: Endpoint, path: str, body: bytes, headers: dict[str, str]) -> JsonAnswer:

@@ -69,6 +69,10 @@ class EndpointView:
     max_num_seqs: int  # the engine's batch size (from the pool spec)
     adapters: frozenset[str] = frozenset()  # LoRA adapters the engine serves (its /v1/models)
     active_adapters: frozenset[str] = frozenset()  # adapters of its running or waiting requests (last scrape)
+    # this gateway's open requests on the replica, in prompt tokens: those before their first answer byte, less
+    # the prefix the router expected it to hold (still to prefill), and those after it (contexts being decoded)
+    prefill_tokens: int = 0
+    context_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,7 @@ class Decision:
     endpoint: EndpointView
     candidates: int  # endpoints left after the filters
     score: float
+    spared: float = 0.0  # the chosen one's `Scored.spared`: the share of the prompt its cache was expected to hold
 
 
 FILTERS: Registry[Filter] = Registry(ROUTING_FILTER)
@@ -271,8 +276,8 @@ class Router:
         self._timed(self.picker.name, start)
         for scorer, _ in self.scorers:
             scorer.observe(request, chosen)
-        score = totals[[e.id for e in current].index(chosen.id)]
-        return Decision(chosen, len(current), score)
+        at = [e.id for e in current].index(chosen.id)
+        return Decision(chosen, len(current), totals[at], spared[at])
 
 
 def _clamp(value: float) -> float:

@@ -1,10 +1,13 @@
-"""EndpointSet: outlier ejection with growing backoff, bounded to a fraction of the pool."""
+"""EndpointSet: outlier ejection with growing backoff, bounded to a fraction of the pool; what a lease counts."""
 
 from __future__ import annotations
 
 import pytest
 
 from gateway.endpoints import EndpointSet, OutlierPolicy
+from gateway.metrics import GatewayMetrics
+from gateway.outcome import Outcome
+from gateway.upstream import Attempt
 from tests.gateway.builders import ManualClock
 from tests.support import stacks
 
@@ -60,3 +63,18 @@ def test_find_names_a_replica_in_whichever_pool_it_belongs_to() -> None:
     first = endpoints.find("r0")
     assert first is not None and first.pool == "qwen-7b"
     assert endpoints.find("nobody") is None
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_an_attempt_counts_its_uncached_prompt_until_answered_then_its_context_until_it_ends(answered: bool) -> None:
+    endpoints = _set(2, ManualClock(100.0))
+    picked = endpoints.snapshot("qwen-7b")[0]
+    pool = stacks.spec("gateway").pools[0]
+    out = Outcome("req-1", received=100.0)
+    with Attempt(endpoints.lease(picked), GatewayMetrics(), ManualClock(100.0), pool, out, 4000, 0.75) as attempt:
+        assert [(v.prefill_tokens, v.context_tokens) for v in endpoints.snapshot("qwen-7b")] == [(1000, 0), (0, 0)]
+        if answered:
+            attempt.answered()
+            attempt.answered()  # a second call changes nothing
+            assert (endpoints.snapshot("qwen-7b")[0].prefill_tokens, attempt.ep.context_tokens) == (0, 4000)
+    assert [(v.prefill_tokens, v.context_tokens) for v in endpoints.snapshot("qwen-7b")] == [(0, 0), (0, 0)]
