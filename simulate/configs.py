@@ -7,8 +7,11 @@ Routing (`gateway.routing` plugins; filters are always the stack's):
 * ``p2c+prefix``: the same plus ``prefix-affinity`` (the stack's own reference when it has one, else weight 1);
 * ``p2c+kv``: the same load scorers plus ``kv-cache`` (the stack's own reference when it has one, else weight 1, as
   ``prefix-affinity``'s), its index fed by the replicas' own KV events after ``kv_delay_s`` (`simulate.kvfeed`);
-* ``oracle-kv``: the yardstick of ``p2c+kv``: the same load scorers, picker and weight with
-  `simulate.kv_oracle.OracleKv` instead of ``kv-cache``: each replica's real cached prefix, no delay.
+* ``work+kv``: ``kv-cache`` with the ``least-work`` picker, which reads only that scorer's share: the replica
+  whose queued prefill, plus this request's uncached part there, plus a tenth of its decoding context is least;
+* ``oracle-kv``: the yardstick of ``p2c+kv`` (and the one ``work+kv`` is measured against): the same load
+  scorers, picker and weight with `simulate.kv_oracle.OracleKv` instead of ``kv-cache``: each replica's real
+  cached prefix, no delay.
 
 Scaling (`control_plane.scaling.policies` through `simulate.control.Controller`, the live loop's decision step):
 
@@ -38,11 +41,11 @@ from simulate.kvfeed import KV_EVENT_DELAY_S
 
 __all__ = ["ROUTINGS", "SCALINGS", "Config", "make_controller", "make_router", "stack_config"]
 
-ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix", "p2c+kv", "oracle-kv")
+ROUTINGS = ("round-robin", "random", "p2c", "p2c+prefix", "p2c+kv", "work+kv", "oracle-kv")
 SCALINGS = ("fixed", "threshold", "target-tracking", "target-tracking+predictive", "oracle")
 AFFINITY_SCORERS = frozenset({"prefix-affinity", "session-affinity", "rendezvous-affinity", "kv-cache"})
 # the affinity scorer each p2c routing adds to the load scorers (``oracle-kv`` weighs as ``kv-cache``)
-_AFFINITY = {"p2c+prefix": "prefix-affinity", "p2c+kv": "kv-cache", "oracle-kv": "kv-cache"}
+_AFFINITY = {"p2c+prefix": "prefix-affinity", "p2c+kv": "kv-cache", "work+kv": "kv-cache", "oracle-kv": "kv-cache"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ def stack_config(spec: FleetSpec) -> Config:
         route = routing.picker.name
     else:
         route = "p2c+prefix" if "prefix-affinity" in names else "p2c+kv" if "kv-cache" in names else "p2c"
+        route = "work+kv" if routing.picker.name == "least-work" else route
     policy = spec.autoscaling.policy.name
     scale = policy + ("+predictive" if spec.autoscaling.predictive and policy == "target-tracking" else "")
     return Config(route, scale if scale in SCALINGS else "target-tracking")
@@ -77,6 +81,7 @@ def make_router(spec: FleetSpec, routing: str, seed: int) -> Router:
         raise ValueError(f"unknown routing {routing!r}; choose from {', '.join(ROUTINGS)}")
     r = spec.gateway.routing
     picker = "p2c" if routing.startswith("p2c") or routing == "oracle-kv" else routing
+    picker = "least-work" if routing == "work+kv" else picker
     scorers = [s for s in r.scorers if s.name not in AFFINITY_SCORERS] if picker == "p2c" else []
     affinity = _AFFINITY.get(routing)
     if affinity is not None:

@@ -12,12 +12,12 @@ replicas drain the same way and then sleep, holding their GPUs (billed) but serv
 replicas serve again `simulate.replica.wake_seconds` later.
 
 Events: arrivals, engine step ends, metrics scrapes (every ``SCRAPE_S``: what the gateway's endpoint view and
-the agents' reports see; the gateway's in-flight count is always live; the gateway's report, rates from
-`gateway.reporting.PoolTraffic`, goes out at the same time), queue timeouts and control-loop ticks. While a
-replica only decodes (nothing waits, nothing prefills), its steps until the next finish are one event, a decode
-run (`Scheduler.start_decode_run`): an arrival routed to it cuts the run after the step running then, a scrape
-applies the steps that ended before it. The results are those of one event per step (a test holds them equal);
-only the order in which ITLs are recorded differs, and every figure sorts them.
+the agents' reports see; the gateway's own counts (`Replica.sent`) are live; its report, `gateway.reporting`'s
+rates, goes out then), queue timeouts and control-loop ticks. While a replica only decodes (nothing waits,
+nothing prefills), its steps until the next finish are one event, a decode run (`Scheduler.start_decode_run`):
+an arrival routed to it cuts the run after the step running then, a scrape applies the steps that ended before
+it. The results are those of one event per step (a test holds them equal); only the order in which ITLs are
+recorded differs, and every figure sorts them.
 
 Prompts are token ids built from the trace's prefix blocks (`simulate.prompts`; the request info carries them
 for the ``kv-cache`` scorer, whose index the replicas' own KV events feed: `simulate.kvfeed`), replicas are
@@ -90,8 +90,7 @@ class FleetSim:
         kv_delay_s: float = KV_EVENT_DELAY_S,
         initial_age_s: float = 0.0,
     ) -> None:
-        self.gpus = gpus  # GPUs shared with other pools (`simulate.shared`): they bill, and say how fast one starts
-        self.floor_rids = floor_rids
+        self.gpus, self.floor_rids = gpus, floor_rids  # gpus: shared with other pools (`simulate.shared`)
         self.run_steps = RUN_STEPS if decode_runs else 0  # 0: every step is its own event (the same results)
         self.spec, self.pool, self.router, self.controller, self.trace = spec, pool, router, controller, trace
         self.initial = pool.replicas.min if initial_replicas is None else initial_replicas
@@ -245,7 +244,7 @@ class FleetSim:
             replica.run_seq += 1
             self.push(replica.scheduler.truncate_decode_run(now), "run", (replica, replica.run_seq))
         replica.scheduler.add(SimRequest(a.rid, tokens, max_tokens=a.output_tokens), now)
-        replica.in_flight += 1
+        replica.sent(a.rid, len(tokens), decision.spared)
         self.gw_in_flight += 1
         self.kick(replica, now)
 
@@ -278,12 +277,13 @@ class FleetSim:
                     res.feasible_ttfts.append(ttft)
                 self.tick_ttfts.append(ttft)
                 r.ttfts.append((now, ev.latency))
+                r.answered(ev.request.request_id)
                 res.prompt_tokens += ev.request.num_prompt_tokens
                 res.cached_tokens += max(0, ev.request.num_cached_tokens)
             else:
                 itls.append(ev.latency)
             if ev.finished is not None:
-                r.in_flight -= 1
+                r.finished(ev.request.request_id)
                 self.gw_in_flight -= 1
                 res.completed += 1
         self.kick(r, now)

@@ -42,6 +42,11 @@ class Replica:
     plan: StepPlan | None = None
     run_seq: int = 0  # the scheduler's current decode run's event carries this; an older one is stale
     in_flight: int = 0
+    # the gateway's own count of its open requests here, in prompt tokens (`EndpointView.prefill_tokens`,
+    # ``context_tokens``): per request, (tokens it expects this replica to prefill, prompt tokens, answered yet)
+    open: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    prefill_tokens: int = 0
+    context_tokens: int = 0
     # the last scrape: (running, waiting, kv_usage, ttft_p99_s, tokens_per_s), taken at ``scraped_at``
     scraped: tuple[float, float, float, float | None, float] = (0.0, 0.0, 0.0, None, 0.0)
     scraped_at: float | None = None
@@ -58,6 +63,28 @@ class Replica:
     @property
     def preemptions(self) -> int:
         return self.done_before[1] + self.scheduler.stats.preemptions
+
+    def sent(self, rid: str, prompt_tokens: int, spared: float) -> None:
+        """The gateway sent request ``rid`` here, expecting the cache to hold ``spared`` of its prompt."""
+        uncached = round((1.0 - spared) * prompt_tokens)
+        self.open[rid] = (uncached, prompt_tokens, False)
+        self.in_flight += 1
+        self.prefill_tokens += uncached
+
+    def answered(self, rid: str) -> None:
+        """Request ``rid``'s first token reached the gateway: its prompt is prefilled, its context decodes."""
+        uncached, tokens, _ = self.open[rid]
+        self.open[rid] = (uncached, tokens, True)
+        self.prefill_tokens -= uncached
+        self.context_tokens += tokens
+
+    def finished(self, rid: str) -> None:
+        uncached, tokens, answered = self.open.pop(rid)
+        self.in_flight -= 1
+        if answered:
+            self.context_tokens -= tokens
+        else:
+            self.prefill_tokens -= uncached
 
     def fall_asleep(self, fresh: Scheduler) -> None:
         """Sleep (level 1): KV cache discarded, so the scheduler is ``fresh``; the old one's work is kept."""
@@ -96,6 +123,8 @@ class Replica:
             kv_usage=kv,
             in_flight=self.in_flight,
             max_num_seqs=max_num_seqs,
+            prefill_tokens=self.prefill_tokens,
+            context_tokens=self.context_tokens,
         )
 
     def load(self, now: float) -> ReplicaLoad:

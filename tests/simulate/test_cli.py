@@ -48,14 +48,14 @@ def test_every_configuration_of_the_factorial_builds_from_the_real_plugins() -> 
     assert configs_for("seed", own) == [Config("random", "threshold"), own]
     assert configs_for("oracle", own) == [own, Config(own.routing, "oracle")]
     every = configs_for("all", own)
-    assert len(set(every)) == len(ROUTINGS) * len(SCALINGS) == 30
+    assert len(set(every)) == len(ROUTINGS) * len(SCALINGS) == 35
     for config in every:
         router = make_router(spec, config.routing, seed=1)
         p2c = config.routing.startswith("p2c") or config.routing == "oracle-kv"
-        assert router.picker.name == ("p2c" if p2c else config.routing)
+        assert router.picker.name == ("p2c" if p2c else "least-work" if config.routing == "work+kv" else config.routing)
         names = [s.name for s, _ in router.scorers]
         assert ("prefix-affinity" in names) == (config.routing == "p2c+prefix")
-        assert ("kv-cache" in names) == (config.routing == "p2c+kv")
+        assert ("kv-cache" in names) == (config.routing in ("p2c+kv", "work+kv"))
         assert ("oracle-kv" in names) == (config.routing == "oracle-kv")
         if config.scaling == "oracle":  # built from the trace (tests/simulate/test_oracle.py)
             with pytest.raises(ValueError, match="built from the trace"):

@@ -1,5 +1,6 @@
-"""KV-aware routing in the replay: ``p2c+kv`` fed by the replicas' own KV events after a delay, and the oracle
-router ``oracle-kv`` that reads their prefix caches; their hit rates against ``p2c`` on shared prefixes."""
+"""KV-aware routing in the replay: ``p2c+kv`` and ``work+kv`` fed by the replicas' own KV events after a delay,
+the oracle router ``oracle-kv`` that reads their prefix caches; their hit rates against ``p2c`` on shared
+prefixes; what ``work+kv``'s gateway counts."""
 
 from __future__ import annotations
 
@@ -96,13 +97,13 @@ def test_the_oracle_scores_each_replica_by_its_real_cached_prefix() -> None:
     assert differed >= 5  # replicas hold different prefixes: the scores are not all alike
 
 
-def test_on_shared_prefixes_p2c_kv_hits_well_above_p2c_and_at_most_the_oracle() -> None:
+def test_on_shared_prefixes_the_kv_routings_hit_well_above_p2c_and_at_most_the_oracle() -> None:
     prepared = prepare("prod", shared_prefix_trace(400))
     hit = {
         r: float(row(run_config(prepared, Config(r, "fixed", 4), 7), prepared)["hit"])
-        for r in ("p2c", "p2c+kv", "oracle-kv")
+        for r in ("p2c", "p2c+kv", "work+kv", "oracle-kv")
     }
-    assert hit["p2c+kv"] >= hit["p2c"] + 0.08
+    assert hit["p2c+kv"] >= hit["p2c"] + 0.08 and hit["work+kv"] >= hit["p2c"] + 0.08
     assert hit["p2c+kv"] <= hit["oracle-kv"] + 0.01  # the oracle may lose a little by its greedy choice, no more
     assert hit["oracle-kv"] <= prepared.cache_ceiling
 
@@ -111,3 +112,21 @@ def test_a_negative_delay_is_refused() -> None:
     router = make_router(stacks.spec("prod"), "p2c+kv", seed=1)
     with pytest.raises(ValueError, match="KV event delay"):
         KvFeed.for_router(router, -0.01)
+
+
+def test_work_kv_counts_each_replicas_queued_prefill_as_the_gateway_would_and_ends_at_zero() -> None:
+    prepared = prepare("prod", shared_prefix_trace(200))
+    sim = _sim(prepared, "work+kv", replicas=3)
+    assert sim.router.picker.name == "least-work" and sim.kv_feed is not None
+    sim.begin()
+    busiest = 0
+    while sim.events:
+        sim.handle_next()
+        for r in sim.replicas:
+            # prefill counts only requests not yet answered, context only those answered
+            waiting = [rid for rid, (_, _, answered) in r.open.items() if not answered]
+            assert r.prefill_tokens == sum(r.open[rid][0] for rid in waiting)
+            assert r.context_tokens == sum(tokens for _, tokens, answered in r.open.values() if answered)
+            busiest = max(busiest, r.prefill_tokens)
+    assert busiest >= 2300  # a cold prompt was queued at some point
+    assert all((r.open, r.prefill_tokens, r.context_tokens, r.in_flight) == ({}, 0, 0, 0) for r in sim.replicas)
