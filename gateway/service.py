@@ -180,6 +180,7 @@ class Gateway:
             prompt=parsed.prompt,
             session_id=request.headers.get(self.config.session_header),
             now=self.clock.monotonic(),
+            estimated_tokens=parsed.prompt_tokens,
         )
         pool, alias = self.models.resolve(parsed.model, tenant, info)
         out.model = pool.served_name  # never the client's string: metric labels stay bounded
@@ -257,8 +258,7 @@ class Gateway:
                     {"llmfleet.replica": decision.endpoint.id, "llmfleet.routing.candidates": decision.candidates}
                 )
             tried.add(decision.endpoint.id)
-            tokens = len(call.info.token_ids or ())
-            with up.begin(decision.endpoint, pool, out, tokens, decision.spared) as attempt:
+            with up.begin(decision.endpoint, pool, out, call.info.prompt_tokens, decision.spared) as attempt:
                 out.routed_s = self.clock.monotonic() - out.received
                 try:
                     return await self._answer(call, attempt, retry_reason)

@@ -88,6 +88,12 @@ class RequestInfo:
     now: float
     adapter: str | None = None  # the LoRA adapter the request names as its model
     token_ids: tuple[int, ...] | None = None  # the prompt as the engine tokenizes it (the pool's tokenizer), if known
+    estimated_tokens: int = 0  # the prompt's tokens estimated from its characters (`gateway.body`)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens: counted when the token ids are known, else the estimate."""
+        return len(self.token_ids) if self.token_ids else self.estimated_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Three gateway processes in front of three simulators that publish their KV-cache events: each gateway keeps its
-own index from the events, and all three send a long shared prefix to the replica that holds it.
+own index from the events, and all three send a long shared prefix to the replica that holds it. Under the
+``least-work`` picker a gateway also spreads concurrent cold prompts by the prefill it has queued on each replica.
 
 The gateways share nothing: each subscribes to every simulator's event socket and tokenizes prompts with the
 pool's tokenizer folder (the shipped one), as the simulators do. When a replica's engine restarts its entries
@@ -10,6 +11,7 @@ engine serves), the metric says so, its blocks leave the index and routing falls
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 from collections.abc import Callable
@@ -41,8 +43,8 @@ REPORT_S = 1.0  # the stack's controlPlane.reportIntervalS (its default)
 class Replica:
     """One simulator with fixed HTTP and event ports, so a restart comes back where the gateways look."""
 
-    def __init__(self, procs: Procs, index: int) -> None:
-        self.procs, self.index = procs, index
+    def __init__(self, procs: Procs, index: int, time_scale: float = 50.0) -> None:
+        self.procs, self.index, self.time_scale = procs, index, time_scale
         self.port, self.kv_port = free_port("127.0.0.1"), free_port("127.0.0.1")
         self.id = static_replica_id("qwen-7b", index)
         self.proc = self.start()
@@ -54,7 +56,7 @@ class Replica:
             "endpoint": f"tcp://*:{self.kv_port}",
             "topic": f"kv@{self.id}@{MODEL}",
         }
-        argv = sim_args("--tokenizer", TOKENIZER, "--kv-events-config", json.dumps(config))
+        argv = sim_args("--tokenizer", TOKENIZER, "--kv-events-config", json.dumps(config), time_scale=self.time_scale)
         argv[argv.index("--port") + 1] = str(self.port)
         # VLLM_SERVER_DEV_MODE=1 serves /reset_prefix_cache (`subscribed` clears the warm-up's blocks with it).
         proc = self.procs.start(argv, name=f"sim-{self.index}", env={"VLLM_SERVER_DEV_MODE": "1"})
@@ -66,9 +68,12 @@ class Replica:
         return f"http://127.0.0.1:{self.port}"
 
 
-async def _chat(session: aiohttp.ClientSession, gateway: Proc, question: str) -> str:
-    body = {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]}
-    async with session.post(gateway.url + "/v1/chat/completions", json={**body, "max_tokens": 2}, headers=HEADERS) as r:
+async def _chat(
+    session: aiohttp.ClientSession, gateway: Proc, question: str, system: str = SYSTEM, max_tokens: int = 2
+) -> str:
+    body = {"model": MODEL, "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+    body["max_tokens"] = max_tokens
+    async with session.post(gateway.url + "/v1/chat/completions", json=body, headers=HEADERS) as r:
         assert r.status == 200, await r.text()
         return r.headers["x-llmfleet-replica"]
 
@@ -241,3 +246,30 @@ async def _until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) 
     while not check():
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
+
+
+async def test_least_work_spreads_concurrent_cold_prompts_evenly_and_sends_a_held_prefix_to_its_holder(
+    procs: Procs, tmp_path: Path
+) -> None:
+    # Engines in real time: nine requests of 200 tokens each stay open while all nine are routed.
+    replicas = [Replica(procs, i, time_scale=1.0) for i in range(3)]
+    routing = {"scrapeIntervalS": 0.2, "scorers": [{"name": "kv-cache"}], "picker": {"name": "least-work"}}
+    overrides = {"gateway.routing": routing, "pools.0.engine.tokenizer": TOKENIZER}
+    stack = write_stack(tmp_path / "Pulumi.test.yaml", "gateway", **overrides)
+    argv = ["gateway", "--stack", str(stack), "--port", "0", "--admin-port", "0", "--no-access-log", "--seed", "1"]
+    for r in replicas:
+        argv += ["--replica", r.url, "--kv-events", f"tcp://127.0.0.1:{r.kv_port}"]
+    gateway = procs.start(argv, name="gateway")
+    gateway.wait_url("listening on")
+    await _until(lambda: _series(gateway, "llmfleet_gateway_kv_event_streams")["up"] == 3, "streams up")
+    async with aiohttp.ClientSession() as session:
+        await subscribed(session, replicas, [gateway])
+        # Nine prompts of about one length that share no block: each goes where the least prefill is queued, three
+        # each (by request counts alone, or at random, 3-3-3 would be one outcome in twelve).
+        cold = [f"Log {i}: " + f"entry {i} reads {i * 7} knots. " * 40 for i in range(9)]
+        landed = await asyncio.gather(*(_chat(session, gateway, "Sum it up.", c, max_tokens=200) for c in cold))
+        assert sorted(collections.Counter(landed).values()) == [3, 3, 3], landed
+        holder = await _chat(session, gateway, "What is a spring tide?")
+        await _until(lambda: _series(gateway, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] > 0, "blocks indexed")
+        for i in range(4):  # its queue is empty again: the held prompt costs it least
+            assert await _chat(session, gateway, f"And question {i}?") == holder

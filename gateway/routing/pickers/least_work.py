@@ -14,7 +14,9 @@ docs/operations.md, "KV-aware routing"). It is the cost Dynamo's KV router minim
 plus active decode blocks.
 
 ``spared`` comes from a scorer that knows what each engine holds (``kv-cache``); without one, or for a request
-without token ids, the cost is the queued work alone: least-loaded by tokens. The scorers' weighted scores are
+without token ids, no cache is counted and the cost is the queued work plus the whole prompt: least-loaded by
+tokens. The prompt's tokens are counted from its token ids, else estimated from its characters
+(`RequestInfo.prompt_tokens`), and so are those the gateway counts on each replica. The scorers' weighted scores are
 not read. The counts are this gateway's own, exact and current: another gateway's requests are not in them, so
 each gateway balances its own share of the traffic, and no two decide on the same stale gauge.
 
@@ -52,7 +54,7 @@ class LeastWork(Picker, name="least-work"):
         self.decode_weight = params.decode_weight
 
     def pick(self, candidates: Sequence[Scored], request: RequestInfo) -> EndpointView:
-        tokens = len(request.token_ids or ())
+        tokens = request.prompt_tokens
         costs = [work(c, tokens, self.decode_weight) for c in candidates]
         least = min(costs)
         cheapest = [c.endpoint for c, cost in zip(candidates, costs, strict=True) if cost <= least]

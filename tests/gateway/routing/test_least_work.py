@@ -66,3 +66,8 @@ def test_equal_costs_are_shared_evenly_and_a_request_without_tokens_goes_by_queu
 def test_a_decode_weight_out_of_range_fails_at_config_load_naming_the_limit() -> None:
     with pytest.raises(BadParams, match="decodeWeight"):
         pickers.REGISTRY.create("least-work", {"decodeWeight": -1})
+
+
+def test_a_prompt_without_token_ids_counts_its_estimate() -> None:
+    assert request(token_ids=PROMPT, estimated_tokens=10).prompt_tokens == 4000
+    assert request(token_ids=None, estimated_tokens=900).prompt_tokens == 900
