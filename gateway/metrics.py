@@ -6,7 +6,9 @@ requests_total, ttft_seconds (streamed answers only: a whole answer has no first
 queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
 alias_routed_total{alias,pool} (requests for an alias, by the pool that took them),
 routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
-in_flight{replica}, ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
+in_flight{replica}, prefill_tokens{pool,replica} and context_tokens{pool,replica} (this gateway's open requests'
+prompt tokens not yet answered, less the cached share expected, and those answered: the ``least-work`` picker's
+counts), ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
 quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
 resumed_streams_total{model,outcome=completed|failed} (streams broken mid-way that were to be resumed on another
 replica: completed seamlessly, or failed and ended with the error event); for pools routed by ``kv-cache``
@@ -98,6 +100,15 @@ class GatewayMetrics:
             p + "overhead_seconds", "Gateway time excluding upstream and queueing", ["model"], buckets=_FAST, registry=r
         )
         self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
+        self.prefill_tokens = Gauge(
+            p + "prefill_tokens",
+            "Prompt tokens of open requests not yet answered, less the cached share expected (least-work's queue)",
+            ["pool", "replica"],
+            registry=r,
+        )
+        self.context_tokens = Gauge(
+            p + "context_tokens", "Prompt tokens of open requests the replica answered", ["pool", "replica"], registry=r
+        )
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
         self.prompt_tokens = Gauge(
             p + "prompt_tokens_available",

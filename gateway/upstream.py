@@ -55,7 +55,11 @@ class Attempt:
         self._stack = contextlib.ExitStack()
         self.ep = self._stack.enter_context(lease)
         self._uncached, self._tokens, self._answered = round((1.0 - spared) * prompt_tokens), prompt_tokens, False
-        self.ep.prefill_tokens += self._uncached
+        self._gauges = (
+            metrics.child(metrics.prefill_tokens, pool.name, self.ep.id),
+            metrics.child(metrics.context_tokens, pool.name, self.ep.id),
+        )
+        self._count(self._uncached, 0)
         self._stack.callback(self._release)
         self._clock, self._out = clock, out
         gauge = metrics.child(metrics.in_flight, pool.name, self.ep.id)
@@ -70,14 +74,20 @@ class Attempt:
         """The replica has answered (a stream's first event): the prompt is prefilled and its context decodes."""
         if not self._answered and self._started is not None:
             self._answered = True
-            self.ep.prefill_tokens -= self._uncached
-            self.ep.context_tokens += self._tokens
+            self._count(-self._uncached, self._tokens)
 
     def _release(self) -> None:
         if self._answered:
-            self.ep.context_tokens -= self._tokens
+            self._count(0, -self._tokens)
         else:
-            self.ep.prefill_tokens -= self._uncached
+            self._count(-self._uncached, 0)
+
+    def _count(self, prefill: int, context: int) -> None:
+        """Add to the replica's counts and their gauges (``prefill_tokens``, ``context_tokens``)."""
+        self.ep.prefill_tokens += prefill
+        self.ep.context_tokens += context
+        self._gauges[0].inc(prefill)
+        self._gauges[1].inc(context)
 
     def close(self) -> None:
         if self._started is not None:

@@ -70,6 +70,12 @@ def check_gateway(spec: FleetSpec) -> Iterator[Problem]:
     for i, scorer in enumerate(gateway.routing.scorers):
         if scorer.weight == 0:
             yield _warn(f"gateway.routing.scorers[{i}].weight", "a weight of 0 disables this scorer")
+        elif gateway.routing.picker.name == "least-work" and scorer.name != "kv-cache":
+            # The picker weighs tokens of work and reads only the share of the prompt kv-cache says is held.
+            yield _warn(
+                f"gateway.routing.scorers[{i}]",
+                f"the least-work picker reads only kv-cache's share: {scorer.name!r} has no effect under it",
+            )
     if spec.target != "local" and gateway.replicas < 2:
         yield _warn("gateway.replicas", "one gateway replica is a single point of failure")
 

@@ -70,11 +70,20 @@ def test_an_attempt_counts_its_uncached_prompt_until_answered_then_its_context_u
     endpoints = _set(2, ManualClock(100.0))
     picked = endpoints.snapshot("qwen-7b")[0]
     pool = stacks.spec("gateway").pools[0]
-    out = Outcome("req-1", received=100.0)
-    with Attempt(endpoints.lease(picked), GatewayMetrics(), ManualClock(100.0), pool, out, 4000, 0.75) as attempt:
+    out, metrics = Outcome("req-1", received=100.0), GatewayMetrics()
+
+    def exported() -> tuple[float | None, ...]:
+        labels = {"pool": "qwen-7b", "replica": picked.id}
+        names = ("llmfleet_gateway_prefill_tokens", "llmfleet_gateway_context_tokens")
+        return tuple(metrics.registry.get_sample_value(name, labels) for name in names)
+
+    with Attempt(endpoints.lease(picked), metrics, ManualClock(100.0), pool, out, 4000, 0.75) as attempt:
         assert [(v.prefill_tokens, v.context_tokens) for v in endpoints.snapshot("qwen-7b")] == [(1000, 0), (0, 0)]
+        assert exported() == (1000, 0)
         if answered:
             attempt.answered()
             attempt.answered()  # a second call changes nothing
             assert (endpoints.snapshot("qwen-7b")[0].prefill_tokens, attempt.ep.context_tokens) == (0, 4000)
+            assert exported() == (0, 4000)
     assert [(v.prefill_tokens, v.context_tokens) for v in endpoints.snapshot("qwen-7b")] == [(0, 0), (0, 0)]
+    assert exported() == (0, 0)

@@ -269,6 +269,11 @@ async def test_least_work_spreads_concurrent_cold_prompts_evenly_and_sends_a_hel
         cold = [f"Log {i}: " + f"entry {i} reads {i * 7} knots. " * 40 for i in range(9)]
         landed = await asyncio.gather(*(_chat(session, gateway, "Sum it up.", c, max_tokens=200) for c in cold))
         assert sorted(collections.Counter(landed).values()) == [3, 3, 3], landed
+        # All answered and closed: the gateway's counts, as it exports them, are back to nothing on every replica.
+        text = httpx.get(admin_url(gateway) + "/metrics", timeout=3.0).text
+        counts = promtext.parse(text)
+        for name in ("llmfleet_gateway_prefill_tokens", "llmfleet_gateway_context_tokens"):
+            assert {s.labels["replica"]: s.value for s in counts[name]} == {r.id: 0.0 for r in replicas}, name
         holder = await _chat(session, gateway, "What is a spring tide?")
         await _until(lambda: _series(gateway, "llmfleet_gateway_kv_index_blocks")["qwen-7b"] > 0, "blocks indexed")
         for i in range(4):  # its queue is empty again: the held prompt costs it least
