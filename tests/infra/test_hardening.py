@@ -69,7 +69,11 @@ def test_engines_admit_only_gateways_the_control_plane_and_the_scraper(stack: st
     gateway, control_plane = _component(contract.COMPONENT_GATEWAY), _component(contract.COMPONENT_CONTROL_PLANE)
     assert _peers(rules, contract.ENGINE_PORT) == [gateway, scraper]
     assert _peers(rules, contract.AGENT_PORT) == [gateway, control_plane, scraper]
-    assert {p["port"] for rule in rules for p in rule["ports"]} == {contract.ENGINE_PORT, contract.AGENT_PORT}
+    # KV-cache events (staging's engines publish them): the gateways' indexes are their only readers.
+    events = any(pool.engine.kv_events for pool in spec.pools)
+    assert _peers(rules, contract.KV_EVENTS_PORT) == ([gateway] if events else [])
+    ports = {contract.ENGINE_PORT, contract.AGENT_PORT} | ({contract.KV_EVENTS_PORT} if events else set())
+    assert {p["port"] for rule in rules for p in rule["ports"]} == ports
     assert evaluate([r for r in run.resources if r.custom], [network_default_deny]) == []
 
 
