@@ -67,9 +67,8 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, ttft_slo_s: Iterable[float] = ()) -> None:
         """``ttft_slo_s``: the pools' TTFT thresholds (`fleet.slo.rules.ttft_slo_edges`), added to the TTFT
         histogram's edges so that the SLO rules count requests slower than each threshold exactly."""
-        self.registry = registry or CollectorRegistry()
+        self.registry = r = registry or CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        r = self.registry
         p = "llmfleet_gateway_"
         self.requests = Counter(p + "requests", "Requests answered", ["tenant", "model", "status"], registry=r)
         self.ttft = Histogram(
@@ -99,15 +98,13 @@ class GatewayMetrics:
         self.overhead = Histogram(
             p + "overhead_seconds", "Gateway time excluding upstream and queueing", ["model"], buckets=_FAST, registry=r
         )
-        self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
-        self.prefill_tokens = Gauge(
-            p + "prefill_tokens",
-            "Prompt tokens of open requests not yet answered, less the cached share expected (least-work's queue)",
-            ["pool", "replica"],
-            registry=r,
-        )
-        self.context_tokens = Gauge(
-            p + "context_tokens", "Prompt tokens of open requests the replica answered", ["pool", "replica"], registry=r
+        self.in_flight, self.prefill_tokens, self.context_tokens = (
+            Gauge(p + name, what, ["pool", "replica"], registry=r)
+            for name, what in (
+                ("in_flight", "Requests on each replica"),
+                ("prefill_tokens", "Prompt tokens of open requests not yet answered, less the cached share expected"),
+                ("context_tokens", "Prompt tokens of open requests the replica answered"),
+            )
         )
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
         self.prompt_tokens = Gauge(
