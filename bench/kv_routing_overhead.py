@@ -4,12 +4,14 @@ pool's tokenizer and chat template, then walking the KV index) against the same 
     .venv/bin/python bench/kv_routing_overhead.py [--requests N] [--prompt-tokens T] [--concurrency C]
 
 Starts two simulators (almost zero model latency, ``--time-scale 1e6``) that tokenize with the shipped tokenizer
-and publish their KV-cache events, and two ``llmfleet gateway`` processes in front of both: ``kv-off`` routes with
-p2c over ``queue-depth``; ``kv-on`` adds ``kv-cache`` (its pool names the tokenizer folder, and it subscribes to
-both simulators' events). Both get the same requests: chat completions of about ``--prompt-tokens`` (2,000)
-tokens, a long system prompt shared by all and a question of each request's own, ``max_tokens`` 1, non-streamed,
-at ``--concurrency`` (8). CPU per request is the gateway process's user + system time from /proc over the
-requests it served. Figures are printed, never asserted; the ratio is the cost of the scorer.
+and publish their KV-cache events, and three ``llmfleet gateway`` processes in front of both: ``kv-off`` routes
+with p2c over ``queue-depth``; ``kv-on`` adds ``kv-cache`` (its pool names the tokenizer folder, and it subscribes
+to both simulators' events); ``kv-work`` routes with ``kv-cache`` under the ``least-work`` picker (no load scorer:
+it reads only kv-cache's share, and counts each request's tokens on its replica). All get the same requests: chat
+completions of about ``--prompt-tokens`` (2,000) tokens, a long system prompt shared by all and a question of each
+request's own, ``max_tokens`` 1, non-streamed, at ``--concurrency`` (8). CPU per request is the gateway
+process's user + system time from /proc over the requests it served. Figures are printed, never asserted; the
+ratios are the cost of the scorer, and of the picker over p2c.
 """
 
 from __future__ import annotations
@@ -49,12 +51,13 @@ def _messages(i: int, system: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": f"Question {i}: " + "why? " * 40}]
 
 
-def _gateway_stack(tmp: Path, name: str, kv: bool) -> Path:
+def _gateway_stack(tmp: Path, name: str, kv: bool, picker: str) -> Path:
     document = yaml.safe_load(_stack(tmp).read_text())
     config = document["config"]
     config["llmfleet:environment"] = f"bench-{name}"
-    scorers = [{"name": "queue-depth", "weight": 1}] + ([{"name": "kv-cache", "weight": 3}] if kv else [])
-    config["llmfleet:gateway"]["routing"] = {"picker": {"name": "p2c"}, "scorers": scorers}
+    load = [{"name": "queue-depth", "weight": 1}] if picker == "p2c" else []  # least-work reads kv-cache alone
+    scorers = load + ([{"name": "kv-cache", "weight": 3}] if kv else [])
+    config["llmfleet:gateway"]["routing"] = {"picker": {"name": picker}, "scorers": scorers}
     if kv:
         config["llmfleet:pools"][0]["engine"]["tokenizer"] = str(ROOT / TOKENIZER)
     path = tmp / f"Pulumi.bench-{name}.yaml"
@@ -109,9 +112,10 @@ def main() -> None:
                 sims.append(url)
                 kv_urls.append(f"tcp://127.0.0.1:{kv_port}")
             gateways: dict[str, tuple[int, str]] = {}
-            for core, (name, kv) in enumerate((("kv-off", False), ("kv-on", True))):
+            variants = (("kv-off", False, "p2c"), ("kv-on", True, "p2c"), ("kv-work", True, "least-work"))
+            for core, (name, kv, picker) in enumerate(variants):
                 argv = [*_pin(core % (os.cpu_count() or 1)), sys.executable, "-m", "llmfleet.cli", "gateway"]
-                argv += ["--stack", str(_gateway_stack(tmp, name, kv)), "--port", "0", "--no-access-log"]
+                argv += ["--stack", str(_gateway_stack(tmp, name, kv, picker)), "--port", "0", "--no-access-log"]
                 for url, kv_url in zip(sims, kv_urls, strict=True):
                     argv += ["--replica", url] + (["--kv-events", kv_url] if kv else [])
                 proc, url = _start(argv, tmp / f"{name}.log", "listening on")
@@ -146,6 +150,11 @@ def _print(results: dict[str, Result]) -> None:
         extra = (on.cpu_s / on.requests - off.cpu_s / off.requests) * 1000
         print(f"kv-cache scorer: x{(on.cpu_s / on.requests) / (off.cpu_s / off.requests):.2f} the gateway's CPU "
               f"per request ({extra:+.2f} ms: tokenizing, the index walk, the event feed)")  # fmt: skip
+    work = results["kv-work"]
+    if on.cpu_s and work.cpu_s:
+        per = (work.cpu_s / work.requests - on.cpu_s / on.requests) * 1000
+        print(f"least-work over p2c, both with kv-cache: x{(work.cpu_s / work.requests) / (on.cpu_s / on.requests):.2f}"
+              f" the gateway's CPU per request ({per:+.2f} ms: no load scorers, the token counts)")  # fmt: skip
 
 
 if __name__ == "__main__":
