@@ -24,7 +24,11 @@ Alerts, per SLI (Google SRE workbook, multiwindow multi-burn-rate), all labelled
   availability: below 99.95% for a 99.9% target, `warn_availability`).
 
 Plus ``LlmfleetErrorRateAboveSlo`` (critical: 5xx share over 30m above ``errorRate``) and ``LlmfleetPreemptions``
-(warning: engines preempting sequences for 15 minutes, KV-cache pressure).
+(warning: engines preempting sequences for 15 minutes, KV-cache pressure). A pool whose engines publish KV-cache
+events (``engine.kvEvents``) adds two warnings for 10 minutes, read from the gateways that route it by
+``kv-cache`` (none fires where no gateway does): ``LlmfleetKvEventStreamsDown`` (a gateway has lost replicas'
+event streams: it routes them by load alone) and ``LlmfleetKvTokenizerMissing`` (a gateway has no tokenizer for
+the pool: kv-cache scores nothing for it).
 
 Gateway series are selected by ``model`` (the pool's served name, the only model label the gateway writes);
 engine series by ``llmfleet_io_pool`` (`PROM_POOL_LABEL`), the pod label ``llmfleet.io/pool`` as the scrape
@@ -44,6 +48,8 @@ from fleet.spec.stack import FleetSpec, PoolSpec
 __all__ = [
     "ENGINE_ITL",
     "GATEWAY_TTFT",
+    "KV_STREAMS",
+    "KV_TOKENIZER",
     "PREEMPTIONS",
     "PROM_POOL_LABEL",
     "REQUESTS",
@@ -64,6 +70,8 @@ REQUESTS = "llmfleet_gateway_requests_total"
 GATEWAY_TTFT = "llmfleet_gateway_ttft_seconds"
 ENGINE_ITL = "vllm:inter_token_latency_seconds"
 PREEMPTIONS = "vllm:num_preemptions_total"
+KV_STREAMS = "llmfleet_gateway_kv_event_streams"
+KV_TOKENIZER = "llmfleet_gateway_prompt_tokens_available"
 # The pods' llmfleet.io/pool label as a PodMonitor's relabelling names it.
 PROM_POOL_LABEL = "llmfleet_io_pool"
 # vLLM 0.33's inter-token latency edges (vllm/v1/metrics/loggers.py); engine_sim exports the same.
@@ -241,7 +249,33 @@ def pool_rule_groups(pool: PoolSpec) -> list[dict[str, Any]]:
             "engines preempt sequences (KV cache pressure or fragmentation)",
         )
     )
+    if pool.engine.kv_events:
+        alerts += _kv_alerts(pool)
     return [{"name": f"llmfleet-{pool.name}-slo", "rules": [*records, *alerts]}]
+
+
+def _kv_alerts(pool: PoolSpec) -> list[dict[str, Any]]:
+    """KV-aware routing degraded to routing by load: an event stream lost, or no tokenizer to match prompts with."""
+    streams = f'max({KV_STREAMS}{{pool="{pool.name}",state="down"}}) > 0'
+    tokenizer = f'min({KV_TOKENIZER}{{pool="{pool.name}"}}) == 0'
+    return [
+        _alert(
+            "LlmfleetKvEventStreamsDown",
+            streams,
+            _WARN_FOR,
+            "warning",
+            pool,
+            "a gateway has lost replicas' KV event streams: kv-cache routes those replicas by load alone",
+        ),
+        _alert(
+            "LlmfleetKvTokenizerMissing",
+            tokenizer,
+            _WARN_FOR,
+            "warning",
+            pool,
+            "a gateway has no tokenizer for the pool: kv-cache scores nothing, routing is by load alone",
+        ),
+    ]
 
 
 def rule_groups(spec: FleetSpec) -> list[dict[str, Any]]:

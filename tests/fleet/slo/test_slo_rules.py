@@ -27,7 +27,9 @@ from fleet.slo.rules import (
 )
 from fleet.spec.loader import list_stacks, load_spec
 from fleet.spec.stack import FleetSpec, PoolSpec
+from gateway.kv_events import KvEventFeed
 from gateway.metrics import GatewayMetrics
+from gateway.routing.scorers.kv_cache import KvCache
 from tests.fleet.slo.promtool.scenarios import pool_tests
 from tests.gateway.conftest import serve_with_admin, settings_for, sim_args
 from tests.gateway.test_api import GOLD
@@ -190,6 +192,8 @@ def test_shipped_stacks_rules_read_only_series_the_simulator_and_gateway_export(
     gateway = GatewayMetrics(ttft_slo_s=ttft_slo_edges(spec))  # as `gateway.app.build_gateway` builds it
     for p in spec.pools:
         gateway.child(gateway.ttft, "t", p.served_name).observe(0.1)
+    if "kv-cache" in {s.name for s in spec.gateway.routing.scorers}:  # its KV event feed, as the gateway builds it
+        gateway.watch_kv(KvEventFeed({p.name: [KvCache()] for p in spec.pools if p.engine.kv_events}))
     exprs, recorded = _series_and_recorded(spec)
     assert missing_series(exprs, [engine_metrics, gateway.render().decode()], recorded) == []
 

@@ -15,6 +15,10 @@ The scenarios, with the alerts that fire at each checked minute (every other ale
 * ``<sli>-slow-burn``: 8x the budget throughout: at 30 the slow burn pages and the fast one does not.
 * ``<sli>-below-page``: 2x the budget throughout: at 30 only the warning (half the budget over 1h).
 * ``healthy``: nothing fires; ``preempting``: one preemption a minute, at 30 only the preemption alert.
+* For a pool with ``engine.kvEvents``, every scenario also feeds the gateway's KV series (two event streams up,
+  the tokenizer available), and two more scenarios break them: ``kv-stream-down`` (one stream down from minute
+  10: quiet at 15, pending for 10m; ``LlmfleetKvEventStreamsDown`` at 30) and ``kv-no-tokenizer``
+  (``LlmfleetKvTokenizerMissing`` at 30).
 
 ``LlmfleetErrorRateAboveSlo`` reads the availability SLI over 30m against ``errorRate``: it fires in the
 availability burst (at 47 and 58) and slow burn, not in the 2x scenario; that needs 2x < errorRate / budget < 8x
@@ -32,6 +36,8 @@ from typing import Any
 from fleet.slo.rules import (
     ENGINE_ITL,
     GATEWAY_TTFT,
+    KV_STREAMS,
+    KV_TOKENIZER,
     PREEMPTIONS,
     PROM_POOL_LABEL,
     REQUESTS,
@@ -52,6 +58,7 @@ CLIENT_ERRORS = 10.0  # 429s a minute
 _WINDOW_MINUTES = {"5m": 5, "30m": 30, "1h": 60, "6h": 360}
 _FAST, _SLOW, _NEAR = "BudgetBurnFast", "BudgetBurnSlow", "NearSlo"
 ERROR_RATE, PREEMPTION = "LlmfleetErrorRateAboveSlo", "LlmfleetPreemptions"
+KV_DOWN, KV_NO_TOKENIZER = "LlmfleetKvEventStreamsDown", "LlmfleetKvTokenizerMissing"
 SLIS = ("availability", "ttft", "decode")  # the order of `fleet.slo.rules.pool_slis`
 
 
@@ -76,6 +83,7 @@ class Scenario:
     burning: str | None = None  # the SLI that burns, one of SLIS
     burn: Burn = Burn()
     preempting: bool = False
+    kv: str | None = None  # a KV routing fault: "stream-down" or "no-tokenizer" (pools with engine.kvEvents only)
     # minute -> what fires: "fast", "slow", "near" of the burning SLI, "error_rate", "preemptions"
     fires: Mapping[int, frozenset[str]] = field(default_factory=dict)
     records_at: tuple[int, ...] = ()  # minutes at which the burning SLI's recording rules are checked
@@ -85,6 +93,8 @@ def _scenarios() -> list[Scenario]:
     out = [
         Scenario("healthy", fires={30: frozenset()}),
         Scenario("preempting", preempting=True, fires={30: frozenset({"preemptions"})}),
+        Scenario("kv-stream-down", kv="stream-down", fires={15: frozenset(), 30: frozenset({"kv_down"})}),
+        Scenario("kv-no-tokenizer", kv="no-tokenizer", fires={30: frozenset({"kv_no_tokenizer"})}),
     ]
     for sli in SLIS:
         errors = {"error_rate"} if sli == "availability" else set()
@@ -165,11 +175,27 @@ def _input_series(pool: PoolSpec, scenario: Scenario, slis: Mapping[str, Sli]) -
         _series(f"{ENGINE_ITL}_bucket", {**engine, "le": "+Inf"}, every),
         _series(f"{ENGINE_ITL}_count", engine, every),
         _series(PREEMPTIONS, engine, [1.0 if scenario.preempting else 0.0 for _ in minutes]),
+        *(_kv_series(pool, scenario) if pool.engine.kv_events else []),
+    ]
+
+
+def _kv_series(pool: PoolSpec, scenario: Scenario) -> list[dict[str, str]]:
+    """The gateway's KV gauges (minutes 0..MINUTES): two streams, one of them down from minute 10 in
+    ``stream-down``; the tokenizer available, but not in ``no-tokenizer``."""
+    down = f"0+0x9 1+0x{MINUTES - 10}" if scenario.kv == "stream-down" else f"0+0x{MINUTES}"
+    up = f"2+0x9 1+0x{MINUTES - 10}" if scenario.kv == "stream-down" else f"2+0x{MINUTES}"
+    available = f"0+0x{MINUTES}" if scenario.kv == "no-tokenizer" else f"1+0x{MINUTES}"
+    labels = f'pool="{pool.name}"'
+    return [
+        {"series": f'{KV_STREAMS}{{{labels},state="up"}}', "values": up},
+        {"series": f'{KV_STREAMS}{{{labels},state="down"}}', "values": down},
+        {"series": f"{KV_TOKENIZER}{{{labels}}}", "values": available},
     ]
 
 
 def _firing(scenario: Scenario, slis: Mapping[str, Sli], what: frozenset[str]) -> set[str]:
     names = {"error_rate": ERROR_RATE, "preemptions": PREEMPTION}
+    names |= {"kv_down": KV_DOWN, "kv_no_tokenizer": KV_NO_TOKENIZER}
     suffixes = {"fast": _FAST, "slow": _SLOW, "near": _NEAR}
     out = {names[w] for w in what if w in names}
     if scenario.burning is not None:
@@ -236,5 +262,5 @@ def pool_tests(
             "promql_expr_test": _record_tests(pool, scenario, slis),
         }
         for scenario in SCENARIOS
-        if only is None or scenario.name in only
+        if (only is None or scenario.name in only) and (scenario.kv is None or pool.engine.kv_events)
     ]
