@@ -247,6 +247,7 @@ def _upstream(
     timeouts = Timeouts(t.connect_s, t.first_token_s, t.total_s)
     budget = RetryBudget(retries.budget_fraction)
     routers = _routers(settings, metrics)
+    metrics.watch_endpoints(endpoints)  # the token counts each attempt keeps on its replica (least-work's)
     return Upstream(endpoints, routers, session, timeouts, budget, retries.max_attempts, metrics, clock)
 
 

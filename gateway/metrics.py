@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from gateway.endpoints import EndpointSet
     from gateway.kv_events import KvEventFeed
     from gateway.quota.base import QuotaBackend
 
@@ -98,14 +99,7 @@ class GatewayMetrics:
         self.overhead = Histogram(
             p + "overhead_seconds", "Gateway time excluding upstream and queueing", ["model"], buckets=_FAST, registry=r
         )
-        self.in_flight, self.prefill_tokens, self.context_tokens = (
-            Gauge(p + name, what, ["pool", "replica"], registry=r)
-            for name, what in (
-                ("in_flight", "Requests on each replica"),
-                ("prefill_tokens", "Prompt tokens of open requests not yet answered, less the cached share expected"),
-                ("context_tokens", "Prompt tokens of open requests the replica answered"),
-            )
-        )
+        self.in_flight = Gauge(p + "in_flight", "Requests on each replica", ["pool", "replica"], registry=r)
         self.ready = Gauge(p + "ready_replicas", "Routable replicas", ["pool"], registry=r)
         self.prompt_tokens = Gauge(
             p + "prompt_tokens_available",
@@ -158,12 +152,36 @@ class GatewayMetrics:
         """Export ``quota``'s store health on every render (nothing for a backend without a shared store)."""
         self.registry.register(_QuotaStoreCollector(quota))
 
+    def watch_endpoints(self, endpoints: EndpointSet) -> None:
+        """Export each member replica's token counts (``least-work``'s: `Endpoint.prefill_tokens` and
+        ``context_tokens``) on every render: read where they are kept, not counted twice per request."""
+        self.registry.register(_EndpointTokensCollector(endpoints))
+
     def watch_kv(self, feed: KvEventFeed) -> None:
         """Export the KV event feed's streams and the kv-cache scorers' index and hits on every render (nothing for
         a gateway whose routers do not score with kv-cache)."""
         from gateway.kv_events import KvFeedCollector  # the feed imports routing; metrics stays below it
 
         self.registry.register(KvFeedCollector(feed))
+
+
+class _EndpointTokensCollector(Collector):
+    """Reads the member replicas' token counts at scrape time; a replica that left has no series."""
+
+    def __init__(self, endpoints: EndpointSet) -> None:
+        self._endpoints = endpoints
+
+    def collect(self) -> Iterable[Metric]:
+        p, labels = "llmfleet_gateway_", ["pool", "replica"]
+        unanswered = "Prompt tokens of open requests not yet answered, less the cached share expected"
+        prefill = GaugeMetricFamily(p + "prefill_tokens", unanswered, labels=labels)
+        answered = "Prompt tokens of open requests the replica answered"
+        context = GaugeMetricFamily(p + "context_tokens", answered, labels=labels)
+        for pool in self._endpoints.pools:
+            for ep in self._endpoints.members(pool):
+                prefill.add_metric([pool, ep.id], ep.prefill_tokens)
+                context.add_metric([pool, ep.id], ep.context_tokens)
+        yield from (prefill, context)
 
 
 class _QuotaStoreCollector(Collector):

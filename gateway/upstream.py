@@ -28,7 +28,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.outcome import Outcome
 from gateway.proxy import DONE_MARKERS, JsonAnswer, SseRelay, Timeouts, open_stream, send_json
 from gateway.retries import RetryBudget
-from gateway.routing.base import Decision, EndpointView, RequestInfo, Router
+from gateway.routing.base import Decision, EndpointView, RequestInfo, Router, expected_prefill
 
 __all__ = ["Attempt", "Upstream"]
 
@@ -54,12 +54,8 @@ class Attempt:
     ) -> None:
         self._stack = contextlib.ExitStack()
         self.ep = self._stack.enter_context(lease)
-        self._uncached, self._tokens, self._answered = round((1.0 - spared) * prompt_tokens), prompt_tokens, False
-        self._gauges = (
-            metrics.child(metrics.prefill_tokens, pool.name, self.ep.id),
-            metrics.child(metrics.context_tokens, pool.name, self.ep.id),
-        )
-        self._count(self._uncached, 0)
+        self._uncached, self._tokens, self._answered = expected_prefill(prompt_tokens, spared), prompt_tokens, False
+        self.ep.prefill_tokens += self._uncached
         self._stack.callback(self._release)
         self._clock, self._out = clock, out
         gauge = metrics.child(metrics.in_flight, pool.name, self.ep.id)
@@ -74,20 +70,14 @@ class Attempt:
         """The replica has answered (a stream's first event): the prompt is prefilled and its context decodes."""
         if not self._answered and self._started is not None:
             self._answered = True
-            self._count(-self._uncached, self._tokens)
+            self.ep.prefill_tokens -= self._uncached
+            self.ep.context_tokens += self._tokens
 
     def _release(self) -> None:
         if self._answered:
-            self._count(0, -self._tokens)
+            self.ep.context_tokens -= self._tokens
         else:
-            self._count(-self._uncached, 0)
-
-    def _count(self, prefill: int, context: int) -> None:
-        """Add to the replica's counts and their gauges (``prefill_tokens``, ``context_tokens``)."""
-        self.ep.prefill_tokens += prefill
-        self.ep.context_tokens += context
-        self._gauges[0].inc(prefill)
-        self._gauges[1].inc(context)
+            self.ep.prefill_tokens -= self._uncached
 
     def close(self) -> None:
         if self._started is not None:

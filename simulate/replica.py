@@ -21,7 +21,7 @@ from engine_sim.scheduler import Scheduler, StepPlan
 from engine_sim.sleep import WakeTiming
 from fleet.capacity.perf import StepTimeModel
 from fleet.protocol.wire import ReplicaState
-from gateway.routing.base import EndpointView
+from gateway.routing.base import EndpointView, expected_prefill
 from simulate.result import quantile
 
 __all__ = ["SCRAPE_S", "TTFT_WINDOW_S", "Replica", "wake_seconds"]
@@ -66,7 +66,7 @@ class Replica:
 
     def sent(self, rid: str, prompt_tokens: int, spared: float) -> None:
         """The gateway sent request ``rid`` here, expecting the cache to hold ``spared`` of its prompt."""
-        uncached = round((1.0 - spared) * prompt_tokens)
+        uncached = expected_prefill(prompt_tokens, spared)
         self.open[rid] = (uncached, prompt_tokens, False)
         self.in_flight += 1
         self.prefill_tokens += uncached

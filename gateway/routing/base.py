@@ -47,6 +47,7 @@ __all__ = [
     "Scorer",
     "anchor",
     "endpoint_load",
+    "expected_prefill",
     "within_bound",
 ]
 
@@ -102,6 +103,12 @@ class Scored:
     score: float  # weighted sum of every scorer
     affinity: float = 0.0  # the part of ``score`` that came from affinity scorers
     spared: float = 0.0  # the share of the prompt's prefill the replica's cache spares (unweighted, in [0, 1])
+
+
+def expected_prefill(prompt_tokens: int, spared: float) -> int:
+    """The tokens a replica is expected to prefill for a prompt of ``prompt_tokens``, ``spared`` of which its cache
+    holds: what the gateway (`gateway.upstream.Attempt`) and the simulator count as its queued prefill."""
+    return round((1.0 - spared) * prompt_tokens)
 
 
 def endpoint_load(endpoint: EndpointView) -> float:

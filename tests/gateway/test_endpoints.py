@@ -71,6 +71,7 @@ def test_an_attempt_counts_its_uncached_prompt_until_answered_then_its_context_u
     picked = endpoints.snapshot("qwen-7b")[0]
     pool = stacks.spec("gateway").pools[0]
     out, metrics = Outcome("req-1", received=100.0), GatewayMetrics()
+    metrics.watch_endpoints(endpoints)
 
     def exported() -> tuple[float | None, ...]:
         labels = {"pool": "qwen-7b", "replica": picked.id}

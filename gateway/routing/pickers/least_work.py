@@ -10,15 +10,19 @@ Why tokens and not requests: a request whose prompt a replica holds costs it a f
 30,000-token prompt seconds of prefill, and p2c's bound counts both as one. Choosing by tokens gives a replica
 the cached requests it is cheapest for while the cold ones go where the queued prefill is shortest, so exact
 cache state raises the hit rate without piling work onto the replicas that hold the hot prefixes (measured in
-docs/operations.md, "KV-aware routing"). It is the cost Dynamo's KV router minimises: prefill blocks to compute
-plus active decode blocks.
+docs/operations.md, "KV-aware routing"). Dynamo's KV router has the same form, as its router docs give it:
+cost = ``overlap_score_weight`` (default 1) x prefill blocks + decode blocks, the prefill counted until the first
+output token and the decode until the request completes. Its default weighs a decode block as much as a prefill
+block; here a decoding context token weighs 0.1 of a prompt token: on Mooncake at 8 replicas, with each engine's
+exact queue, a weight of 1 held 44.2% of prompt tokens in cache against 51.7% at 0.1 (docs/benchmarks.md).
 
 ``spared`` comes from a scorer that knows what each engine holds (``kv-cache``); without one, or for a request
 without token ids, no cache is counted and the cost is the queued work plus the whole prompt: least-loaded by
 tokens. The prompt's tokens are counted from its token ids, else estimated from its characters
 (`RequestInfo.prompt_tokens`), and so are those the gateway counts on each replica. The scorers' weighted scores are
 not read. The counts are this gateway's own, exact and current: another gateway's requests are not in them, so
-each gateway balances its own share of the traffic, and no two decide on the same stale gauge.
+each gateway balances its own share of the traffic (Dynamo's router replicas can exchange theirs,
+``--router-replica-sync``; gateways here share nothing).
 
 Parameters: ``seed`` (ties, for tests), ``decodeWeight`` (0.1, in [0, 10]).
 Example: ``picker: {name: least-work, params: {decodeWeight: 0.1}}``
