@@ -13,7 +13,7 @@ One handler per state runs until it fires an event; the loop then runs the next 
   Inside the pool's restart window (and past its minimum uptime) ask the control plane for a restart lease;
   no lease, no restart; an unreachable control plane skips this window occurrence (`agent.rollover`).
 * draining   -- readiness is already false (it fell the moment the drain was requested); `agent.drain` stops
-  the engine within the grace deadline. A final drain ends in ``stopped``; a planned one restarts the engine.
+  the engine within the grace (seconds when never ready); a final drain ends in ``stopped``, a planned one restarts.
 * restarting -- crash restarts wait an exponential backoff with jitter; too many in the crash window -> failed.
 * failed     -- no restarts until ``request_reset()`` (operator) or the crash window lets one through.
 * sleeping   -- (sleep mode, ``request_sleep()``) not ready; `agent.sleeping` leaves routing and sleeps the engine at
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.control import ControlClient
-from agent.drain import reap, stop_engine
+from agent.drain import StopBounds, reap, stop_engine
 from agent.engine_client import EngineClient, Health
 from agent.launchers import EngineHandle
 from agent.metrics import AgentMetrics
@@ -61,7 +61,8 @@ class SupervisorSettings:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     lease_retry_s: float = 5.0  # after a refused lease, ask again (jittered) while the window is open
     drain_poll_s: float = 0.25
-    idle_exit_grace_s: float = 10.0  # engine idle but still alive after SIGTERM: SIGKILL after this
+    idle_exit_grace_s: float = 20.0  # engine idle but still alive after SIGTERM: SIGKILL after this (vLLM: 8-13 s)
+    starting_exit_grace_s: float = 5.0  # never ready and still alive after SIGTERM (vLLM ignores it): SIGKILL
     kill_margin_s: float = 2.0  # finish this long before the drain grace ends (the pod's own SIGKILL)
 
 
@@ -329,22 +330,22 @@ class Supervisor:
         return True
 
     async def _draining(self) -> None:
-        drain = self.pool.drain
+        drain, settings = self.pool.drain, self.settings
         started = self.machine.since
-        deadline = started + drain.grace_seconds - self.settings.kill_margin_s
+        deadline = started + drain.grace_seconds - settings.kill_margin_s
         engine = self.engine
         if engine is not None and engine.returncode is None:
             # Gateways still route here until they see readiness fall: keep serving meanwhile.
             from_ready = self._drain_source is State.READY
+            # Never ready (starting, warming): it accepted nothing, and vLLM ignores a SIGTERM while it starts.
+            grace = settings.starting_exit_grace_s if self._drain_source in (State.STARTING, State.WARMING) else None
             await stop_engine(
                 engine,
                 self._engine_client,
                 self._clock,
                 self._waits.pause,
                 propagation_s=min(drain.propagation_seconds, max(0.0, deadline - started)) if from_ready else None,
-                deadline=deadline,
-                idle_exit_grace_s=self.settings.idle_exit_grace_s,
-                poll_s=self.settings.drain_poll_s,
+                bounds=StopBounds(deadline, settings.idle_exit_grace_s, grace, settings.drain_poll_s),
             )
         self.engine, self.engine_started_at = None, None
         if self._final_drain:

@@ -31,29 +31,46 @@ class VirtualClock:
 
 
 class FakeEngine:
-    """An engine process: exits when killed, and on SIGTERM unless ``ignores_sigterm``."""
+    """An engine process: exits when killed, and on SIGTERM unless ``ignores_sigterm``; with ``exits_after_s`` (and
+    the clock) it takes that long after the SIGTERM to exit, as an idle vLLM tears down."""
 
-    def __init__(self, pid: int, ignores_sigterm: bool = False) -> None:
+    def __init__(
+        self,
+        pid: int,
+        ignores_sigterm: bool = False,
+        clock: VirtualClock | None = None,
+        exits_after_s: float | None = None,
+    ) -> None:
         self.pid = pid
-        self.returncode: int | None = None
+        self._returncode: int | None = None
         self.ignores_sigterm = ignores_sigterm
         self.terminated_at: float | None = None
         self.killed = False
         self._exited = asyncio.Event()
+        self._clock, self._exits_after_s = clock, exits_after_s
+        self._exit_at: float | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._exit_at is not None and self._clock is not None and self._clock.now >= self._exit_at:
+            self.exit(0)
+        return self._returncode
 
     async def wait(self) -> int:
         await self._exited.wait()
-        assert self.returncode is not None
-        return self.returncode
+        assert self._returncode is not None
+        return self._returncode
 
     def exit(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
+        if self._returncode is None:
+            self._returncode = code
             self._exited.set()
 
     def terminate(self) -> None:
         self.terminated_at = self.terminated_at or -1.0
-        if not self.ignores_sigterm:
+        if self._exits_after_s is not None and self._clock is not None:
+            self._exit_at = self._clock.now + self._exits_after_s
+        elif not self.ignores_sigterm:
             self.exit(0)
 
     def kill(self) -> None:
@@ -71,6 +88,7 @@ class FakeWorld:
     healthy: bool = True
     crash_on_start: bool = False
     ignores_sigterm: bool = False
+    exits_after_s: float | None = None  # after a SIGTERM, the engine exits this long later (on the world's clock)
     in_flight: float = 0.0
     engines: list[FakeEngine] = field(default_factory=list)
     spawned_at: list[float] = field(default_factory=list)
@@ -87,7 +105,7 @@ class FakeWorld:
         return self.engines[-1] if self.engines else None
 
     async def spawn(self) -> FakeEngine:
-        engine = FakeEngine(100 + len(self.engines), ignores_sigterm=self.ignores_sigterm)
+        engine = FakeEngine(100 + len(self.engines), self.ignores_sigterm, self.clock, self.exits_after_s)
         self.engines.append(engine)
         self.spawned_at.append(self.clock.now)
         if self.crash_on_start:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -84,7 +85,9 @@ class Harness:
 async def harness_factory() -> AsyncIterator[Callable[..., Harness]]:
     tasks: list[asyncio.Task[int]] = []
 
-    def build(pool_overrides: dict[str, object] | None = None, **world_kw: object) -> Harness:
+    def build(
+        pool_overrides: dict[str, object] | None = None, settings: SupervisorSettings = SETTINGS, **world_kw: object
+    ) -> Harness:
         clock = VirtualClock()
         world = FakeWorld(clock, **world_kw)  # type: ignore[arg-type]
         desk = LeaseDesk()
@@ -92,7 +95,7 @@ async def harness_factory() -> AsyncIterator[Callable[..., Harness]]:
         control = ControlClient(http, "http://control-plane")
         pool = stacks.pool(**(pool_overrides or {}))
         supervisor = Supervisor(
-            pool, "r0", world.spawn, world, control, clock, AgentMetrics("r0", pool.name), SETTINGS, rand=lambda: 0.5
+            pool, "r0", world.spawn, world, control, clock, AgentMetrics("r0", pool.name), settings, rand=lambda: 0.5
         )
         task = asyncio.ensure_future(supervisor.run())
         tasks.append(task)
@@ -236,6 +239,39 @@ async def test_drain_during_startup_skips_propagation(harness_factory) -> None:
     h.supervisor.request_drain()
     assert await asyncio.wait_for(h.task, 5) == 0
     assert h.clock.now - t0 < 0.5 and h.world.engines[0].returncode is not None
+
+
+LONG_GRACE = {"drain.graceSeconds": 120}  # prod's: a drain that waits out its deadline takes 118 s
+
+
+@pytest.mark.parametrize(
+    ("case", "world_kw", "state"),
+    [
+        ("starting: not listening yet", {"startup_s": 1e9}, State.STARTING),
+        ("warming: listening and idle, warm-up failing", {"startup_s": 1.0, "warm_ok": False}, State.WARMING),
+    ],
+)
+async def test_drain_before_ready_sigkills_an_engine_ignoring_sigterm_after_the_starting_grace(
+    harness_factory, case: str, world_kw: dict[str, object], state: State
+) -> None:
+    settings = dataclasses.replace(SETTINGS, idle_exit_grace_s=30.0)  # longer than the starting grace
+    h = harness_factory(LONG_GRACE, settings, ignores_sigterm=True, **world_kw)
+    await h.until(lambda: h.world.engine is not None and h.supervisor.state is state)
+    t0 = h.clock.now
+    h.supervisor.request_drain()
+    assert await asyncio.wait_for(h.task, 5) == 0, case
+    assert h.world.engines[0].returncode == -9 and h.supervisor.state is State.STOPPED  # SIGKILLed
+    assert h.clock.now - t0 == pytest.approx(settings.starting_exit_grace_s, abs=0.5)
+
+
+async def test_default_idle_grace_lets_an_idle_vllm_finish_its_teardown(harness_factory) -> None:
+    # vLLM 0.32 on CPU, idle after a drain: 8-13 s from SIGTERM to exit (5 s of them waiting for its worker).
+    settings = dataclasses.replace(SupervisorSettings(), restart=SETTINGS.restart, drain_poll_s=1.0)
+    h = harness_factory(LONG_GRACE, settings, startup_s=1.0, exits_after_s=13.0)
+    await h.until_state(State.READY)
+    h.supervisor.request_drain()
+    assert await asyncio.wait_for(h.task, 5) == 0
+    assert h.world.engines[0].returncode == 0  # it exited on its own, not SIGKILLed
 
 
 async def test_second_drain_request_is_a_no_op(harness_factory) -> None:
