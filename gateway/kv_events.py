@@ -17,6 +17,11 @@ reads vLLM's three frames ``[topic, seq, payload]`` (seq 8 bytes big-endian; pay
 * A replica that leaves discovery (or whose socket moves) is forgotten: task cancelled, socket closed, entries
   dropped.
 * A malformed batch is dropped and counted; it never stops the feed.
+* Nothing is skipped silently: the blocks an index did not take (`gateway.routing.kv_index`, by reason: an unknown
+  parent, another medium, another block size, malformed) are counted in ``kv_blocks_skipped_total{pool,reason}``,
+  and the first skip of each replica for each reason is logged: at WARNING for the reasons that mean the index
+  cannot work for that replica (``block_size``: its engine's ``--block-size`` is not the index's; ``medium``,
+  ``malformed``), at INFO for ``parent`` (routine: a stream joined mid-chain, or after a gap).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from zmq.utils.monitor import recv_monitor_message
 
+from gateway.routing.kv_index import SKIP_REASONS, KvIndex
 from gateway.routing.scorers.kv_cache import KvCache
 
 __all__ = ["KvEventFeed", "PoolFeed", "decode_batch"]
@@ -65,6 +71,7 @@ class PoolFeed:
     gaps: int = 0
     malformed: int = 0
     seq: dict[str, int] = field(default_factory=dict)  # replica -> last seq applied
+    logged: set[tuple[str, str]] = field(default_factory=set)  # (replica, skip reason) already logged
 
     def apply(self, replica: str, seq: int, payload: bytes) -> None:
         """Apply one message of ``replica``'s stream (module docstring: gaps and restarts drop its entries)."""
@@ -73,6 +80,8 @@ class PoolFeed:
             self.gaps += 1
             self.drop(replica)
         self.seq[replica] = seq
+        index = self.scorers[0].index  # every scorer is fed the same events; the first one's skips are logged
+        before = dict(index.skipped)
         try:
             events = decode_batch(payload)
             for scorer in self.scorers:
@@ -81,7 +90,21 @@ class PoolFeed:
             self.malformed += 1
             log.warning("dropped a malformed KV event batch from %s: %s", replica, exc)
             return
+        finally:
+            self._log_skips(replica, index, before)
         self.batches += 1
+
+    def _log_skips(self, replica: str, index: KvIndex, before: dict[str, int]) -> None:
+        """Log the first skip of ``replica``'s blocks for each reason (the counter counts them all)."""
+        for reason, count in index.skipped.items():
+            if count == before.get(reason, 0) or (replica, reason) in self.logged:
+                continue
+            self.logged.add((replica, reason))
+            level = logging.INFO if reason == "parent" else logging.WARNING  # parent: routine (module docstring)
+            why, blocks = _why(reason, index, replica), count - before.get(reason, 0)
+            log.log(
+                level, "KV events of %s: %d block(s) not indexed: %s (logged once, all counted)", replica, blocks, why
+            )
 
     def drop(self, replica: str) -> None:
         for scorer in self.scorers:
@@ -91,6 +114,7 @@ class PoolFeed:
         """``replica`` is no longer followed: nothing of it stays."""
         self.drop(replica)
         self.seq.pop(replica, None)
+        self.logged = {(r, reason) for r, reason in self.logged if r != replica}
         for scorer in self.scorers:
             scorer.stream_down.discard(replica)
 
@@ -100,6 +124,23 @@ class PoolFeed:
         if is_down:
             self.drop(replica)
             self.seq.pop(replica, None)
+
+
+def _why(reason: str, index: KvIndex, replica: str) -> str:
+    """What a skip of ``reason`` means, for the log line."""
+    if reason == "block_size":
+        origin = (
+            "pinned by the kv-cache scorer's blockSize" if index.pinned else "learned from the pool's other replicas"
+        )
+        return (
+            f"its engine's blocks are of {index.reported.get(replica, '?')} tokens, the index's of {index.block_size} "
+            f"({origin}): kv-cache cannot route to it until they agree (the engines' --block-size)"
+        )
+    return {
+        "parent": "their parent block was never announced (the stream joined mid-chain, or after a gap)",
+        "medium": "cached on another medium than the GPU (KV offload)",
+        "malformed": "token_ids do not fill the blocks named",
+    }.get(reason, reason)
 
 
 class KvEventFeed:
@@ -184,6 +225,14 @@ class KvFeedCollector(Collector):
         malformed = CounterMetricFamily(p + "kv_event_malformed", "KV event batches dropped", labels=["pool"])
         prompt = CounterMetricFamily(p + "kv_prompt_blocks", "Full prompt blocks routed by kv-cache", labels=["pool"])
         hit = CounterMetricFamily(p + "kv_hit_blocks", "Of those, held by the chosen replica", labels=["pool"])
+        skipped = CounterMetricFamily(
+            p + "kv_blocks_skipped", "Stored blocks the KV index did not take, by reason", labels=["pool", "reason"]
+        )
+        size = GaugeMetricFamily(
+            p + "kv_block_size",
+            "Tokens per block the KV index hashes prompts with (0: not learned yet)",
+            labels=["pool"],
+        )
         for pool, feed in self._feed.pools.items():
             scorer = feed.scorers[0]
             down = len(scorer.stream_down)
@@ -195,4 +244,7 @@ class KvFeedCollector(Collector):
             malformed.add_metric([pool], feed.malformed)
             prompt.add_metric([pool], sum(s.prompt_blocks for s in feed.scorers))
             hit.add_metric([pool], sum(s.hit_blocks for s in feed.scorers))
-        yield from (streams, blocks, batches, gaps, malformed, prompt, hit)
+            for reason in SKIP_REASONS:  # every reason from the start, at 0: rate() sees the first skip
+                skipped.add_metric([pool, reason], scorer.index.skipped.get(reason, 0))
+            size.add_metric([pool], scorer.index.block_size or 0)
+        yield from (streams, blocks, batches, gaps, malformed, prompt, hit, skipped, size)

@@ -15,7 +15,10 @@ replica: completed seamlessly, or failed and ended with the error event); for po
 (`gateway.kv_events`): kv_event_streams{pool,state=up|down} (a replica's stream down: its entries dropped, the
 load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total, kv_event_gaps_total,
 kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt blocks routed, and of
-those the ones the chosen replica's engine held: the index's hit rate), prompt_tokens_available{pool} (1: the
+those the ones the chosen replica's engine held: the index's hit rate), kv_blocks_skipped_total{pool,reason} (stored
+blocks the index did not take: reason parent, medium, block_size or malformed, `gateway.routing.kv_index`),
+kv_block_size{pool} (the tokens per block prompts are hashed with: pinned, or learned from the events; 0 until
+learned), prompt_tokens_available{pool} (1: the
 gateway has the pool's tokenizer; 0: it has none, from its folder or the model store, and kv-cache scores nothing
 for the pool); client_errors_total{kind} (requests a client got wrong or abandoned, `CLIENT_ERROR_KINDS`, each
 also one log line on ``llmfleet.gateway.client``: never a traceback, as none is the gateway's fault).

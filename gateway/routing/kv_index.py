@@ -16,9 +16,21 @@ Python's ``hash`` of a tuple of ints is the same in every process, but the root 
 str, whose hash varies per process): keys mean nothing outside the gateway that computed them, and need not.
 Gateways agree because they read the same events, not because they share keys.
 
-A ``BlockStored`` whose parent this index never saw (its stream was cut, or it started mid-chain) is skipped: a
-prefix match walks from the root, so a chain without its start cannot match. Blocks cached on another medium
-than the GPU (CPU offload) and events of another block size are skipped too (counted in ``skipped``).
+**Block size.** A request's keys cut its prompt into blocks of the engines' size, so the index must know it. Pinned
+(``block_size`` given), events of another size are skipped. Left None (the default), it is learned: the size of
+the first block indexed, and again of the next one whenever the index holds no block (a pool redeployed with
+another ``--block-size`` is followed once the old replicas are gone). While blocks of one size are held, a
+replica reporting another (a pool whose replicas disagree) has its blocks skipped: the first size stays.
+vLLM's own default differs by platform (16 on GPUs; 128 on the CPU, which refuses 16), and nothing else tells the
+gateway which one its engines use.
+
+**Skipped blocks**, counted in ``skipped`` by reason (`SKIP_REASONS`), so that the feed can export and log them:
+
+* ``parent``: a ``BlockStored`` whose parent this index never saw (its stream was cut, or it joined mid-chain): a
+  prefix match walks from the root, so a chain without its start cannot match. Routine after a (re)connect;
+* ``medium``: cached on another medium than the GPU (CPU offload);
+* ``block_size``: another size than the index's (above);
+* ``malformed``: ``token_ids`` that do not fill the blocks named, or a size below 1.
 """
 
 from __future__ import annotations
@@ -27,9 +39,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KvIndex", "request_keys"]
+__all__ = ["SKIP_REASONS", "KvIndex", "request_keys"]
 
 _ROOT = 0x6C6C6D666C656574  # the chain's start for the base model
+SKIP_REASONS = ("parent", "medium", "block_size", "malformed")  # why a stored block was not indexed
 
 
 def _root(lora_name: str | None) -> int:
@@ -65,12 +78,28 @@ class _Replica:
 
 @dataclass
 class KvIndex:
-    """The blocks each replica's engine holds, by request key. ``block_size`` must be the engines' ``--block-size``."""
+    """The blocks each replica's engine holds, by request key.
 
-    block_size: int = 16
-    skipped: int = 0  # blocks not indexed: unknown parent, another medium or block size
+    ``block_size``: the engines' ``--block-size``, pinned; None (the default) learns it from the events (module
+    docstring), and stays None until a block is indexed. Invariant: every block held is of ``block_size`` tokens.
+    """
+
+    block_size: int | None = None
+    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))  # blocks, by reason
+    reported: dict[str, int] = field(default_factory=dict)  # replica -> block size of its last GPU BlockStored
+    _pinned: bool = field(init=False)
     _replicas: dict[str, _Replica] = field(default_factory=dict)
     _holders: dict[int, set[str]] = field(default_factory=dict)  # request key -> replicas holding it
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block size {self.block_size}: give 1 or more, or None to learn it")
+        self._pinned = self.block_size is not None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether ``block_size`` was given (else it is learned)."""
+        return self._pinned
 
     def __len__(self) -> int:
         """Request keys some replica holds."""
@@ -98,6 +127,7 @@ class KvIndex:
 
     def forget(self, replica: str) -> None:
         """Drop every block of ``replica`` (it left, restarted, slept, or its stream has a gap)."""
+        self.reported.pop(replica, None)
         state = self._replicas.pop(replica, None)
         if state is None:
             return
@@ -120,10 +150,18 @@ class KvIndex:
         hashes = list(event["block_hashes"])
         tokens = list(event["token_ids"])
         size = int(event["block_size"])
-        medium = event.get("medium")
-        if medium not in (None, "GPU") or size != self.block_size or len(tokens) != size * len(hashes):
-            self.skipped += len(hashes)
+        if event.get("medium") not in (None, "GPU"):
+            self._skip("medium", hashes)
             return
+        if size < 1 or len(tokens) != size * len(hashes):
+            self._skip("malformed", hashes)
+            return
+        self.reported[replica] = size
+        if size != self.block_size:
+            if self._pinned or self._holders:  # pinned, or blocks of the size learned are held: the first size stays
+                self._skip("block_size", hashes)
+                return
+            self.block_size = size  # learned: nothing is held, so no key of another size is left behind
         state = self._replicas.setdefault(replica, _Replica())
         parent_hash = event.get("parent_block_hash")
         if parent_hash is None:
@@ -131,7 +169,7 @@ class KvIndex:
         elif parent_hash in state.blocks:
             parent = state.blocks[parent_hash]
         else:
-            self.skipped += len(hashes)
+            self._skip("parent", hashes)
             return
         for i, engine_key in enumerate(hashes):
             parent = hash((parent, tuple(tokens[i * size : (i + 1) * size])))
@@ -143,6 +181,9 @@ class KvIndex:
             state.blocks[engine_key] = parent
             state.refs[parent] = state.refs.get(parent, 0) + 1
             self._holders.setdefault(parent, set()).add(replica)
+
+    def _skip(self, reason: str, hashes: Sequence[Any]) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + len(hashes)
 
     def _removed(self, replica: str, hashes: Iterable[Any]) -> None:
         state = self._replicas.get(replica)

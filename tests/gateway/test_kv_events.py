@@ -87,6 +87,53 @@ def keys() -> list[int]:
     return request_keys(TOKENS, 16)
 
 
+def series(feed: KvEventFeed, name: str) -> dict[tuple[str, ...], float]:
+    """The collector's samples of ``name`` by their label values."""
+    collected = [s for m in KvFeedCollector(feed).collect() for s in m.samples if s.name == name]
+    return {tuple(s.labels.values()): s.value for s in collected}
+
+
+CPU_BLOCKS = stored([1, 2, 3], None, list(range(384)), block_size=128)  # what vLLM's CPU build sent (384 tokens)
+
+
+@pytest.mark.parametrize(
+    ("params", "indexed", "skipped"),
+    [
+        pytest.param(KvCache.Params(), 3, 0, id="learned by default"),
+        pytest.param(KvCache.Params(block_size=16), 0, 3, id="pinned to another size"),
+    ],
+)
+async def test_the_blocks_a_pool_skips_are_exported_by_reason_with_the_block_size(
+    params: KvCache.Params, indexed: int, skipped: int
+) -> None:
+    context = zmq.asyncio.Context()
+    feed = KvEventFeed({"p": [KvCache(params)]}, context)
+    try:
+        for seq in range(2):  # the same blocks twice: counted each time (logged only the first)
+            feed.pools["p"].apply("r1", seq, batch(CPU_BLOCKS))
+        assert series(feed, "llmfleet_gateway_kv_index_blocks") == {("p",): indexed}
+        assert series(feed, "llmfleet_gateway_kv_blocks_skipped_total") == {
+            ("p", "parent"): 0,
+            ("p", "medium"): 0,
+            ("p", "block_size"): 2 * skipped,
+            ("p", "malformed"): 0,
+        }
+        assert series(feed, "llmfleet_gateway_kv_block_size") == {("p",): 128 if indexed else 16}
+    finally:
+        await feed.close()
+        context.destroy(linger=0)
+
+
+async def test_the_block_size_is_exported_as_0_until_it_is_learned() -> None:
+    context = zmq.asyncio.Context()
+    feed = KvEventFeed({"p": [KvCache()]}, context)
+    try:
+        assert series(feed, "llmfleet_gateway_kv_block_size") == {("p",): 0}
+    finally:
+        await feed.close()
+        context.destroy(linger=0)
+
+
 async def test_events_reach_the_index_in_order_and_the_scorer_prefers_the_holder(stream: Stream) -> None:
     pub, scorer, feed, seq = stream.pub, stream.scorer, stream.feed, stream.seq
     before = feed.pools["p"].batches

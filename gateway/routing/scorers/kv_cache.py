@@ -18,8 +18,9 @@ scores 0 everywhere.
 It is an affinity scorer: ``p2c`` always draws the replica it prefers, within the picker's load bound, so a cached
 prefix never piles requests onto an overloaded replica.
 
-Parameters: ``blockSize`` (16: the engines' ``--block-size``; events of another size are not indexed),
-``minShare`` (0.5, in [0, 1]).
+Parameters: ``blockSize`` (unset: learned from the engines' events, `gateway.routing.kv_index`; set: pinned to
+that ``--block-size``, and events of another size are skipped and counted), ``minShare`` (0.5, in [0, 1]). Until
+the size is learned (no block indexed yet) every replica scores 0.
 
 Example: ``scorers: [{name: kv-cache, weight: 2}]``
 """
@@ -48,8 +49,9 @@ class KvCache(Scorer, name="kv-cache"):
     spares_prefill = True
 
     class Params(PluginParams):
-        block_size: int = Field(default=16, ge=1, le=1024)
-        """Tokens per KV block: the engines' ``--block-size`` (vLLM's default, 16)."""
+        block_size: int | None = Field(default=None, ge=1, le=1024)
+        """Tokens per KV block, pinned (the engines' ``--block-size``: events of another size are skipped). Unset:
+        learned from the engines' events (vLLM's default is 16 on GPUs, 128 on the CPU)."""
         min_share: float = Field(default=0.5, ge=0.0, le=1.0)
         """The least share of the prompt a replica must hold for its cache to count (below: score 0)."""
 
@@ -61,14 +63,18 @@ class KvCache(Scorer, name="kv-cache"):
         self.scored = 0  # requests scored with token ids
         self.hit_blocks = 0  # leading blocks the chosen replica held, summed over them
         self.prompt_blocks = 0  # full prompt blocks, summed over them
-        self._last: tuple[str, list[int]] = ("", [])
+        self._last: tuple[str, int | None, list[int]] = ("", None, [])  # request id, block size, keys
         self._matched: tuple[str, dict[str, int]] = ("", {})  # score()'s counts, for observe() of the request
 
     def _keys(self, request: RequestInfo) -> list[int]:
-        if self._last[0] != request.request_id:  # score() and observe() of one request hash once
+        """The request's keys in the index's block size; none while the size is not learned (nothing is held)."""
+        size = self.index.block_size
+        if size is None:
+            return []
+        if self._last[:2] != (request.request_id, size):  # score() and observe() of one request hash once
             tokens = request.token_ids or ()
-            self._last = (request.request_id, request_keys(tokens, self.index.block_size, request.adapter))
-        return self._last[1]
+            self._last = (request.request_id, size, request_keys(tokens, size, request.adapter))
+        return self._last[2]
 
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
         keys = self._keys(request)

@@ -46,3 +46,19 @@ def test_the_hit_rate_counts_the_blocks_the_chosen_replica_held() -> None:
     other = request(request_id="b", token_ids=TOKENS)
     scorer.observe(other, ENDPOINTS[0])  # a single candidate: observe without score
     assert (scorer.hit_blocks, scorer.prompt_blocks) == (3, 8) and scorer.hit_rate() == 3 / 8
+
+
+def test_by_default_the_block_size_is_learned_and_until_then_every_replica_scores_zero() -> None:
+    scorer = KvCache()
+    tokens = tuple(range(300))  # two full blocks of 128 (vLLM's CPU build)
+    assert list(scorer.score(ENDPOINTS, request(request_id="a", token_ids=tokens))) == [0.0, 0.0]
+    scorer.index.apply("r1", [stored([1, 2], None, list(tokens[:256]), block_size=128)])
+    assert list(scorer.score(ENDPOINTS, request(request_id="b", token_ids=tokens))) == [1.0, 0.0]
+
+
+def test_a_pinned_block_size_indexes_nothing_of_another_size() -> None:
+    scorer = KvCache(KvCache.Params(block_size=16))
+    tokens = tuple(range(300))
+    scorer.index.apply("r1", [stored([1, 2], None, list(tokens[:256]), block_size=128)])
+    assert list(scorer.score(ENDPOINTS, request(token_ids=tokens))) == [0.0, 0.0]
+    assert scorer.index.skipped["block_size"] == 2

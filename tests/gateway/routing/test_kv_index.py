@@ -11,7 +11,7 @@ import pytest
 from engine_sim.kv_events import KVEventsConfig, KVEventSettings, encode_batch
 from engine_sim.scheduler import Scheduler
 from gateway.kv_events import decode_batch
-from gateway.routing.kv_index import KvIndex, request_keys
+from gateway.routing.kv_index import SKIP_REASONS, KvIndex, request_keys
 from tests.engine_sim.builders import make_request, make_scheduler, run_until_idle
 
 EVENTS_ON = KVEventSettings(KVEventsConfig(enable_kv_cache_events=True))
@@ -101,18 +101,52 @@ def test_the_engines_hash_values_do_not_matter_only_their_links() -> None:
 
 
 @pytest.mark.parametrize(
-    "event",
+    ("event", "reason"),
     [
-        stored([1], 999, list(range(16))),  # a parent never announced: the chain's start is unknown
-        stored([1], None, list(range(16)), medium="CPU"),  # offloaded, not in GPU memory
-        stored([1], None, list(range(32)), block_size=32),  # another block size than the index's
-        stored([1, 2], None, list(range(16))),  # tokens do not fill the blocks named
+        pytest.param(stored([1], 999, list(range(16))), "parent", id="parent never announced"),
+        pytest.param(stored([1], None, list(range(16)), medium="CPU"), "medium", id="offloaded"),
+        pytest.param(stored([1], None, list(range(32)), block_size=32), "block_size", id="another block size"),
+        pytest.param(stored([1, 2], None, list(range(16))), "malformed", id="tokens do not fill the blocks"),
+        pytest.param(stored([], None, [], block_size=0), "malformed", id="block size 0"),
     ],
 )
-def test_blocks_the_index_cannot_vouch_for_are_skipped_and_counted(event: dict[str, Any]) -> None:
-    index = KvIndex()
+def test_blocks_the_index_cannot_vouch_for_are_skipped_and_counted_by_reason(
+    event: dict[str, Any], reason: str
+) -> None:
+    index = KvIndex(block_size=16)
     index.apply("a", [event])
-    assert len(index) == 0 and index.skipped > 0
+    assert len(index) == 0
+    assert index.skipped == {**dict.fromkeys(SKIP_REASONS, 0), reason: len(event["block_hashes"])}
+
+
+def test_the_block_size_is_learned_from_the_events_and_prompts_are_cut_in_it() -> None:
+    # vLLM's CPU build caches blocks of 128 tokens (and refuses 16); the GPU build's default is 16.
+    index = KvIndex()
+    assert index.block_size is None and not index.pinned
+    tokens = list(range(384))
+    index.apply("a", [stored([1, 2, 3], None, tokens, block_size=128)])
+    assert index.block_size == 128 and index.blocks_of("a") == 3
+    assert index.matched(request_keys(tokens + [7] * 100, 128), ["a"]) == {"a": 3}
+    assert sum(index.skipped.values()) == 0
+
+
+def test_a_pinned_block_size_skips_the_events_of_another_size_under_reason_block_size() -> None:
+    index = KvIndex(block_size=16)
+    index.apply("a", [stored([1, 2, 3], None, list(range(384)), block_size=128)])
+    assert index.block_size == 16 and index.pinned and len(index) == 0
+    assert index.skipped["block_size"] == 3 and index.reported == {"a": 128}
+
+
+def test_a_replica_reporting_another_size_is_skipped_while_the_first_sizes_blocks_are_held() -> None:
+    index = KvIndex()
+    tokens = list(range(256))
+    index.apply("a", [stored([1, 2], None, tokens, block_size=128)])
+    index.apply("b", [stored([5] * 16, None, tokens, block_size=16)])  # a misconfigured replica of the same pool
+    assert (index.block_size, index.blocks_of("b"), index.skipped["block_size"]) == (128, 0, 16)
+    # Once nothing is held (the first replicas left: a pool redeployed with another --block-size), it is relearned.
+    index.forget("a")
+    index.apply("b", [stored(list(range(16)), None, tokens, block_size=16)])
+    assert index.block_size == 16 and index.matched(request_keys(tokens, 16), ["b"]) == {"b": 16}
 
 
 def test_an_adapters_blocks_do_not_match_the_base_models_prompt() -> None:
