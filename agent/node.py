@@ -104,7 +104,7 @@ class Agent:
         self.launch_config = _launch_config(pool, options)
         self.launcher = make_launcher(pool, self.launch_config)
         self.fetcher, self.adapter_fetchers = _fetchers(pool, store, s3, self.metrics)
-        self.starts = StartRecorder(self.metrics.start_phase)
+        self.starts = StartRecorder(self.metrics.start_phase, self.clock.monotonic)
         self.fetched: FetchResult | None = None
         local_host = "127.0.0.1" if options.engine_host in ("0.0.0.0", "::", "") else options.engine_host
         self.engine_client = HttpEngineClient(

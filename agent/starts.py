@@ -6,7 +6,9 @@ A start begins with its model fetch, or with a launch that no fetch went before 
   without a store or on a restart that fetched nothing.
 * ``load_s``, ``compile_s``, ``graphs_s`` -- what the engine logged (`agent.engine_log`), read line by line as the
   engine writes them (`agent.launchers.output`); None for a phase the engine did not log (``--enforce-eager``
-  compiles nothing and captures no graphs).
+  compiles nothing and captures no graphs). A phase the engine only brackets with two lines (vLLM on CPU: its
+  compiling warm-up run, as ``compile_s``) is timed on the injected monotonic clock, from the opening line's arrival
+  to the closing one's.
 * ``ready_s``   -- the agent's clock from the launch to the first healthy ``/health``.
 
 The image pull is not here: on Kubernetes it happens before the agent exists, and only the kubelet knows it.
@@ -18,12 +20,13 @@ two starts either.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
 
-from agent.engine_log import StartPhase, parse_line
+from agent.engine_log import PhaseLine, PhaseMark, StartPhase, parse_line
 from agent.status import StartInfo
 
 __all__ = ["StartRecorder"]
@@ -34,14 +37,17 @@ class _Start:
     started_at: float  # Unix seconds
     seconds: dict[StartPhase, float] = field(default_factory=dict)
     ranks: dict[StartPhase, int] = field(default_factory=dict)
+    opened: dict[StartPhase, float] = field(default_factory=dict)  # monotonic: a PhaseMark's opening line came
     launched: float | None = None  # monotonic
 
 
 class StartRecorder:
     """Records one start at a time; `launched` hands out the line sink of that start's engine output."""
 
-    def __init__(self, gauge: Gauge) -> None:
+    def __init__(self, gauge: Gauge, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the clock that times the phases the engine only brackets (`agent.engine_log.PhaseMark`)."""
         self._gauge = gauge
+        self._monotonic = monotonic
         self._start: _Start | None = None
         self._fetch_began: float | None = None
         self._fetched = False  # a fetch finished and its launch has not come yet
@@ -70,6 +76,10 @@ class StartRecorder:
             found = parse_line(line)
             if found is None or start is not self._start:
                 return
+            if isinstance(found, PhaseMark):
+                found = self._marked(start, found)
+                if found is None:
+                    return
             held = start.ranks.get(found.phase)
             if held is None or found.rank > held:
                 self._set(start, found.phase, found.seconds, found.rank)
@@ -77,6 +87,15 @@ class StartRecorder:
                 self._set(start, found.phase, found.seconds, found.rank)
 
         return sink
+
+    def _marked(self, start: _Start, mark: PhaseMark) -> PhaseLine | None:
+        """An opening line starts the phase's timer; a closing one stops it and says how long it ran."""
+        now = self._monotonic()
+        if mark.begins:
+            start.opened[mark.phase] = now
+            return None
+        began = start.opened.pop(mark.phase, None)
+        return None if began is None else PhaseLine(mark.phase, now - began, mark.rank)
 
     def healthy(self, now: float) -> None:
         """The engine answered its first healthy ``/health`` since the launch."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.engine_log import PATTERNS, PhaseLine, StartPhase, parse_line
+from agent.engine_log import MARKS, PATTERNS, PhaseLine, PhaseMark, StartPhase, parse_line
 
 LOAD, COMPILE, GRAPHS = StartPhase.LOAD, StartPhase.COMPILE, StartPhase.GRAPHS
 
@@ -31,6 +31,17 @@ TRIPS = [
         "torch.compile total",
         "INFO 06-05 09:08:04 [monitor.py:33] torch.compile takes 8.69 s in total",
         PhaseLine(COMPILE, 8.69, 2),
+    ),
+    (
+        "torch.compile total (0.32: took, with a compile tag)",
+        "(EngineCore pid=374) INFO 12-05 23:31:40 [monitor.py:62] [backbone] torch.compile took 11.52 s in total",
+        PhaseLine(COMPILE, 11.52, 2),
+    ),
+    (
+        "engine init with an encoder's compilation too (0.32)",
+        "(EngineCore pid=374) INFO 12-05 23:31:52 [core.py:387] init engine (profile, create kv cache, warmup model) "
+        "took 40.10 s (compilation: 20.00 s — language_model: 15.00 s, encoder: 5.00 s)",
+        PhaseLine(COMPILE, 20.0, 1),
     ),
     (
         "engine init with compilation",
@@ -71,6 +82,17 @@ NEAR_MISSES = [
         "engine init without compilation",
         _vllm("core.py:259", "init engine (profile, create kv cache, warmup model) took 107.64 seconds"),
     ),
+    (
+        "engine init without compilation (0.32, vLLM on CPU)",
+        _vllm("core.py:403", "init engine (profile, create kv cache, warmup model) took 14.42 s"),
+    ),
+    (
+        "compile and first run together: the init line's figure says the same",
+        _vllm("monitor.py:62", "torch.compile and initial profiling/warmup run together took 12.40 s in total"),
+    ),
+    ("profiling run", _vllm("monitor.py:91", "Initial profiling/warmup run took 0.52 s")),
+    ("another warm-up", _vllm("kernel_warmup.py:291", "Warming up FlashInfer attention.")),
+    ("a kernel warm-up", _vllm("mamba_mixer2.py:622", "Warming up Mamba2 SSD Triton kernels...")),
     ("graph capture progress bar", "Capturing CUDA graphs (decode, FULL): 100%|██████████| 51/51 [00:03<00:00]"),
     ("graph memory estimate", _vllm("gpu_model_runner.py:4300", "Estimated CUDA graph memory: 0.66 GiB total")),
     (
@@ -99,6 +121,36 @@ def test_every_pattern_has_a_line_that_trips_it() -> None:
         if pattern.search(line) is not None
     }
     assert tripped == set(range(len(PATTERNS)))
+
+
+# vLLM on CPU (0.32): the warm-up run that compiles, between two lines without a figure.
+MARK_TRIPS = [
+    (
+        "CPU warm-up begins",
+        "(EngineCore pid=2291) INFO 12-05 23:31:26 [cpu_model_runner.py:87] Warming up model for the compilation...",
+        PhaseMark(COMPILE, begins=True, rank=0),
+    ),
+    (
+        "CPU warm-up ends",
+        "(EngineCore pid=2291) INFO 12-05 23:31:40 [cpu_model_runner.py:91] Warming up done.",
+        PhaseMark(COMPILE, begins=False, rank=0),
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), [t[1:] for t in MARK_TRIPS], ids=[t[0] for t in MARK_TRIPS])
+def test_a_cpu_warm_up_line_opens_or_closes_the_compile_phase(line: str, expected: PhaseMark) -> None:
+    assert parse_line(line) == expected
+
+
+def test_every_mark_has_a_line_that_trips_it() -> None:
+    tripped = {index for _, line, _ in MARK_TRIPS for index, (*_, pattern) in enumerate(MARKS) if pattern.search(line)}
+    assert tripped == set(range(len(MARKS)))
+
+
+def test_a_figure_vllm_logs_outranks_the_cpu_warm_up_marks() -> None:
+    compile_ranks = {rank for phase, rank, _ in PATTERNS if phase is COMPILE}
+    assert all(rank < min(compile_ranks) for phase, rank, _, _ in MARKS if phase is COMPILE)
 
 
 def test_a_line_without_took_or_takes_is_skipped() -> None:

@@ -55,6 +55,50 @@ def test_a_lower_ranked_line_never_replaces_a_higher_one_and_fills_a_gap() -> No
     assert info is not None and (info.load_s, info.compile_s) == (5.25, 8.0)
 
 
+WARM_UP_BEGINS = "INFO 12-05 23:31:26 [cpu_model_runner.py:87] Warming up model for the compilation..."
+WARM_UP_DONE = "INFO 12-05 23:31:40 [cpu_model_runner.py:91] Warming up done."
+CPU_INIT_LINE = "INFO 12-05 23:31:41 [core.py:403] init engine (profile, create kv cache, warmup model) took 14.42 s"
+
+
+class Clock:
+    """The recorder's monotonic clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_vllm_on_cpu_has_its_compiling_warm_up_timed_between_its_two_lines_as_compile() -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    recorder = StartRecorder(Gauge("start_phase_seconds", "test", ["phase"], registry=registry), clock)
+    sink = recorder.launched(now=0.0, wall=0.0)
+    clock.now = 40.0
+    sink(WEIGHTS_LINE)
+    sink(WARM_UP_BEGINS)
+    clock.now = 52.5
+    sink(WARM_UP_DONE)
+    sink(CPU_INIT_LINE)
+    info = recorder.info()
+    assert info is not None and (info.load_s, info.compile_s, info.graphs_s) == (3.86, 12.5, None)
+    assert _gauge(registry) == {"load": 3.86, "compile": 12.5}
+
+
+def test_a_compile_figure_the_engine_logs_wins_over_the_timed_warm_up() -> None:
+    clock = Clock()
+    recorder = StartRecorder(Gauge("start_phase_seconds", "test", ["phase"], registry=CollectorRegistry()), clock)
+    sink = recorder.launched(now=0.0, wall=0.0)
+    sink(COMPILE_LINE)
+    sink(WARM_UP_BEGINS)
+    clock.now = 30.0
+    sink(WARM_UP_DONE)
+    sink(WARM_UP_DONE)  # a closing line without its opening one times nothing
+    info = recorder.info()
+    assert info is not None and info.compile_s == 8.69
+
+
 def test_tensor_parallel_workers_lines_keep_the_slowest() -> None:
     recorder, _ = _recorder()
     sink = recorder.launched(now=0.0, wall=0.0)
