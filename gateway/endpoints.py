@@ -6,8 +6,9 @@ with the gateway's control credential) when one is configured, else from static 
 (in-flight work and routing go on). Every
 ``routing.scrapeIntervalS`` each engine is probed: ``/health`` (static mode: readiness) and ``/metrics``
 (load, parsed with `fleet.protocol.promtext`). A replica the control plane reports as not ``ready`` or ``stale`` leaves
-rotation on that refresh (``sleeping`` and ``waking`` are not ``ready``); an engine answering 503 leaves it until its
-next good probe. A sleeping vLLM answers ``/health`` 200 and queues what it is sent, so in static mode an engine whose
+rotation on that refresh (``sleeping`` and ``waking`` are not ``ready``); an engine answering 503 (or a draining
+vLLM's 500, `gateway.errors.UpstreamDraining`) leaves it until its next good probe. A sleeping vLLM answers
+``/health`` 200 and queues what it is sent, so in static mode an engine whose
 ``vllm:engine_sleep_state{sleep_state="awake"}`` is 0 is not ready either (`fleet.protocol.promtext.engine_asleep`).
 
 Passive outlier ejection (`OutlierPolicy`): ``consecutive_failures`` replica faults in a row (or one first-token

@@ -28,9 +28,10 @@ status.
       UpstreamFailed                502 an engine failed in a way that is not retried
 
     UpstreamError                   raised by the proxy about one attempt on one replica
-      retryable = True:  UpstreamConnectError, UpstreamUnavailable (engine 503 or abort), UpstreamDiedEarly
-                         (connection lost before the first byte reached the client)
-      retryable = False: UpstreamTimeout, UpstreamStatus (any other non-2xx, relayed as is),
+      retryable = True:  UpstreamConnectError, UpstreamUnavailable (engine 503 or abort; its subclass
+                         UpstreamDraining: vLLM's 500 "cannot schedule new futures after shutdown"),
+                         UpstreamDiedEarly (connection lost before the first byte reached the client)
+      retryable = False: UpstreamTimeout, UpstreamStatus (any other non-2xx, a plain 500 included, relayed as is),
                          UpstreamBroken (failed after the first byte: ends the stream with an SSE error)
 
 The retry loop branches on ``retryable`` (a class attribute), never on messages. Likewise ``client_kind`` marks the
@@ -73,6 +74,7 @@ __all__ = [
     "UpstreamBroken",
     "UpstreamConnectError",
     "UpstreamDiedEarly",
+    "UpstreamDraining",
     "UpstreamError",
     "UpstreamFailed",
     "UpstreamStatus",
@@ -239,6 +241,19 @@ class UpstreamUnavailable(UpstreamError):
     replica_fault = False
 
 
+class UpstreamDraining(UpstreamUnavailable):
+    """The engine answered HTTP 500 ``cannot schedule new futures after shutdown``: it is draining, and refused the
+    request before accepting it.
+
+    vLLM 0.32 stopping with ``--shutdown-timeout`` > 0 shuts down its renderer's thread pool first, so every request
+    that arrives during the drain fails at once with that 500 (an ``InternalServerError`` raised by Python's
+    executor), while ``/health`` stays 200 and the streams in flight run to their end
+    (shared/research/real_vllm/REPORT.md, "SIGTERM"). Nothing was generated and nothing reached the client: a
+    refusal, like a draining engine's 503, so it is retried on another replica, the replica leaves rotation until
+    its next good probe, and it is no fault of the replica (no ejection).
+    """
+
+
 class UpstreamDiedEarly(UpstreamError):
     """The connection broke before the first byte reached the client."""
 
@@ -250,7 +265,15 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamStatus(UpstreamError):
-    """Any other non-2xx answer: relayed to the client unchanged (a 4xx is the caller's fault)."""
+    """Any other non-2xx answer: relayed to the client unchanged (a 4xx is the caller's fault).
+
+    A plain 500 (not `UpstreamDraining`'s) is relayed too, not retried, and counted as a replica fault: vLLM answers
+    500 for an error raised while handling this request (rendering it, or an engine that died, whose process then
+    exits and whose later requests fail to connect, which is retried). A request that breaks one replica's
+    handling would most often break every replica's, so retrying would multiply its cost and, by hiding the 5xx,
+    the canary analysis and the availability SLO (both read the gateway's 5xx per pool) would miss a failing pool;
+    a replica that keeps failing is ejected after 3 faults in a row instead (`gateway.endpoints.OutlierPolicy`).
+    """
 
     def __init__(self, status: int, body: bytes, content_type: str) -> None:
         super().__init__(f"engine answered {status}")

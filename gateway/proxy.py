@@ -5,6 +5,9 @@ aiohttp was chosen by measurement (``bench/gateway_overhead.py``): on this machi
 
 * `send_json` (``stream: false``): POST and read the whole answer within ``timeouts.totalS``; an answer the
   engine ended with ``finish_reason: "abort"`` (a vLLM shutting down) is a retryable `UpstreamUnavailable`.
+* Both classify a refusal here, where the answer is read: a 503 is `UpstreamUnavailable`; vLLM's 500
+  ``cannot schedule new futures after shutdown`` (it is draining) is `UpstreamDraining`; any other non-200 is
+  `UpstreamStatus`, relayed as it came. The callers branch on those classes only.
 * `open_stream` (``stream: true``): POST and wait for the first complete SSE event within
   ``timeouts.firstTokenS``; nothing has reached the client yet, so every failure up to here may be retried.
 * `SseRelay`: splits the rest of the upstream bytes into events only to count them, spot ``[DONE]`` and read
@@ -28,6 +31,7 @@ from fleet.protocol.openai_error import error_body
 from gateway.errors import (
     UpstreamConnectError,
     UpstreamDiedEarly,
+    UpstreamDraining,
     UpstreamStatus,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -115,6 +119,12 @@ def event_data(event: bytes) -> bytes | None:
     return None if at < 0 else event[at + 6 :].split(b"\n", 1)[0]
 
 
+# What vLLM 0.32 answers, as HTTP 500, to every request that arrives while it drains with --shutdown-timeout > 0: its
+# renderer's thread pool is shut down first (`UpstreamDraining`). Python's executors word it so; it never means
+# anything but "refused before it started".
+_DRAINING_500 = b"cannot schedule new futures after shutdown"
+
+
 def _died(exc: Exception) -> UpstreamDiedEarly:
     return UpstreamDiedEarly(str(exc) or type(exc).__name__)
 
@@ -143,6 +153,8 @@ async def _post(
         resp.release()
     if resp.status == 503:
         raise UpstreamUnavailable("engine answered 503")
+    if resp.status == 500 and _DRAINING_500 in payload:
+        raise UpstreamDraining("engine answered 500 'cannot schedule new futures after shutdown' (it is draining)")
     raise UpstreamStatus(resp.status, payload, resp.headers.get("Content-Type", "application/json"))
 
 

@@ -257,6 +257,8 @@ class Gateway:
                 span.set_attributes(
                     {"llmfleet.replica": decision.endpoint.id, "llmfleet.routing.candidates": decision.candidates}
                 )
+            if retry_reason is not None:  # counted once another replica takes it, not when none is left
+                self.metrics.child(self.metrics.retries, pool.served_name, retry_reason).inc()
             tried.add(decision.endpoint.id)
             with up.begin(decision.endpoint, pool, out, call.info.prompt_tokens, decision.spared) as attempt:
                 out.routed_s = self.clock.monotonic() - out.received
@@ -270,7 +272,6 @@ class Gateway:
                 except UpstreamError as exc:
                     up.account(attempt.ep, exc)
                     if exc.retryable and up.may_retry(out):
-                        self.metrics.child(self.metrics.retries, pool.served_name, type(exc).__name__).inc()
                         retry_reason = type(exc).__name__
                         log.info("retrying %s on another replica after %s from %s", out.request_id, exc, attempt.ep.id)
                         continue

@@ -34,6 +34,7 @@ from gateway.errors import (
     Unauthorized,
     UpstreamConnectError,
     UpstreamDiedEarly,
+    UpstreamDraining,
     UpstreamError,
     UpstreamStatus,
     UpstreamUnavailable,
@@ -211,6 +212,7 @@ async def test_a_tenant_is_refused_a_model_its_allowed_models_leave_out() -> Non
     [
         pytest.param(UpstreamConnectError("refused"), id="connect error"),
         pytest.param(UpstreamUnavailable("engine answered 503"), id="engine 503"),
+        pytest.param(UpstreamDraining("engine answered 500 (draining)"), id="vLLM draining 500"),
         pytest.param(UpstreamDiedEarly("connection reset"), id="died before answering"),  # stays in rotation
     ],
 )
