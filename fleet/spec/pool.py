@@ -51,6 +51,9 @@ class SimSpec(Spec):
     seed: int = 0
 
 
+_MAX_CPU_KV_CACHE_GIB = 4096
+
+
 class EngineSpec(Spec):
     kind: str = "vllm"
     """Engine launcher: `vllm` or `sim` (the simulator)."""
@@ -110,7 +113,24 @@ class EngineSpec(Spec):
     it cannot (not pushed, no `tokenizer.json`, a checksum mismatch, the bucket unreachable) it logs why, starts
     anyway and exports `llmfleet_gateway_prompt_tokens_available{pool}` 0: `kv-cache` then scores nothing for the
     pool, as on the other targets."""
+    cpu_kv_cache_gib: int = Field(default=1, ge=1, le=_MAX_CPU_KV_CACHE_GIB)
+    """vLLM on a host without a GPU (the agent finds none with `nvidia-smi`): GiB of host memory for the KV cache,
+    as `VLLM_CPU_KVCACHE_SPACE` in the engine's environment unless the agent's own environment sets it. The agent
+    then passes no `--gpu-memory-utilization`, which vLLM on CPU reads as a share of the host's memory (0.9: most of
+    the machine, so a second replica could not start), and no `--enable-sleep-mode`, with which it refuses to
+    start. Ignored on GPU hosts and by the simulator."""
     sim: SimSpec = Field(default_factory=SimSpec)
+
+    @field_validator("cpu_kv_cache_gib", mode="before")
+    @classmethod
+    def _whole_gib(cls, value: object) -> object:
+        # vLLM reads VLLM_CPU_KVCACHE_SPACE with int(): 1.5, "2" or true would fail only when an engine starts.
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_CPU_KV_CACHE_GIB:
+            raise ValueError(
+                "GiB of host memory for the KV cache of vLLM on CPU (VLLM_CPU_KVCACHE_SPACE); "
+                f"allowed: a whole number from 1 to {_MAX_CPU_KV_CACHE_GIB}"
+            )
+        return value
 
 
 class ReplicasSpec(Spec):
