@@ -1,4 +1,5 @@
-"""GPUs: the node's GPU inventory from ``nvidia-smi`` (empty where there is none, e.g. simulated engines)."""
+"""GPUs: the node's GPU inventory from ``nvidia-smi`` (empty where there is none, e.g. simulated engines), and the
+device the engine runs on, decided from it once when the agent starts (`device_of`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import asyncio
 import csv
 import io
 import shutil
+from collections.abc import Sequence
+from typing import Literal
 
-__all__ = ["QUERY_FIELDS", "parse_gpus", "query_gpus"]
+__all__ = ["QUERY_FIELDS", "Device", "device_of", "parse_gpus", "query_gpus"]
+
+Device = Literal["gpu", "cpu"]
 
 QUERY_FIELDS = ("index", "name", "uuid", "memory.total", "memory.used", "driver_version", "utilization.gpu")
 
@@ -50,3 +55,8 @@ async def query_gpus(executable: str | None = None, timeout_s: float = 5.0) -> l
         return parse_gpus(out.decode()) if process.returncode == 0 else []
     except ValueError:
         return []
+
+
+def device_of(gpus: Sequence[object]) -> Device:
+    """``cpu`` when the inventory is empty (no nvidia-smi, or it lists no GPU), else ``gpu``."""
+    return "gpu" if gpus else "cpu"

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import httpx
 from agent.api import create_app
 from agent.control import ControlClient
 from agent.engine_client import HttpEngineClient
-from agent.gpus import query_gpus
+from agent.gpus import device_of, query_gpus
 from agent.launchers import EngineProcess, LaunchConfig, make_launcher
 from agent.metrics import AgentMetrics
 from agent.model_store import FetchResult, ModelFetcher, StoreOptions
@@ -90,10 +90,12 @@ class Agent:
         s3: Any = None,
         api_auth: ControlAuth | None = None,
         prestop_from: Sequence[str] = (),
+        gpu_query: Callable[[], Awaitable[list[dict[str, str]]]] = query_gpus,
     ) -> None:
         """``s3``: the model store's boto3 S3 client (default: one from boto3's own settings, when there is a
         store). ``api_auth`` guards the agent's API (None: open) and ``prestop_from`` lists the addresses that may
-        call ``/prestop`` without a credential (`agent.api`)."""
+        call ``/prestop`` without a credential (`agent.api`). ``gpu_query`` lists the node's GPUs (`agent.gpus`):
+        none, and the engine runs on the CPU (`find_device`)."""
         self.pool = pool
         self.api_auth = api_auth
         self.prestop_from = tuple(prestop_from)
@@ -136,6 +138,21 @@ class Agent:
         self.supervisor.machine.subscribe(self._on_transition)
         self.started_at = self.clock.monotonic()
         self.gpus: list[dict[str, str]] = []
+        self._gpu_query = gpu_query
+
+    async def find_device(self) -> None:
+        """Once, before the first launch: list the node's GPUs and launch the engine on the device they make
+        (`agent.gpus.device_of`), saying which of the spec's flags that device drops and why."""
+        self.gpus = await self._gpu_query()
+        self.launch_config = dataclasses.replace(self.launch_config, device=device_of(self.gpus))
+        self.launcher = make_launcher(self.pool, self.launch_config)
+        dropped = self.launcher.dropped_flags()
+        if dropped:
+            log.warning(
+                "no GPU on this node (nvidia-smi lists none): %s runs on the CPU without %s",
+                self.pool.engine.kind,
+                "; ".join(f"{flag} ({why})" for flag, why in dropped.items()),
+            )
 
     async def _spawn(self) -> EngineProcess:
         on_line = self.starts.launched(self.clock.monotonic(), self.clock.time())
@@ -218,6 +235,8 @@ class Agent:
                 version=self.engine_version,
                 argv=list(self.launcher.argv()),
                 log=str(self.options.log_path) if self.options.log_path else None,
+                device=self.launch_config.device,
+                dropped_flags=list(self.launcher.dropped_flags()),
             ),
             engine_url=self.engine_url,
             engine_pid=sup.engine.pid if sup.engine is not None else None,
@@ -270,7 +289,7 @@ class Agent:
         await server.start()
         log.info("agent %s for pool %s on %s", self.options.replica, self.pool.name, self.agent_url)
         reporter = asyncio.ensure_future(self.reporter.run())
-        self.gpus = await query_gpus()
+        await self.find_device()
         try:
             code = await self.supervisor.run()
             if self.control.base_url is not None:

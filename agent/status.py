@@ -6,6 +6,8 @@ OpenAPI document declares them (the JSON uses the ``from`` alias of a transition
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.protocol.wire import AgentState, StartPhases
@@ -33,6 +35,12 @@ class EngineInfo(Body):
     version: str
     argv: list[str]
     log: str | None
+    device: Literal["gpu", "cpu"] = Field(
+        default="gpu", description="where the engine runs: cpu when the agent found no GPU (nvidia-smi) at its start"
+    )
+    dropped_flags: list[str] = Field(
+        default_factory=list, description="the spec's flags left out on this device (vLLM on CPU), the log says why"
+    )
 
 
 class LoadInfo(Body):

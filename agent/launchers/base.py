@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from agent.gpus import Device
 from agent.launchers.output import EngineOutput
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
 from fleet.spec.plugins import ENGINE_KIND, Registry
@@ -44,6 +45,9 @@ REGISTRY: Registry[Launcher] = Registry(ENGINE_KIND)
 ENGINE_KEY_FOR_ENGINE = "VLLM_API_KEY"  # vLLM's own variable for --api-key
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's switch for its development endpoints, sleep and wake among them
 RESPONSES_STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"  # vLLM keeps /v1/responses answers (engine.responsesStore)
+
+GPU_MEMORY_FLAG = "--gpu-memory-utilization"
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
 
 _OUTPUT_TAIL_S = 2.0  # after the engine exits, how long `wait` gives its last output to reach the log
 
@@ -82,6 +86,7 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     kv_events_port: int | None = None  # engine.kvEvents: the PUB socket's port
     replica: str = ""  # in the KV events' topic
+    device: Device = "gpu"  # decided once when the agent starts (`agent.gpus.device_of`); see `dropped_flags`
 
 
 class EngineProcess:
@@ -140,15 +145,22 @@ class Launcher(abc.ABC):
         served name stays the pool's either way (``--served-model-name``), so clients see no difference."""
         return self.config.model_dir or self.pool.model
 
+    def dropped_flags(self) -> dict[str, str]:
+        """The spec's flags this kind leaves out on this launch's device, each with the reason: none by default."""
+        return {}
+
     def common_flags(self) -> list[str]:
-        """The ``vllm serve`` flags every kind shares, from the pool spec (0.33 names)."""
-        engine, cfg = self.pool.engine, self.config
+        """The ``vllm serve`` flags every kind shares, from the pool spec (0.33 names), less `dropped_flags`."""
+        engine, cfg, dropped = self.pool.engine, self.config, self.dropped_flags()
         flags = [
             "--host", cfg.host,
             "--port", str(cfg.port),
             "--served-model-name", self.pool.served_name,
             "--tensor-parallel-size", str(engine.tensor_parallel_size),
-            "--gpu-memory-utilization", _num(engine.gpu_memory_utilization),
+        ]  # fmt: skip
+        if GPU_MEMORY_FLAG not in dropped:
+            flags += [GPU_MEMORY_FLAG, _num(engine.gpu_memory_utilization)]
+        flags += [
             "--max-model-len", str(engine.max_model_len),
             "--max-num-seqs", str(engine.max_num_seqs),
             "--max-num-batched-tokens", str(engine.max_num_batched_tokens),
@@ -160,8 +172,8 @@ class Launcher(abc.ABC):
         flags += ["--shutdown-timeout", str(self.pool.drain.engine_shutdown_timeout)]
         if engine.runner != "generate":  # vLLM's default (auto) serves a generative model generating
             flags += ["--runner", engine.runner]
-        if engine.sleep_mode:
-            flags.append("--enable-sleep-mode")
+        if engine.sleep_mode and SLEEP_MODE_FLAG not in dropped:
+            flags.append(SLEEP_MODE_FLAG)
         if engine.tokenizer is not None:  # the folder gateways tokenize with too (kv-cache)
             flags += ["--tokenizer", engine.tokenizer]
         return flags + self.kv_events_flags() + self.lora_flags()

@@ -12,15 +12,28 @@ Example pool (``engine.kind: vllm``)::
 
 MODEL is the local directory the agent fetched from the model store, else the pool's model id; loading from the
 Hub, a ``modelRevision`` other than ``main`` is passed as ``--revision``.
+
+On a host without a GPU (``LaunchConfig.device`` ``cpu``) vLLM runs on the CPU, where two of the spec's flags break
+it (vLLM 0.32, the CPU build), so `dropped_flags` leaves them out:
+
+* ``--gpu-memory-utilization``: vLLM on CPU reserves that share of the host's memory for itself, sizing its KV cache
+  from it (0.9 claims most of the machine, and a second replica on the host fails its start check,
+  ``vllm/v1/worker/cpu_worker.py``). The KV cache gets ``engine.cpuKvCacheGib`` GiB instead, as
+  ``VLLM_CPU_KVCACHE_SPACE`` in its environment (which also skips that check), unless the agent's own environment
+  sets that variable.
+* ``--enable-sleep-mode``: vLLM on CPU refuses to start with it ("Sleep mode is not supported on current
+  platform"). ``VLLM_SERVER_DEV_MODE=1`` stays, so ``/sleep`` and ``/wake_up`` still answer; they free nothing.
 """
 
 from __future__ import annotations
 
 import shutil
 
-from agent.launchers.base import Launcher
+from agent.launchers.base import GPU_MEMORY_FLAG, SLEEP_MODE_FLAG, Launcher
 
-__all__ = ["VllmLauncher"]
+__all__ = ["CPU_KV_CACHE_ENV", "VllmLauncher"]
+
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM on CPU: GiB of host memory for the KV cache (read with int())
 
 
 class VllmLauncher(Launcher, name="vllm"):
@@ -29,3 +42,30 @@ class VllmLauncher(Launcher, name="vllm"):
         revision = self.pool.model_revision
         pinned = ["--revision", revision] if self.config.model_dir is None and revision != "main" else []
         return [executable, "serve", self.model, *self.common_flags(), *pinned, *self.extra_flags()]
+
+    def dropped_flags(self) -> dict[str, str]:
+        if self.config.device != "cpu":
+            return {}
+        gib, source = self._cpu_kv_cache()
+        dropped = {
+            GPU_MEMORY_FLAG: f"vLLM on CPU reserves that share of the host's memory; the KV cache gets "
+            f"{CPU_KV_CACHE_ENV}={gib} GiB instead, {source}"
+        }
+        if self.pool.engine.sleep_mode:
+            dropped[SLEEP_MODE_FLAG] = (
+                "vLLM on CPU refuses to start with it; /sleep and /wake_up still answer (dev mode) but free nothing"
+            )
+        return dropped
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        if self.config.device == "cpu" and not env.get(CPU_KV_CACHE_ENV):
+            env[CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+        return env
+
+    def _cpu_kv_cache(self) -> tuple[str, str]:
+        """The KV cache's GiB on CPU and where they come from: the agent's environment, else the pool spec."""
+        own = super().environment().get(CPU_KV_CACHE_ENV)
+        if own:
+            return own, "from the agent's environment"
+        return str(self.pool.engine.cpu_kv_cache_gib), "from engine.cpuKvCacheGib"

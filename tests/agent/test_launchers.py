@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agent.launchers import REGISTRY, LaunchConfig, make_launcher
+from agent.launchers import REGISTRY, LaunchConfig, Launcher, make_launcher
 from fleet.spec.loader import load_spec
 from fleet.spec.plugins import ENGINE_KIND
 from tests.support import stacks
@@ -129,3 +129,49 @@ def test_registry_holds_the_engine_kinds_the_validator_checks() -> None:
 def test_unknown_kind_lists_known_ones() -> None:
     with pytest.raises(ValueError, match="registered: .*sim.*vllm"):
         make_launcher(stacks.pool(**{"engine.kind": "tgi"}), LaunchConfig(host="127.0.0.1", port=1))
+
+
+CPU_ONLY = {"--gpu-memory-utilization", "--enable-sleep-mode"}  # vLLM on CPU: a share of host memory; refused
+
+
+def _vllm(device: str, **overrides: object) -> Launcher:
+    pool = stacks.pool(**{"engine.kind": "vllm", "engine.sleepMode": True, **overrides})
+    return make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, device=device))  # type: ignore[arg-type]
+
+
+def test_vllm_on_a_cpu_host_drops_the_gpu_only_flags_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    gpu, cpu = _vllm("gpu"), _vllm("cpu")
+    expected = gpu.argv()
+    at = expected.index("--gpu-memory-utilization")
+    del expected[at : at + 2]
+    expected.remove("--enable-sleep-mode")
+    assert cpu.argv() == expected
+    assert set(cpu.dropped_flags()) == CPU_ONLY and gpu.dropped_flags() == {}
+    assert cpu.environment()["VLLM_SERVER_DEV_MODE"] == "1"  # /sleep and /wake_up still answer (freeing nothing)
+
+
+def test_vllm_on_a_cpu_host_without_sleep_mode_drops_only_the_memory_share() -> None:
+    assert set(_vllm("cpu", **{"engine.sleepMode": False}).dropped_flags()) == {"--gpu-memory-utilization"}
+
+
+def test_vllm_on_a_cpu_host_gets_its_kv_cache_in_gib_from_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert _vllm("cpu").environment()["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the key's default
+    assert _vllm("cpu", **{"engine.cpuKvCacheGib": 4}).environment()["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in _vllm("gpu", **{"engine.cpuKvCacheGib": 4}).environment()
+
+
+def test_a_kv_cache_size_in_the_agents_environment_wins_over_the_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
+    cpu = _vllm("cpu", **{"engine.cpuKvCacheGib": 4})
+    assert cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    assert "VLLM_CPU_KVCACHE_SPACE=8 GiB" in cpu.dropped_flags()["--gpu-memory-utilization"]
+
+
+def test_the_simulator_on_a_cpu_host_keeps_every_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    pool = stacks.pool(**{"engine.sleepMode": True})
+    sims = [make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, device=d)) for d in ("gpu", "cpu")]
+    assert sims[0].argv() == sims[1].argv() and CPU_ONLY <= set(sims[1].argv())
+    assert sims[1].dropped_flags() == {} and "VLLM_CPU_KVCACHE_SPACE" not in sims[1].environment()
