@@ -4,6 +4,11 @@ sleep, wake and the greedy check that follows every wake).
 Every call has a short timeout and maps transport failures to values the supervisor branches on, never to
 exceptions it must string-match: ``connection refused`` is `Health.REFUSED` (vLLM binds its port but does not
 listen while loading, so refused means "still starting"), anything else not 200 is `Health.UNHEALTHY`.
+
+What ``/version`` answers is held against the pool's pinned ``engine.version`` by `version_matches` (pure): the
+agent builds the engine's flags for the pinned release, so an engine of another one may refuse a flag, ignore one,
+or log its start in other words (`agent.engine_log`). Releases are compared without a PEP 440 local label: vLLM's
+CPU build answers ``0.32.0`` on ``/version`` and prints ``0.32.0+cpu`` for ``vllm --version``, release ``0.32.0``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,16 @@ from typing import Protocol
 
 import httpx
 
-__all__ = ["CHECK_MAX_TOKENS", "CHECK_PROMPT", "EngineClient", "Health", "HttpEngineClient", "check_body"]
+__all__ = [
+    "CHECK_MAX_TOKENS",
+    "CHECK_PROMPT",
+    "EngineClient",
+    "Health",
+    "HttpEngineClient",
+    "check_body",
+    "release",
+    "version_matches",
+]
 
 
 class Health(enum.Enum):
@@ -123,3 +137,14 @@ class HttpEngineClient:
             return text if isinstance(text, str) else None
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             return None
+
+
+def release(version: str) -> str:
+    """``0.32.0+cpu`` -> ``0.32.0``: the version without its local label (after ``+``) or a leading ``v``."""
+    return version.strip().partition("+")[0].removeprefix("v")
+
+
+def version_matches(reported: str | None, pinned: str) -> bool | None:
+    """None while the engine has not said (no ``/version`` answer since its launch); else whether the releases
+    are the same."""
+    return None if reported is None else release(reported) == release(pinned)

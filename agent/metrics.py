@@ -12,8 +12,10 @@ __all__ = ["AgentMetrics"]
 
 class AgentMetrics:
     """``llmfleet_agent_*``: state, every transition, restarts by reason, crash-loop alert, reports, leases, and
-    the model fetch (``llmfleet_agent_model_*``: bytes downloaded, files verified, checksum failures, seconds), and
-    the current engine start by phase (``llmfleet_agent_start_phase_seconds``, `agent.starts`)."""
+    the model fetch (``llmfleet_agent_model_*``: bytes downloaded, files verified, checksum failures, seconds),
+    the current engine start by phase (``llmfleet_agent_start_phase_seconds``, `agent.starts`), and whether the
+    engine runs another release than the pool pins (``llmfleet_agent_engine_version_mismatch``,
+    `agent.engine_client.version_matches`)."""
 
     def __init__(self, replica: str, pool: str, initial: State = State.STARTING) -> None:
         self.registry = CollectorRegistry()
@@ -54,6 +56,11 @@ class AgentMetrics:
             "Seconds each phase of the current or last engine start took (fetch, load, compile, graphs, ready)",
             ["phase"], registry=r,
         )  # fmt: skip
+        self.engine_version_mismatch = Gauge(
+            "llmfleet_agent_engine_version_mismatch",
+            "1 while the engine's /version is another release than the pool's engine.version (a local label aside)",
+            registry=r,
+        )
         self.info = Gauge("llmfleet_agent_info", "Replica identity", list(labels), registry=r)
         self.info.labels(**labels).set(1)
         for state in AGENT_STATES:

@@ -23,7 +23,7 @@ import httpx
 
 from agent.api import create_app
 from agent.control import ControlClient
-from agent.engine_client import HttpEngineClient
+from agent.engine_client import HttpEngineClient, version_matches
 from agent.gpus import device_of, query_gpus
 from agent.launchers import EngineProcess, LaunchConfig, make_launcher
 from agent.metrics import AgentMetrics
@@ -139,6 +139,7 @@ class Agent:
         self.started_at = self.clock.monotonic()
         self.gpus: list[dict[str, str]] = []
         self._gpu_query = gpu_query
+        self._version_warned: str | None = None
 
     async def find_device(self) -> None:
         """Once, before the first launch: list the node's GPUs and launch the engine on the device they make
@@ -179,7 +180,21 @@ class Agent:
     def _on_transition(self, transition: Transition) -> None:
         if transition.event is Event.HEALTHY:
             self.starts.healthy(transition.at)
+        if transition.event is Event.WARMED:  # the supervisor read the engine's /version just before
+            self._check_version()
         self.reporter.kick()  # any state change is worth telling the control plane about now
+
+    def _check_version(self) -> None:
+        """The engine's release against the pool's pin: the gauge, and one WARNING per release that differs."""
+        reported, pinned = self.supervisor.engine_version, self.pool.engine.version
+        matches = version_matches(reported, pinned)
+        self.metrics.engine_version_mismatch.set(1 if matches is False else 0)
+        if matches is False and reported != self._version_warned:
+            self._version_warned = reported
+            log.warning(
+                "engine reports version %s but pool %s pins engine.version %s: its flags are built for %s",
+                reported, self.pool.name, pinned, pinned,
+            )  # fmt: skip
 
     def make_report(self, load: Load) -> LoadReport:
         sup = self.supervisor
@@ -237,6 +252,8 @@ class Agent:
                 log=str(self.options.log_path) if self.options.log_path else None,
                 device=self.launch_config.device,
                 dropped_flags=list(self.launcher.dropped_flags()),
+                version_pinned=self.pool.engine.version,
+                version_matches=version_matches(sup.engine_version, self.pool.engine.version),
             ),
             engine_url=self.engine_url,
             engine_pid=sup.engine.pid if sup.engine is not None else None,

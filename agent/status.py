@@ -41,6 +41,12 @@ class EngineInfo(Body):
     dropped_flags: list[str] = Field(
         default_factory=list, description="the spec's flags left out on this device (vLLM on CPU), the log says why"
     )
+    version_pinned: str = Field(default="", description="the pool's engine.version, the release the flags are for")
+    version_matches: bool | None = Field(
+        default=None,
+        description="whether the engine's /version is the pinned release (a local label such as +cpu aside); None "
+        "until the engine answered /version after its launch",
+    )
 
 
 class LoadInfo(Body):
