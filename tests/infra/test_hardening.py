@@ -292,7 +292,7 @@ def test_the_gateways_admin_port_is_probed_and_scraped_but_no_service_exposes_it
 
 
 def test_kv_cache_events_are_published_on_their_port_and_only_gateways_may_subscribe() -> None:
-    run = offline_run(stack_document("prod", **{"pools.0.engine.kvEvents": True}), "prod")
+    run = offline_run(stack_document("prod"), "prod")  # the shipped prod stack publishes them
     namespace = load_spec("prod").spec.cluster.namespace
     rules = _selecting(run, namespace, contract.COMPONENT_ENGINE)
     assert _peers(rules, contract.KV_EVENTS_PORT) == [_component(contract.COMPONENT_GATEWAY)]
@@ -301,6 +301,7 @@ def test_kv_cache_events_are_published_on_their_port_and_only_gateways_may_subsc
     assert {"name": "kv-events", "containerPort": contract.KV_EVENTS_PORT} in agent["ports"]
     args = agent["args"]
     assert args[args.index("--kv-events-port") + 1] == str(contract.KV_EVENTS_PORT)
-    # Without the key: no port, no flag, no rule (the shipped prod stack).
-    plain = _selecting(stack_run("prod"), namespace, contract.COMPONENT_ENGINE)
+    # Without the key: no port, no flag, no rule.
+    quiet = offline_run(stack_document("prod", **{"pools.0.engine.kvEvents": False}), "prod")
+    plain = _selecting(quiet, namespace, contract.COMPONENT_ENGINE)
     assert _peers(plain, contract.KV_EVENTS_PORT) == []

@@ -32,7 +32,7 @@ def test_simulate_runs_the_stacks_configuration_and_writes_a_plot(
     out = capsys.readouterr().out
     assert "time x0.5" in out
     assert "dropped: 1 requests (1.6%) longer than maxModelLen 8192" in out
-    rows = [line for line in out.splitlines() if line.startswith("p2c+prefix / target-tracking+predictive ")]
+    rows = [line for line in out.splitlines() if line.startswith("work+kv / target-tracking+predictive ")]
     assert len(rows) == 1
     assert "clairvoyant bound" in out and "infinite shared cache hit rate" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -41,7 +41,7 @@ def test_simulate_runs_the_stacks_configuration_and_writes_a_plot(
 def test_every_configuration_of_the_factorial_builds_from_the_real_plugins() -> None:
     spec = stacks.spec("prod")
     own = stack_config(spec)
-    assert own == Config("p2c+prefix", "target-tracking+predictive")
+    assert own == Config("work+kv", "target-tracking+predictive")
     assert configs_for("routing", own) == [Config(r, own.scaling) for r in ROUTINGS]
     assert configs_for("scaling", own) == [Config(own.routing, s) for s in SCALINGS]
     assert configs_for(None, own) == [own]
