@@ -1,7 +1,7 @@
 # The engine image: vLLM's published image of the pinned release plus llmfleet; pods run `llmfleet agent`,
 # which starts and supervises `vllm serve` (the base image's, found on PATH).
 #
-# Keep BASE's version equal to the `engine` extra's vllm pin in pyproject.toml: the agent targets that
+# Keep BASE's version equal to the engine version the stacks pin (engine.version, default 0.33.0): the agent targets that
 # release's flags and metrics. llmfleet lives in its own virtual environment, so its dependencies never
 # change vLLM's.
 ARG BASE=docker.io/vllm/vllm-openai:v0.33.0
