@@ -257,7 +257,8 @@ class Refresher:
                 self.endpoints.set_members(pool, [(static_replica_id(pool, i), u, None) for i, u in enumerate(urls)])
                 if self.kv_feed is not None:
                     kv = self._static_kv.get(pool, [])
-                    self.kv_feed.sync(pool, {static_replica_id(pool, i): u for i, u in enumerate(kv[: len(urls)])})
+                    static = {static_replica_id(pool, i): u for i, u in enumerate(kv[: len(urls)])}
+                    self.kv_feed.sync(pool, static, any_topic=True)
         probes = [self._probe(ep) for pool in self.endpoints.pools for ep in self.endpoints.members(pool)]
         await asyncio.gather(*probes)
         self.rounds += 1

@@ -2,7 +2,8 @@
 scorers (`gateway.routing.scorers.kv_cache`).
 
 The replicas and their event sockets come from discovery (each report's ``kv_events_url``, `Refresher`). Per
-replica, `follow` connects a SUB socket subscribed to the replica's own topic (``kv@<replica>@``, the agent's),
+replica, `follow` connects a SUB socket subscribed to the replica's own topic (``kv@<replica>@``, the agent's; every
+topic for a static replica, whose id is the gateway's own),
 reads vLLM's three frames ``[topic, seq, payload]`` (seq 8 bytes big-endian; payload the msgpack batch
 ``[ts, events, dp_rank]``) and applies each batch's events to the index, in order:
 
@@ -151,8 +152,13 @@ class KvEventFeed:
         self._context = context or zmq.asyncio.Context.instance()
         self._tasks: dict[tuple[str, str], tuple[str, asyncio.Task[None]]] = {}  # (pool, replica) -> url, task
 
-    def sync(self, pool: str, replicas: Mapping[str, str | None]) -> None:
-        """Follow each of ``pool``'s replicas with an event socket (replica -> url); forget the others."""
+    def sync(self, pool: str, replicas: Mapping[str, str | None], *, any_topic: bool = False) -> None:
+        """Follow each of ``pool``'s replicas with an event socket (replica -> url); forget the others.
+
+        Each socket subscribes to its replica's topic (``kv@<replica>@``, as the agent names it), or with
+        ``any_topic`` to every topic: a static replica's id (``<pool>-static-<i>``) is the gateway's own, not the
+        one its engine publishes under (an agent's replica id, or whatever topic the engine was given), and one
+        static address is one engine, so every batch on it is that replica's."""
         feed = self.pools.get(pool)
         if feed is None:
             return
@@ -164,7 +170,8 @@ class KvEventFeed:
         for replica, url in replicas.items():
             if url is not None and (pool, replica) not in self._tasks:
                 feed.down(replica, True)  # until its socket connects
-                self._tasks[(pool, replica)] = (url, asyncio.create_task(self.follow(feed, replica, url)))
+                topic = b"" if any_topic else f"kv@{replica}@".encode()
+                self._tasks[(pool, replica)] = (url, asyncio.create_task(self.follow(feed, replica, url, topic)))
 
     def followed(self, pool: str) -> int:
         """Replicas of ``pool`` whose event socket is followed (connected or not)."""
@@ -179,10 +186,10 @@ class KvEventFeed:
                 await task
         self._tasks.clear()
 
-    async def follow(self, feed: PoolFeed, replica: str, url: str) -> None:
-        """Read ``replica``'s stream until cancelled."""
+    async def follow(self, feed: PoolFeed, replica: str, url: str, topic: bytes) -> None:
+        """Read ``replica``'s stream (the batches whose topic starts with ``topic``) until cancelled."""
         sub = self._context.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, f"kv@{replica}@".encode())
+        sub.setsockopt(zmq.SUBSCRIBE, topic)
         sub.setsockopt(zmq.LINGER, 0)
         monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         sub.connect(url)

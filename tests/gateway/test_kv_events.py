@@ -195,3 +195,29 @@ async def test_another_replicas_topic_on_the_socket_is_not_read(stream: Stream) 
     await pub.send(seq, batch())
     await until(lambda: feed.pools["p"].batches == before + 1)
     assert scorer.index.matched(keys(), ["r1"])["r1"] == 0
+
+
+@pytest.mark.parametrize(("any_topic", "indexed"), [(True, 1), (False, 0)], ids=["static", "discovered"])
+async def test_a_static_replica_is_followed_whatever_topic_its_engine_publishes_under(
+    any_topic: bool, indexed: int
+) -> None:
+    # A static replica's id (<pool>-static-<i>) is the gateway's own: its engine publishes under an agent's replica
+    # id (kv@r7@...) or any topic it was given. A discovered replica's socket reads only its own topic.
+    context = zmq.asyncio.Context()
+    scorer = KvCache()
+    feed = KvEventFeed({"p": [scorer]}, context)
+    pub = Publisher(context, topic="kv@r7@m")
+    try:
+        feed.sync("p", {"p-static-0": f"tcp://127.0.0.1:{pub.port}"}, any_topic=any_topic)
+        await until(lambda: "p-static-0" not in scorer.stream_down)
+        for seq in range(40):  # a SUB socket misses what was sent before it joined: send until one is taken
+            await pub.send(seq, batch(stored([seq + 1], None, [seq] * 16)))
+            await asyncio.sleep(0.02)
+            if scorer.index.blocks_of("p-static-0"):
+                break
+        assert min(scorer.index.blocks_of("p-static-0"), 1) == indexed
+        assert (feed.pools["p"].batches > 0) == bool(indexed)
+    finally:
+        await feed.close()
+        pub.socket.close(linger=0)
+        context.destroy(linger=0)
