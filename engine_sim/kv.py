@@ -5,7 +5,8 @@ Contracts (after vLLM V1's ``BlockPool`` and ``KVCacheManager``):
 * A block is *free* when no request references it. Free blocks sit in an LRU queue; a free block may still
   hold a cached prefix (its hash stays registered) until it is handed out again, which evicts the hash.
 * Only *full* blocks are cached. A block's hash chains its parent's hash and its 16 token ids, so a hit on
-  block k implies the whole prefix up to k matches.
+  block k implies the whole prefix up to k matches. The first block's hash takes the request's ``cache_salt``
+  (vLLM's extra key), so requests with different salts share no block.
 * A lookup never covers the whole prompt: the last token is always recomputed (vLLM caps a hit at
   ``num_tokens - 1``), so a prompt that is an exact multiple of 16 tokens loses its last cached block.
 * Freed requests return their blocks tail first, so the end of a sequence is evicted before its shared head.
@@ -117,6 +118,7 @@ class _RequestKV:
     hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks seen so far
     digests: list[bytes] = field(default_factory=list)  # their vLLM hashes, computed only for KV events
     num_registered: int = 0  # leading blocks already published in the cache
+    salt: str | None = None  # the request's cache_salt: the root of its chain
 
 
 class KVCacheManager:
@@ -127,10 +129,12 @@ class KVCacheManager:
         self.block_size = block_size
         self._requests: dict[str, _RequestKV] = {}
 
-    def _state(self, request_id: str) -> _RequestKV:
+    def _state(self, request_id: str, cache_salt: str | None = None) -> _RequestKV:
         state = self._requests.get(request_id)
         if state is None:
             state = self._requests[request_id] = _RequestKV()
+        if cache_salt is not None and state.salt != cache_salt:
+            state.salt, state.hashes, state.digests = cache_salt, [], []
         return state
 
     def _hashes(self, state: _RequestKV, token_ids: Sequence[int], num_tokens: int | None = None) -> list[int]:
@@ -138,17 +142,20 @@ class KVCacheManager:
         size = self.block_size
         limit = len(token_ids) if num_tokens is None else num_tokens
         for k in range(len(state.hashes), limit // size):
-            parent = state.hashes[k - 1] if k else 0
+            parent = state.hashes[k - 1] if k else (hash(("cache_salt", state.salt)) if state.salt else 0)
             state.hashes.append(hash((parent, tuple(token_ids[k * size : (k + 1) * size]))))
         return state.hashes
 
-    def computed_blocks(self, request_id: str, token_ids: Sequence[int]) -> tuple[list[Block], int]:
-        """The longest cached prefix of full blocks, capped at ``len(token_ids) - 1`` tokens: (blocks, tokens)."""
+    def computed_blocks(
+        self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None
+    ) -> tuple[list[Block], int]:
+        """The longest cached prefix of full blocks (cached under ``cache_salt``), capped at ``len(token_ids) - 1``
+        tokens: (blocks, tokens)."""
         if not self.pool.enable_caching:
             return [], 0
         hits: list[Block] = []
         max_blocks = (len(token_ids) - 1) // self.block_size
-        for block_hash in self._hashes(self._state(request_id), token_ids)[:max_blocks]:
+        for block_hash in self._hashes(self._state(request_id, cache_salt), token_ids)[:max_blocks]:
             block = self.pool.lookup(block_hash)
             if block is None:
                 break
@@ -178,11 +185,15 @@ class KVCacheManager:
             state.blocks.extend(self.pool.allocate(need))
         return True
 
-    def cache_computed(self, request_id: str, token_ids: Sequence[int], num_computed: int) -> None:
+    def cache_computed(
+        self, request_id: str, token_ids: Sequence[int], num_computed: int, cache_salt: str | None = None
+    ) -> None:
         """Publish the request's blocks that became full with computed tokens."""
         state = self._requests.get(request_id)
         if state is None or not self.pool.enable_caching:
             return
+        if cache_salt is not None and state.salt != cache_salt:
+            state = self._state(request_id, cache_salt)
         full = min(num_computed // self.block_size, len(state.blocks))
         if full <= state.num_registered:
             return  # no block became full: nothing to hash (most steps; slicing ``token_ids`` would cost more)
@@ -199,7 +210,8 @@ class KVCacheManager:
     ) -> None:
         """One ``BlockStored`` per run of consecutive blocks that ``cache_computed`` registered from ``first`` on."""
         size = self.block_size
-        digests = chain_hashes(events.root, token_ids[: (first + len(registered)) * size], size, state.digests)
+        tokens = token_ids[: (first + len(registered)) * size]
+        digests = chain_hashes(events.root, tokens, size, state.digests, state.salt)
         k = first
         while k < first + len(registered):
             if not registered[k - first]:
@@ -209,7 +221,8 @@ class KVCacheManager:
             while end < first + len(registered) and registered[end - first]:
                 end += 1
             parent = digests[k - 1] if k else None
-            events.stored(state.hashes[k:end], digests[k:end], parent, list(token_ids[k * size : end * size]))
+            run = list(token_ids[k * size : end * size])
+            events.stored(state.hashes[k:end], digests[k:end], parent, run, state.salt)
             k = end
 
     def free(self, request_id: str) -> None:

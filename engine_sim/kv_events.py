@@ -10,9 +10,12 @@ Events (``vllm/distributed/kv_events.py``: msgspec structs with ``tag=True`` and
 msgpack map whose first key is ``"type"``, and defaulted optional fields are left out)::
 
     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None, "token_ids": [...],
-     "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None, "group_idx": 0}
+     "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [...], "group_idx": 0}
     {"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU", "group_idx": 0}
     {"type": "AllBlocksCleared"}
+
+``extra_keys`` has one entry per block, untagged (``to_event_extra_keys``): ``[salt]`` for the first block of a
+request with a ``cache_salt``, null for every other block (vLLM publishes the list even when every entry is null).
 
 The batch (``KVEventBatch``, ``array_like=True``) is the msgpack array ``[ts, events, data_parallel_rank]``; the
 publisher fills the rank in (0 without data parallelism), so all three elements are present.
@@ -112,9 +115,16 @@ class KVEventLog:
     def _external(self, digest: bytes) -> int | bytes:
         return external_hash(digest, self.settings.int_block_hashes)
 
-    def stored(self, keys: Sequence[int], digests: Sequence[bytes], parent: bytes | None, tokens: list[int]) -> None:
+    def stored(
+        self,
+        keys: Sequence[int],
+        digests: Sequence[bytes],
+        parent: bytes | None,
+        tokens: list[int],
+        cache_salt: str | None = None,
+    ) -> None:
         """A run of consecutive blocks became cached: their pool keys, digests, the digest before the run (None
-        at the start of a sequence) and the run's tokens."""
+        at the start of a sequence), the run's tokens and the request's ``cache_salt`` (on the first block)."""
         hashes = [self._external(d) for d in digests]
         self._published.update(zip(keys, hashes, strict=True))
         self._pending.append(
@@ -127,6 +137,9 @@ class KVEventLog:
                 "lora_id": None,
                 "medium": MEDIUM_GPU,
                 "lora_name": None,
+                "extra_keys": [
+                    [cache_salt] if parent is None and i == 0 and cache_salt else None for i in range(len(hashes))
+                ],  # fmt: skip
                 "group_idx": 0,
             }
         )

@@ -146,7 +146,7 @@ class MessagesApi:
         if body.get("tools"):
             raise RequestError(400, "the simulator does not call tools", "BadRequestError", "tools")
         chat = {"model": body["model"], "messages": chat_messages, "max_tokens": body["max_tokens"],
-                "stream": body.get("stream") is True}  # fmt: skip
+                "stream": body.get("stream") is True, "cache_salt": body.get("cache_salt")}  # fmt: skip
         return parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)
 
     async def _stream(

@@ -36,7 +36,7 @@ from engine_sim.request import SimRequest
 from engine_sim.tokenizer import APPROX, SimTokenizer
 from fleet.tokenizer import ChatRenderError
 
-__all__ = ["GenerationRequest", "ResponseFramer", "dumps", "parse_generation_request", "served_model"]
+__all__ = ["GenerationRequest", "ResponseFramer", "cache_salt_of", "dumps", "parse_generation_request", "served_model"]
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -60,6 +60,7 @@ class GenerationRequest:
     continuous_usage: bool
     seed: int
     tokenizer: SimTokenizer = APPROX
+    cache_salt: str | None = None  # vLLM's prefix-cache partition: block 0's hash takes it
 
     def to_sim_request(self, request_id: str) -> SimRequest:
         return SimRequest(
@@ -69,11 +70,31 @@ class GenerationRequest:
             stop_after=self.natural_length,
             output_seed=self.seed,
             tokenizer=self.tokenizer,
+            cache_salt=self.cache_salt,
         )
 
 
 def _bad(message: str, param: str | None = None) -> RequestError:
     return RequestError(400, message, "BadRequestError", param)
+
+
+_CACHE_SALT_FORBIDDEN_CHARS = frozenset("@/\\\x00")  # vLLM 0.30+: entrypoints/generate/base/protocol.py
+_MAX_CACHE_SALT_LENGTH = 128
+
+
+def cache_salt_of(body: Mapping[str, Any]) -> str | None:
+    """The body's ``cache_salt``, checked as vLLM's ``validate_cache_salt`` does (400 naming it)."""
+    salt = body.get("cache_salt")
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt:
+        raise _bad("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    if len(salt) > _MAX_CACHE_SALT_LENGTH or any(char in _CACHE_SALT_FORBIDDEN_CHARS for char in salt):
+        raise _bad(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.",
+            "cache_salt",
+        )
+    return salt
 
 
 def _bool_field(body: Mapping[str, Any], name: str) -> bool | None:
@@ -145,6 +166,7 @@ def parse_generation_request(
 ) -> GenerationRequest:
     """Validate an OpenAI body like vLLM does; RequestError (400/404) otherwise."""
     model = served_model(body, served_names)
+    cache_salt = cache_salt_of(body)
     try:
         if kind == "chat":
             prompt_ids = _chat_prompt(body, tokenizer)
@@ -194,6 +216,7 @@ def parse_generation_request(
         continuous_usage=bool(stream_options.get("continuous_usage_stats", False)),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0,
         tokenizer=tokenizer,
+        cache_salt=cache_salt,
     )
 
 

@@ -42,6 +42,7 @@ class SimRequest:
     stop_after: int | None = None
     output_seed: int = 0
     tokenizer: SimTokenizer = APPROX  # whose filler words the request generates
+    cache_salt: str | None = None  # its prefix-cache partition (vLLM's ``cache_salt``: block 0's extra key)
     # Scheduler state (times are in the scheduler's clock).
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)  # prompt + generated

@@ -191,7 +191,9 @@ class ResponsesApi:
         new = input_messages(body["input"])
         system = [{"role": "system", "content": str(instructions)}] if isinstance(instructions, str) else []
         chat = {"model": body.get("model"), "messages": system + history + new, "stream": body.get("stream", False)}
-        for ours, theirs in (("max_tokens", "max_output_tokens"), ("seed", "seed"), ("ignore_eos", "ignore_eos")):
+        for ours, theirs in (
+            ("max_tokens", "max_output_tokens"), ("seed", "seed"), ("ignore_eos", "ignore_eos"), ("cache_salt",) * 2
+        ):  # fmt: skip
             if body.get(theirs) is not None:
                 chat[ours] = body[theirs]
         gen = parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)

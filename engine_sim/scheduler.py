@@ -220,7 +220,7 @@ class Scheduler:
         tokens, decode_ctx, attn = work
         while self.waiting and budget > 0 and len(running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            hits, hit_tokens = kv.computed_blocks(request.request_id, request.token_ids)
+            hits, hit_tokens = kv.computed_blocks(request.request_id, request.token_ids, request.cache_salt)
             num_new = self._chunk(request.num_tokens - hit_tokens, budget)
             if not kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
                 break
@@ -262,7 +262,7 @@ class Scheduler:
             if computed // block_size != (computed - num_new) // block_size:
                 # A block became full. (Blocks that were full before this step were published when they filled,
                 # or came from the cache, so otherwise `cache_computed` has nothing to do.)
-                kv.cache_computed(request.request_id, token_ids, computed)
+                kv.cache_computed(request.request_id, token_ids, computed, request.cache_salt)
             num_tokens = len(token_ids)
             if computed < num_tokens:
                 continue  # mid-prefill chunk: nothing sampled yet

@@ -34,7 +34,7 @@ from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStr
 from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.messages import MessagesApi
-from engine_sim.protocol import GenerationRequest, ResponseFramer, dumps, parse_generation_request
+from engine_sim.protocol import GenerationRequest, ResponseFramer, cache_salt_of, dumps, parse_generation_request
 from engine_sim.request import SimRequest
 from engine_sim.responses import ResponsesApi
 from engine_sim.sleep import SleepController, add_sleep_routes
@@ -167,6 +167,7 @@ class _Routes:
         s, dims = self.settings, self.engine.config.facts.hidden_size
         try:
             embed = parse_embedding_request(body, s.served_model_names, s.max_model_len, s.tokenizer, dims)
+            salt = cache_salt_of(body)
         except RequestError as exc:
             return error_response(exc)
         action = self.faults.on_request()
@@ -177,7 +178,8 @@ class _Routes:
         streams: list[TokenStream] = []
         try:
             for i, ids in enumerate(embed.inputs):
-                streams.append(self.engine.submit(SimRequest(f"embd-{uuid.uuid4().hex}-{i}", ids, 1)))
+                request_id = f"embd-{uuid.uuid4().hex}-{i}"
+                streams.append(self.engine.submit(SimRequest(request_id, ids, 1, cache_salt=salt)))
             for stream in streams:
                 while (await stream.next_batch())[1] is None:
                     pass

@@ -123,6 +123,7 @@ def test_a_completion_publishes_its_full_blocks_from_seq_0_and_the_replay_return
             "lora_id": None,
             "medium": "GPU",
             "lora_name": None,
+            "extra_keys": [None, None],
             "group_idx": 0,
         }
     ]
