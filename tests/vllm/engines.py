@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,16 @@ class Replica(AgentProc):
 
 
 def start_replica(
-    procs: Procs, stack: Path, replica: str, *extra: str, wait_ready: bool = True, stop_timeout_s: float = 60.0
+    procs: Procs,
+    stack: Path,
+    replica: str,
+    *extra: str,
+    wait_ready: bool = True,
+    stop_timeout_s: float = 60.0,
+    env: Mapping[str, str] | None = None,
 ) -> Replica:
     """Start ``llmfleet agent`` for ``replica`` of the stack's pool ``qwen-7b`` with no control plane, its engine on
-    free ports; by default wait (up to `START_S`) until the agent says ready."""
+    free ports (``env`` added to its environment); by default wait (up to `START_S`) until the agent says ready."""
     port, engine_port, kv_port = free_port(), free_port(), free_port()
     argv = [
         "agent", "--stack", str(stack), "--pool", "qwen-7b", "--replica", replica,
@@ -46,7 +53,7 @@ def start_replica(
         "--probe-interval", "0.5", *extra,
     ]  # fmt: skip
     log = procs.folder / replica / "agent.log"
-    proc = Replica.start(argv, log, name=replica, url=f"http://127.0.0.1:{port}")
+    proc = Replica.start(argv, log, name=replica, url=f"http://127.0.0.1:{port}", env=env)
     proc.engine_url = f"http://127.0.0.1:{engine_port}"
     proc.kv_events = f"tcp://127.0.0.1:{kv_port}"
     procs.add(proc, stop_timeout_s=stop_timeout_s)

@@ -27,7 +27,8 @@ LONG = 1500  # tokens: a few seconds of decoding for the tiny model on one core
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return vllm_stack(tmp_path_factory.mktemp("stack") / "Pulumi.vllm-agent.yaml")
+    # Sleep mode on, as a GPU pool would have it: on this CPU the agent must leave the flag out to start at all.
+    return vllm_stack(tmp_path_factory.mktemp("stack") / "Pulumi.vllm-agent.yaml", **{"pools.0.engine.sleepMode": True})
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,12 @@ def test_the_agent_launches_vllm_from_the_pool_and_reports_it_ready(replica: Rep
     assert argv[argv.index("--served-model-name") + 1] == SERVED
     models = httpx.get(f"{replica.engine_url}/v1/models", timeout=5).json()
     assert [m["id"] for m in models["data"]] == [SERVED] and models["data"][0]["max_model_len"] == 2048
-    assert status["start"]["ready_s"] > 0
+    assert status["start"]["ready_s"] > 0 and status["start"]["compile_s"] > 0  # the CPU's compiling warm-up
+    # No GPU here: only flags the CPU build accepts, and the agent says which it left out.
+    assert engine["device"] == "cpu"
+    assert set(engine["dropped_flags"]) == {"--gpu-memory-utilization", "--enable-sleep-mode"}
+    assert "--gpu-memory-utilization" not in argv and "--enable-sleep-mode" not in argv
+    assert engine["version_pinned"] == "0.32.0" and engine["version_matches"] is True
 
 
 def test_the_agent_reports_load_read_from_the_engines_metrics(replica: Replica) -> None:
@@ -86,6 +92,23 @@ def test_the_agent_reports_load_read_from_the_engines_metrics(replica: Replica) 
     for stream in streams:
         stream.join(120)
     assert all(s.finish_reasons() == ["length"] for s in streams)
+
+
+def test_sleep_and_wake_on_the_cpu_build_answer_as_on_a_gpu_but_free_nothing(replica: Replica) -> None:
+    assert replica.post("/sleep").status_code == 202
+    wait_for(lambda: replica.status()["state"] == "sleeping" and _engine_asleep(replica), timeout_s=60,
+             what="the engine asleep")  # fmt: skip
+    assert replica.readyz() == 503
+    log = Path(replica.status()["engine"]["log"]).read_text(errors="replace")
+    assert "sleep mode is not supported on CPU" in log  # vLLM's CPU worker ignores the sleep it answered
+    assert replica.post("/wake").status_code == 202
+    # The agent wakes it and asks the greedy check again: the same answer as before the sleep, then ready.
+    wait_for(lambda: replica.readyz() == 200, timeout_s=60, what="ready again after the wake")
+    assert httpx.get(f"{replica.engine_url}/is_sleeping", timeout=5).json() == {"is_sleeping": False}
+
+
+def _engine_asleep(replica: Replica) -> bool:
+    return bool(httpx.get(f"{replica.engine_url}/is_sleeping", timeout=5).json()["is_sleeping"])
 
 
 def test_sigterm_drains_the_engine_within_its_budget_and_the_stream_in_flight_finishes(replica: Replica) -> None:
