@@ -17,8 +17,9 @@ admin listener: /healthz, /readyz, /metrics, plain HTTP), then ``llmfleet gatewa
 (the public one: the OpenAI API and /healthz). SIGTERM or SIGINT drains (`gateway.drain`): readiness falls and
 every response says ``Connection: close``; with ``--drain-propagation S`` (the Pulumi program sets
 ``gateway.drain.propagationSeconds``) it keeps listening S seconds while load balancers notice, then stops
-accepting and serves the connections it has until each is closed by a ``Connection: close`` response or its
-keep-alive timer; in-flight requests get --shutdown-timeout (the rest of ``gateway.drain``'s grace); it exits 0.
+accepting and serves the connections it has until each is closed by a ``Connection: close`` response or, idle, after
+a 1 s grace (also with no propagation delay, as when started by hand); in-flight requests get --shutdown-timeout
+(the rest of ``gateway.drain``'s grace); it exits 0.
 
 With a model bucket (``--model-bucket``, default ``$LLMFLEET_MODEL_BUCKET``, which gateway pods get from the stack)
 the gateway fetches, before it listens, the tokenizer of each pool routed by ``kv-cache`` whose engine publishes KV

@@ -6,6 +6,7 @@
                                                  request target whose percent-encoding is broken
     error_response(request, exc, request_id)     a `GatewayError` as the client reads it; counts a client error
     EdgeRunner(app, timeouts, **kw)              `web.AppRunner` whose connections enforce the limits below
+    EdgeRunner.close_idle(before)                closes the connections idle since ``before`` (`gateway.drain`)
 
 Both listeners run under an `EdgeRunner` (`gateway.cli`), whose connections are aiohttp's with two changes:
 
@@ -182,6 +183,26 @@ class _EdgeHandler(RequestHandler):
     def __init__(self, manager: web.Server, metrics: GatewayMetrics, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._edge_metrics = metrics
+        self.last_active = self._loop.time()  # when it last read a byte or finished an answer (`close_if_idle`)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = self._loop.time()
+        super().data_received(data)
+
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.last_active = self._loop.time()
+
+    def close_if_idle(self, before: float) -> None:
+        """Close the connection if aiohttp waits for its next request (its own test before a keep-alive close) and
+        it has read nothing and answered nothing since ``before`` (loop time): a request being written into it is
+        then read and answered, not cut (`gateway.drain`)."""
+        if self._waiter is not None and not self._waiter.done() and self.last_active < before:
+            self.force_close()
 
     def handle_error(
         self,
@@ -248,6 +269,14 @@ class EdgeRunner(web.AppRunner):
             max_headers=MAX_HEADERS,
             **kwargs,
         )
+
+    def close_idle(self, before: float) -> int:
+        """Close each connection idle since ``before`` (`_EdgeHandler.close_if_idle`); how many are left open."""
+        connections = [] if self.server is None else list(self.server.connections)
+        for connection in connections:
+            if isinstance(connection, _EdgeHandler):
+                connection.close_if_idle(before)
+        return 0 if self.server is None else len(self.server.connections)
 
     async def _make_server(self) -> web.Server:
         made = await super()._make_server()  # starts the application: its gateway and metrics exist from here on
