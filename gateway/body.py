@@ -1,7 +1,16 @@
 """Body: parse and check an OpenAI completion request body, estimate its tokens, rewrite it for the engine.
 
-The body is read once: `parse_body` keeps the raw bytes beside the parsed fields, and `upstream_body` sends them
-on as they came unless they must change (a stream whose client did not ask for the usage chunk).
+The body is read once: `parse_body` keeps the raw bytes beside the parsed fields, and `upstream_body` writes what
+the engine gets: the client's fields, with the gateway's own set (the tenant's ``cache_salt``, the usage chunk of a
+stream, the served name).
+
+**Fields clients may not send** (`ENGINE_ONLY`, the same on every route): vLLM's extensions that change
+scheduling, caching or transfer are the gateway's to set, so a body carrying one (not null) is a 400 naming it:
+``priority`` (vLLM's queue order), ``request_id`` (the engine's id of the request, and of a stored response),
+``session_id`` (published in KV events), ``kv_transfer_params`` and ``ec_transfer_params`` (remote KV / encoder
+cache transfer: another engine's blocks), ``vllm_xargs`` (arbitrary extension arguments). A null one is dropped.
+``cache_salt`` is combined with the tenant's (`gateway.cache_salt`), never forwarded as sent; docs/gateway.md has
+the table.
 
 Tokens are estimated without a tokenizer (a gateway must not load one per model): prompt characters / 4 plus 4
 per chat message, rounded up. The estimate only sizes the tokens-per-minute reservation; the engine's own
@@ -16,9 +25,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.cache_salt import check_client_salt
 from gateway.errors import BadRequest, UndecodableBody
 
-__all__ = ["DEFAULT_RESERVE_TOKENS", "PATHS", "RUNNERS", "ParsedRequest", "parse_body"]
+__all__ = ["DEFAULT_RESERVE_TOKENS", "ENGINE_ONLY", "PATHS", "RUNNERS", "ParsedRequest", "parse_body"]
 
 # Reserved for the completion when the request sets no max_tokens (reconciled with the actual count at the end).
 DEFAULT_RESERVE_TOKENS = 1024
@@ -43,6 +53,10 @@ RUNNERS: dict[Kind, str] = {
     "count": "generate",
 }
 
+# vLLM 0.32-0.34 body fields that are the gateway's: refused when a client sets one (module docstring).
+ENGINE_ONLY = ("priority", "request_id", "session_id", "kv_transfer_params", "ec_transfer_params", "vllm_xargs")
+_OWNED = frozenset((*ENGINE_ONLY, "cache_salt"))  # never forwarded as the client sent them
+
 
 @dataclass(frozen=True)
 class ParsedRequest:
@@ -59,19 +73,24 @@ class ParsedRequest:
     n: int
     payload: dict[str, Any]
     previous_response_id: str | None = None  # a Responses follow-up: the response it continues (the client's id)
+    client_salt: str | None = None  # the client's own ``cache_salt`` (checked), combined with the tenant's
 
     @property
     def reserve_tokens(self) -> int:
         return self.prompt_tokens + self.max_tokens * self.n
 
-    def upstream_body(self, served_name: str | None = None, previous_engine_id: str | None = None) -> bytes:
-        """The body sent to the engine: ``raw`` unchanged, except that streams always ask for the final usage chunk,
-        an alias of the model (its repository id) becomes ``served_name``, the only name the engine serves, and a
-        follow-up names its previous response by the engine's id (``previous_engine_id``)."""
+    def upstream_body(
+        self, served_name: str | None = None, previous_engine_id: str | None = None, cache_salt: str | None = None
+    ) -> bytes:
+        """The body sent to the engine: the client's fields less the gateway's own (`ENGINE_ONLY` left null,
+        ``cache_salt``), with ``cache_salt`` set when given; streams always ask for the final usage chunk, an alias
+        of the model (its repository id) becomes ``served_name``, the only name the engine serves, and a follow-up
+        names its previous response by the engine's id (``previous_engine_id``)."""
         renamed = served_name is not None and served_name != self.model
-        if (not self.stream or self.client_wants_usage) and not renamed and previous_engine_id is None:
-            return self.raw
-        payload = dict(self.payload)
+        unchanged = not renamed and previous_engine_id is None and cache_salt is None
+        if unchanged and (not self.stream or self.client_wants_usage) and _OWNED.isdisjoint(self.payload):
+            return self.raw  # a token count without fields to drop: the bytes as received
+        payload = {key: value for key, value in self.payload.items() if key not in _OWNED}
         if renamed:
             payload["model"] = served_name
         if previous_engine_id is not None:
@@ -79,6 +98,8 @@ class ParsedRequest:
         if self.stream and not self.client_wants_usage:
             options = payload.get("stream_options")
             payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        if cache_salt is not None:
+            payload["cache_salt"] = cache_salt
         return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -222,6 +243,10 @@ _PROMPTS = {"chat": _chat_prompt, "completion": _completion_prompt, "response": 
 def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     """Check the fields the gateway relies on (the engine checks the rest); BadRequest names the field."""
     payload = _json_object(raw)
+    for name in ENGINE_ONLY:
+        if payload.get(name) is not None:
+            raise BadRequest(f"'{name}' is set by the gateway, not by clients", param=name)
+    client_salt = payload.get("cache_salt")
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a string", param="model")
@@ -251,4 +276,5 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         n=n,
         payload=payload,
         previous_response_id=_previous(payload) if kind == "response" else None,
+        client_salt=None if client_salt is None else check_client_salt(client_salt),
     )

@@ -61,15 +61,18 @@ class Call:
         spans: RequestSpans,
         held: Held | None = None,
     ) -> Call:
-        """The call for ``pool``, ``info`` being the request as routed from now on (its model the served name);
-        ``held``: the previous response of a follow-up, named to the engine by the engine's own id."""
+        """The call for ``pool``, ``info`` being the request as routed from now on (its model the served name, its
+        ``cache_salt`` the engine's); ``held``: the previous response of a follow-up, named to the engine by the
+        engine's own id."""
         return cls(
             request=request,
             tenant=tenant,
             parsed=parsed,
             pool=pool,
             info=info,
-            body=parsed.upstream_body(out.adapter or pool.served_name, held.engine_id if held else None),
+            body=parsed.upstream_body(
+                out.adapter or pool.served_name, held.engine_id if held else None, info.cache_salt
+            ),
             headers=upstream_headers(request, out.request_id, engine_api_key),
             path=PATHS[parsed.kind],
             out=out,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
 
@@ -28,6 +29,7 @@ from fleet.spec.stack import GatewaySpec, PoolSpec, TenantSpec
 from gateway.admission import Admission
 from gateway.auth import KeyRing
 from gateway.body import RUNNERS, Kind, ParsedRequest, parse_body
+from gateway.cache_salt import CacheSalts
 from gateway.call import REQUEST_ID, Call, new_request_id, read_body
 from gateway.dialects import credential, stream_ends
 from gateway.endpoints import EndpointSet, Refresher
@@ -92,6 +94,11 @@ class Gateway:
     kv_feed: KvEventFeed  # the engines' KV events into the kv-cache scorers' indexes
     response_ids: ResponseIds  # the ids clients get for responses: the replica holding each, sealed per tenant
 
+    @functools.cached_property
+    def cache_salts(self) -> CacheSalts:
+        """The engines' ``cache_salt`` per tenant (`gateway.cache_salt`), keyed from the engines' key."""
+        return CacheSalts.from_engine_key(self.engine_api_key)
+
     @property
     def endpoints(self) -> EndpointSet:
         """The upstream's replicas, as the readiness route reads them."""
@@ -149,6 +156,7 @@ class Gateway:
                     adapter=out.adapter,
                     now=self.clock.monotonic(),
                     token_ids=self.prompt_tokens.ids(pool.name, parsed),
+                    cache_salt=self._salt(tenant, parsed),
                 )
                 return await self._attempts(
                     Call.of(request, tenant, parsed, pool, info, self.engine_api_key, out, spans, held)
@@ -193,6 +201,11 @@ class Gateway:
             out.alias = alias.name
         spans.annotate({"llmfleet.pool": pool.name, "llmfleet.priority": tenant.priority})
         return tenant, parsed, pool, info
+
+    def _salt(self, tenant: TenantSpec, parsed: ParsedRequest) -> str:
+        """The ``cache_salt`` the engine gets: the tenant's (its group's), with the client's own folded in."""
+        salts = self.cache_salts
+        return salts.combined(salts.for_tenant(tenant.name, tenant.cache_group), parsed.client_salt)
 
     def _previous(self, parsed: ParsedRequest, pool: PoolSpec, out: Outcome) -> tuple[Held | None, PoolSpec]:
         """Where a follow-up's previous response lives, and the pool to send it to: that replica's pool, when it is

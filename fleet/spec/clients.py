@@ -32,6 +32,8 @@ class TenantSpec(Spec):
     """Requests in flight at once."""
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     """Served model names the tenant may use, or `*`."""
+    cache_group: Name | None = None
+    """Tenants that trust each other: those naming one group share one engine prefix cache (default: its own)."""
 
     @field_validator("api_key_hashes")
     @classmethod

@@ -90,6 +90,7 @@ class RequestInfo:
     adapter: str | None = None  # the LoRA adapter the request names as its model
     token_ids: tuple[int, ...] | None = None  # the prompt as the engine tokenizes it (the pool's tokenizer), if known
     estimated_tokens: int = 0  # the prompt's tokens estimated from its characters (`gateway.body`)
+    cache_salt: str | None = None  # the salt the engine gets (`gateway.cache_salt`): its prefix cache is per salt
 
     @property
     def prompt_tokens(self) -> int:

@@ -8,9 +8,16 @@ Two key spaces, as llm-d's and Dynamo's indexers keep them:
 * **engine keys**: the events' ``block_hashes``, opaque ids used only to find a block again (its removal, a later
   block's ``parent_block_hash``), per replica;
 * **request keys**: this index's own chain over the events' ``token_ids``,
-  ``key_k = hash((key_{k-1}, tokens of block k))`` from a root per LoRA adapter, so neither the engine's hash
-  algorithm nor its seed has to match. A request's keys are the same chain over its prompt's full blocks, so a key
-  stands for the whole prefix up to its block.
+  ``key_k = hash((key_{k-1}, tokens of block k))`` from a root per LoRA adapter and ``cache_salt``, so neither the
+  engine's hash algorithm nor its seed has to match. A request's keys are the same chain over its prompt's full
+  blocks from the root of its adapter and the salt it is sent with, so a key stands for the whole prefix up to its
+  block, as cached under that salt.
+
+**Salts.** vLLM (0.31+) hashes block 0 with the extra key ``("cache_salt", salt)``, so a salted prefix is another
+prefix. Its events publish the salt untagged in block 0's entry of ``extra_keys``: ``[[salt], null, ...]``, after
+the LoRA name when ``lora_name`` is set (``[name, salt]``) and after any multimodal ``[identifier, offset]`` pairs;
+`event_salt` takes the first bare string after the LoRA name. The root of a chain stored with no parent takes that
+salt, so tenant A's request (sent with A's salt) matches only blocks stored under A's salt.
 
 Python's ``hash`` of a tuple of ints is the same in every process, but the root mixes in the adapter's name (a
 str, whose hash varies per process): keys mean nothing outside the gateway that computed them, and need not.
@@ -39,20 +46,40 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SKIP_REASONS", "KvIndex", "request_keys"]
+__all__ = ["SKIP_REASONS", "KvIndex", "event_salt", "request_keys"]
 
 _ROOT = 0x6C6C6D666C656574  # the chain's start for the base model
 SKIP_REASONS = ("parent", "medium", "block_size", "malformed")  # why a stored block was not indexed
 
 
-def _root(lora_name: str | None) -> int:
-    return _ROOT if lora_name is None else hash((_ROOT, lora_name))
+def _root(lora_name: str | None, cache_salt: str | None = None) -> int:
+    if lora_name is None and not cache_salt:
+        return _ROOT
+    return hash((_ROOT, lora_name, cache_salt or None))
 
 
-def request_keys(token_ids: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]:
-    """The request keys of ``token_ids``'s full blocks of ``block_size`` tokens (a partial last block has none)."""
+def event_salt(event: Mapping[str, Any]) -> str | None:
+    """The ``cache_salt`` of a ``BlockStored``'s first block: the first bare string of ``extra_keys[0]`` after
+    the LoRA name (present when ``lora_name`` is set); None when it carries none."""
+    extra = event.get("extra_keys")
+    if not isinstance(extra, list | tuple) or not extra or not isinstance(extra[0], list | tuple):
+        return None
+    entries = list(extra[0])
+    if event.get("lora_name") is not None and entries and entries[0] == event.get("lora_name"):
+        entries = entries[1:]
+    for entry in entries:
+        if isinstance(entry, str):
+            return entry or None
+    return None
+
+
+def request_keys(
+    token_ids: Sequence[int], block_size: int, lora_name: str | None = None, cache_salt: str | None = None
+) -> list[int]:
+    """The request keys of ``token_ids``'s full blocks of ``block_size`` tokens (a partial last block has none),
+    for a request of adapter ``lora_name`` sent with ``cache_salt``."""
     keys: list[int] = []
-    parent = _root(lora_name)
+    parent = _root(lora_name, cache_salt)
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = hash((parent, tuple(token_ids[start : start + block_size])))
         keys.append(parent)
@@ -165,7 +192,7 @@ class KvIndex:
         state = self._replicas.setdefault(replica, _Replica())
         parent_hash = event.get("parent_block_hash")
         if parent_hash is None:
-            parent = _root(event.get("lora_name"))
+            parent = _root(event.get("lora_name"), event_salt(event))
         elif parent_hash in state.blocks:
             parent = state.blocks[parent_hash]
         else:

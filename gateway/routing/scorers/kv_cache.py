@@ -73,7 +73,7 @@ class KvCache(Scorer, name="kv-cache"):
             return []
         if self._last[:2] != (request.request_id, size):  # score() and observe() of one request hash once
             tokens = request.token_ids or ()
-            self._last = (request.request_id, size, request_keys(tokens, size, request.adapter))
+            self._last = (request.request_id, size, request_keys(tokens, size, request.adapter, request.cache_salt))
         return self._last[2]
 
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:

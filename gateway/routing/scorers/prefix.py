@@ -1,7 +1,8 @@
 """prefix-affinity: prefer the replica that most recently served the longest run of this prompt's leading blocks.
 
 The prompt text is cut into blocks of ``block_chars`` characters (at most ``max_blocks``); block i's key is
-hash(key of block i-1, text of block i), so a key stands for the whole prefix up to it. After each routing
+hash(key of block i-1, text of block i), from a root of the request's ``cache_salt`` (an engine caches each salt's
+prefixes apart), so a key stands for the whole prefix up to it. After each routing
 decision every key of the request points at the chosen replica, in an LRU index of at most ``capacity`` keys
 (old prefixes are forgotten, memory stays bounded). Score of a replica = matched leading blocks / blocks
 (the walk stops at the first block not owned by that replica). An engine with prefix caching then reuses the KV.
@@ -25,10 +26,10 @@ from gateway.routing.base import EndpointView, RequestInfo, Scorer
 __all__ = ["PrefixAffinity", "block_keys"]
 
 
-def block_keys(text: str, block_chars: int, max_blocks: int) -> list[int]:
-    """Chained hashes of the complete leading blocks of ``text``."""
+def block_keys(text: str, block_chars: int, max_blocks: int, cache_salt: str | None = None) -> list[int]:
+    """Chained hashes of the complete leading blocks of ``text``, sent with ``cache_salt``."""
     keys: list[int] = []
-    previous = 0
+    previous = hash(("cache_salt", cache_salt)) if cache_salt else 0
     for i in range(min(max_blocks, len(text) // block_chars)):
         previous = hash((previous, text[i * block_chars : (i + 1) * block_chars]))
         keys.append(previous)
@@ -59,7 +60,8 @@ class PrefixAffinity(Scorer, name="prefix-affinity"):
 
     def _keys(self, request: RequestInfo) -> list[int]:
         if self._last[0] != request.request_id:  # score() and observe() of one request hash once
-            self._last = (request.request_id, block_keys(request.prompt, self.block_chars, self.max_blocks))
+            keys = block_keys(request.prompt, self.block_chars, self.max_blocks, request.cache_salt)
+            self._last = (request.request_id, keys)
         return self._last[1]
 
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:

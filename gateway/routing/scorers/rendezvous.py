@@ -55,6 +55,8 @@ def affinity_key(request: RequestInfo, block_chars: int, key_blocks: int) -> byt
     if blocks == 0:
         return None
     prefix = request.prompt[: blocks * block_chars].encode("utf-8", "surrogatepass")
+    if request.cache_salt:  # an engine caches each salt's prefixes apart: one tenant's prefix is another's miss
+        prefix = b"salt\0" + request.cache_salt.encode() + b"\0" + prefix
     return hashlib.blake2b(b"prefix\0" + prefix, digest_size=16).digest()
 
 
