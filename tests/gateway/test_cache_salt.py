@@ -3,6 +3,7 @@ folded in, never used alone; and on a simulated engine, a tenant's prefix cache 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -122,3 +123,16 @@ async def test_tenants_of_one_cache_group_share_their_prefixes(sims: SimFactory)
         await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
         assert await _cached(url, "gold") == 0
         assert await _cached(url, "bronze") > 0
+
+
+async def test_two_gateways_of_one_fleet_give_a_tenant_the_same_salt_and_two_tenants_different_ones(
+    sims: SimFactory,
+) -> None:
+    (engine,) = sims(["--enable-prompt-tokens-details"])
+    settings = dataclasses.replace(settings_for([engine.url]), engine_api_key="sk-fleet-engines")
+    async with serve(settings) as (first, one), serve(settings) as (second, two):
+        for gateway in (one, two):
+            await async_wait_for(functools.partial(_routable, gateway), timeout_s=10, what="the replica routable")
+        assert await _cached(first, "gold") == 0
+        assert await _cached(second, "gold") > 0  # another gateway, the same tenant: the same salt, a hit
+        assert await _cached(second, "bronze") == 0
