@@ -88,6 +88,8 @@ def control_plane_pod_spec(
     mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
     pod: dict[str, Any] = {
         "service_account_name": contract.CONTROL_PLANE_NAME,
+        # Its actuator, leases and TokenReview are Kubernetes API calls: it keeps its account's token.
+        "automount_service_account_token": True,
         "security_context": pod_security_context(),
         "containers": [
             {

@@ -6,7 +6,8 @@ only on nodes labelled ``nvidia.com/gpu.present=true`` (our GPU node groups), to
 release (`fleet.protocol.contract.DEVICE_PLUGIN_SOURCE`) mirrored into the stack's registry with the same digest. The
 pod
 follows NVIDIA's static manifest of that release (NVIDIA/k8s-device-plugin v0.19.3,
-deployments/static/nvidia-device-plugin.yml): no environment, the kubelet's plugin folder as a ``Directory``.
+deployments/static/nvidia-device-plugin.yml): no environment, the kubelet's plugin folder as a ``Directory``;
+and no service-account token, since it calls no Kubernetes API (only the kubelet's device-plugin socket).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class DevicePlugin(pulumi.ComponentResource):
                     "metadata": {"labels": labels},
                     "spec": {
                         "priority_class_name": "system-node-critical",
+                        # The plugin talks to the kubelet's socket only, never the API server: no token.
+                        "automount_service_account_token": False,
                         "node_selector": {"nvidia.com/gpu.present": "true"},
                         "tolerations": [{"key": contract.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                         "containers": [

@@ -17,9 +17,11 @@ healthy targets.
 Rollouts on change: the pod template carries sha256 checksums of what a gateway reads at start (the rendered
 stack file, the tenant key hashes, the engines' API key), so `pulumi up` rolls the gateways when any changes.
 With Redis quotas provisioned by the program, the Deployment reads the Redis URL from its Secret; it always reads
-the engines' API key (sent upstream) from theirs. With a model bucket (aws) its pods get ``$LLMFLEET_MODEL_BUCKET``,
-an emptyDir for the tokenizers they fetch from it (`gateway.tokenizer_store`; the root file system is read-only) and
-the IRSA role that reads only those (`infra.iam.tokenizer_read_policy`) on their ServiceAccount.
+the engines' API key (sent upstream) from theirs, both as files (`infra.k8s_base.llmfleet_command`). It makes no
+Kubernetes API call (its control token's audience is ``llmfleet``), so it mounts no API token. With a model
+bucket (aws) its pods get ``$LLMFLEET_MODEL_BUCKET``, an emptyDir for the tokenizers they fetch from it
+(`gateway.tokenizer_store`; the root file system is read-only) and the IRSA role that reads only those
+(`infra.iam.tokenizer_read_policy`) on their ServiceAccount.
 
 TLS (`tls_termination`): on aws the NLB's listener on 443 terminates it with the stack's ACM certificate (TLS 1.2
 and 1.3 only); on kubernetes the gateway process does, from the stack's TLS Secret, probed over HTTPS. Either way
@@ -47,10 +49,11 @@ from fleet.spec.stack import FleetSpec
 from infra.control_auth import token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import (
+    ENGINE_API_KEY_FILE,
     container_security_context,
-    engine_api_key_env,
     http_probe,
     irsa_annotations,
+    llmfleet_command,
     model_bucket_env,
     pod_security_context,
     render_stack_file,
@@ -59,7 +62,7 @@ from infra.k8s_base import (
     spec_volumes,
 )
 from infra.k8s_shapes import shaped
-from infra.quota_redis import provisions_redis, redis_url_env
+from infra.quota_redis import provisions_redis, redis_url_files
 
 __all__ = [
     "TLS_POLICY",
@@ -187,12 +190,14 @@ class GatewayArgs:
 
 
 def _gateway_volumes(spec: FleetSpec, store: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(volumes, mounts, TLS arguments): the stack file and key hashes, ``/tmp``, the tokenizer cache with a model
-    bucket (``store``), the TLS Secret where the gateway terminates TLS, the service-account token."""
+    """(volumes, mounts, TLS arguments): the stack file and key hashes, the engine key and Redis URL files, ``/tmp``,
+    the tokenizer cache with a model bucket (``store``), the TLS Secret where the gateway terminates TLS, the
+    projected control token."""
     volumes, mounts = spec_volumes(spec)
+    files = [ENGINE_API_KEY_FILE, *redis_url_files(spec)]
     # A read-only root file system; /tmp (Python's tempfile) and the tokenizer cache are the writable places.
-    volumes = [*volumes, {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
-    mounts = [*mounts, {"name": "tmp", "mount_path": "/tmp"}]
+    volumes = [*volumes, *(f.volume_spec() for f in files), {"name": "tmp", "empty_dir": {"size_limit": "256Mi"}}]
+    mounts = [*mounts, *(f.mount() for f in files), {"name": "tmp", "mount_path": "/tmp"}]
     if store:
         volumes = [*volumes, {"name": "tokenizers", "empty_dir": {"size_limit": "1Gi"}}]
         mounts = [*mounts, {"name": "tokenizers", "mount_path": contract.TOKENIZER_CACHE_DIR}]
@@ -216,7 +221,7 @@ def _gateway_container(
         "name": "gateway",
         "image": images.runtime,
         "image_pull_policy": spec.images.pull_policy,
-        "command": ["llmfleet"],
+        "command": llmfleet_command([ENGINE_API_KEY_FILE, *redis_url_files(spec)]),
         "args": [
             "gateway",
             "--stack",
@@ -242,7 +247,7 @@ def _gateway_container(
         "liveness_probe": http_probe("/healthz", gw.port, 10, 3, scheme),
         "volume_mounts": mounts,
         "security_context": container_security_context(read_only_root=True),
-        "env": [*redis_url_env(spec), *token_env(), engine_api_key_env(), *model_bucket_env(model_bucket), *store],
+        "env": [*token_env(), *model_bucket_env(model_bucket), *store],
     }
     return container, volumes
 
@@ -255,6 +260,7 @@ def gateway_pod_spec(
     container, volumes = _gateway_container(spec, images, model_bucket)
     pod: dict[str, Any] = {
         "service_account_name": contract.GATEWAY_NAME,
+        "automount_service_account_token": False,  # no API calls (its account mounts none either)
         "termination_grace_period_seconds": spec.gateway.drain.grace_seconds,  # = propagation + shutdown + margin
         "security_context": pod_security_context(),
         "containers": [container],

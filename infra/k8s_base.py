@@ -4,8 +4,14 @@ engines' API key (Secret).
 Every container reads the same stack file the stack was deployed from, so what runs is what was declared:
 `render_stack_file` writes the FleetSpec back as a stack document, with the control plane's in-cluster URL
 filled in. Tenants' plain keys never reach the cluster: the Secret holds only their sha256 hashes. The engines'
-API key does (engines must check it): its Secret reaches containers only through `engine_api_key_env`, which
-`infra.pools` and `infra.gateway_tier` use and the control plane does not.
+API key does (engines must check it): its Secret reaches containers only as a file (`ENGINE_API_KEY_FILE`), which
+`infra.pools` and `infra.gateway_tier` mount and the control plane does not.
+
+Secrets are files, never ``env`` entries (``secretKeyRef``): a variable taken from a Secret shows in ``kubectl
+describe``-style tooling and crash reports, is inherited by every child process and never follows a rotation.
+Processes that read a secret only from a variable (the engine key, the quota Redis URL) are started by
+`llmfleet_command`: ``/bin/sh`` exports the variable from its mounted file and ``exec``s ``llmfleet``, so the
+rendered objects hold a path, no value and no Secret reference in ``env``.
 
 On aws the namespace is labelled for the AWS Load Balancer Controller's pod readiness gates: a gateway pod is
 Ready only once the NLB reports it healthy, so a rollout never leaves the load balancer with no healthy target.
@@ -18,6 +24,8 @@ Pods read these objects at start; `sha256_text` and `secret_checksum` make the c
 from __future__ import annotations
 
 import hashlib
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +40,16 @@ from fleet.spec.loader import NAMESPACE
 from fleet.spec.stack import FleetSpec
 
 __all__ = [
+    "ENGINE_API_KEY_FILE",
+    "HOME_DIR",
     "IMAGE_UID",
     "FleetBase",
     "FleetBaseArgs",
     "container_security_context",
     "control_plane_url",
-    "engine_api_key_env",
+    "SecretFile",
+    "home_volume",
+    "llmfleet_command",
     "http_probe",
     "irsa_annotations",
     "model_bucket_env",
@@ -134,10 +146,61 @@ def render_stack_file(spec: FleetSpec) -> str:
     return header + yaml.safe_dump(document, sort_keys=False)
 
 
-def engine_api_key_env() -> dict[str, Any]:
-    """``$LLMFLEET_ENGINE_API_KEY`` from the engines' API key Secret: for engine and gateway containers only."""
-    ref = {"name": contract.ENGINE_API_KEY_SECRET, "key": contract.ENGINE_API_KEY_SECRET_KEY}
-    return {"name": ENGINE_API_KEY_ENV, "value_from": {"secret_key_ref": ref}}
+@dataclass(frozen=True)
+class SecretFile:
+    """One key of a Secret mounted read-only as ``<directory>/<key>``, and the variable a process reads it from."""
+
+    variable: str  # what the process reads, exported from the file by `llmfleet_command`
+    secret: str
+    key: str
+    directory: str
+    volume: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.key}"
+
+    def volume_spec(self) -> dict[str, Any]:
+        return {
+            "name": self.volume,
+            "secret": {"secret_name": self.secret, "items": [{"key": self.key, "path": self.key}]},
+        }
+
+    def mount(self) -> dict[str, Any]:
+        return {"name": self.volume, "mount_path": self.directory, "read_only": True}
+
+
+# The engines' API key: for engine and gateway containers only.
+ENGINE_API_KEY_FILE = SecretFile(
+    variable=ENGINE_API_KEY_ENV,
+    secret=contract.ENGINE_API_KEY_SECRET,
+    key=contract.ENGINE_API_KEY_SECRET_KEY,
+    directory="/etc/llmfleet/engine-api-key",
+    volume="engine-api-key",
+)
+
+
+def llmfleet_command(files: Sequence[SecretFile] = ()) -> list[str]:
+    """The container's ``command``: ``llmfleet``, started by ``/bin/sh`` with each of ``files`` read into its variable
+    when there are any (the pod's ``args`` become ``"$@"``). ``set -e``: a missing file stops the container before
+    ``llmfleet`` starts. ``$$`` is Kubernetes' escape for ``$`` (it expands ``$(NAME)`` in commands)."""
+    if not files:
+        return ["llmfleet"]
+    steps = ["set -e"]
+    for item in files:
+        steps += [f'{item.variable}="$$(cat {shlex.quote(item.path)})"', f"export {item.variable}"]
+    steps.append('exec llmfleet "$@"')
+    return ["/bin/sh", "-c", "; ".join(steps), "llmfleet"]
+
+
+HOME_DIR = "/home/llmfleet"  # the images' user's home (the engine image's HOME), an emptyDir on the cluster
+
+
+def home_volume(size: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """(volume, mount, variable): a writable ``$HOME`` of at most ``size`` on a read-only root file system, for what
+    libraries cache under ``~/.cache`` and ``~/.config``."""
+    volume = {"name": "home", "empty_dir": {"size_limit": size}}
+    return volume, {"name": "home", "mount_path": HOME_DIR}, {"name": "HOME", "value": HOME_DIR}
 
 
 def irsa_annotations(role_arn: pulumi.Input[str] | None) -> dict[str, pulumi.Input[str]]:

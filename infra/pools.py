@@ -15,13 +15,16 @@ from the pool's spec (with ``engine.kvEvents``, its KV-cache events on port 5557
   The node's bootstrap creates the folder owned by the images' user (`infra.node_userdata.node_user_data`), so no
   container runs as root; the hostPath is of type ``Directory``: a node without it fails the pod visibly instead
   of the kubelet creating a root-owned folder the agent cannot write;
-* the engines' API key (``$LLMFLEET_ENGINE_API_KEY``) comes from its Secret; the agent gives it to vLLM, so
-  reaching the engine's port without it gets a 401;
+* the engines' API key (``$LLMFLEET_ENGINE_API_KEY``) comes from its Secret, mounted as a file that the
+  container's command exports (`infra.k8s_base.llmfleet_command`; no Secret in ``env``); the agent gives it to
+  vLLM, so reaching the engine's port without it gets a 401;
 * pod security: the images' user (uid/gid 10001), non-root, no privilege escalation, every capability dropped,
-  the runtime's seccomp profile. The agent and vLLM share one container and the agent writes the weights it
-  fetches, so the cache stays writable to that container, and so does the root file system (libraries write
-  small caches under the home folder); vLLM's, Triton's and Inductor's compile caches are on the node cache
-  (``/models/compile``, `COMPILE_CACHE_ENV`), so a restart does not recompile; ``/tmp`` is an emptyDir;
+  the runtime's seccomp profile, a read-only root file system. The writable places are volumes: the node cache
+  (``/models``: fetched weights, the Hugging Face cache, and vLLM's, Triton's and Inductor's compile caches under
+  ``/models/compile``, `COMPILE_CACHE_ENV`, so a restart does not recompile), ``/tmp`` (Python's tempfile, vLLM's
+  IPC sockets), ``/dev/shm`` and ``$HOME`` (``/home/llmfleet``: what libraries cache under ``~/.cache`` and
+  ``~/.config``: FlashInfer and other JIT kernels, outlines, numba, vLLM's usage stats);
+* the pod keeps its API token: the agent checks drain callers with TokenReview (``create`` is all its account may do);
 * replicas spread evenly over zones (``topology.kubernetes.io/zone``) so a zone outage leaves capacity;
 * ``spec.replicas`` belongs to the control plane after creation (Pulumi ignores later changes to it);
 * a first replica on a new node pulls a 25-29 GB vLLM image before the pool's ``coldStartSeconds`` even starts
@@ -58,10 +61,12 @@ from fleet.spec.stack import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
 from infra.images import ImageRefs
 from infra.k8s_base import (
+    ENGINE_API_KEY_FILE,
     IMAGE_UID,
     container_security_context,
-    engine_api_key_env,
+    home_volume,
     http_probe,
+    llmfleet_command,
     model_bucket_env,
     pod_security_context,
     secret_checksum,
@@ -165,24 +170,29 @@ def _resources(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
 
 
 def _engine_volumes(spec: FleetSpec, pool: PoolSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts): the stack file and key hashes, ``/dev/shm``, the model cache, ``/tmp``, the token."""
+    """(volumes, mounts): the stack file and key hashes, the engine key file, ``/dev/shm``, the model cache,
+    ``/tmp``, ``$HOME``, the control token. Every writable place the engine has is one of these (read-only root)."""
     gpu_pool = pool.engine.kind != "sim" and pool.node_group is not None
     base_volumes, mounts = spec_volumes(spec)
     shm_gib = min(32, 8 * pool.engine.tensor_parallel_size) if gpu_pool else 1
+    home, home_mount, _ = home_volume("8Gi" if gpu_pool else "1Gi")
     volumes = [
         *base_volumes,
+        ENGINE_API_KEY_FILE.volume_spec(),
         {"name": "dshm", "empty_dir": {"medium": "Memory", "size_limit": f"{shm_gib}Gi"}},
         {"name": "model-cache", **_model_cache(spec)},
         {"name": "tmp", "empty_dir": {"size_limit": "8Gi"}},
+        home,
         token_volume(),
     ]
-    cache_mount = {"name": "model-cache", "mount_path": MODEL_CACHE_MOUNT}
-    tmp_mount = {"name": "tmp", "mount_path": "/tmp"}
-    return volumes, [*mounts, {"name": "dshm", "mount_path": "/dev/shm"}, cache_mount, token_mount(), tmp_mount]
+    writable = [("dshm", "/dev/shm"), ("model-cache", MODEL_CACHE_MOUNT), ("tmp", "/tmp")]
+    mounts += [{"name": v, "mount_path": path} for v, path in writable]
+    return volumes, [*mounts, home_mount, ENGINE_API_KEY_FILE.mount(), token_mount()]
 
 
 def _engine_env(model_bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
-    """The agent's environment: the pod's identity and addresses, its token, the caches, the engines' API key."""
+    """The agent's environment: the pod's identity and addresses, its token's path, ``$HOME``, the caches (the engines'
+    API key comes from its file, `llmfleet_command`)."""
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
@@ -190,10 +200,10 @@ def _engine_env(model_bucket: pulumi.Input[str] | None) -> list[dict[str, Any]]:
         {"name": "HOST_IP", "value_from": {"field_ref": {"field_path": "status.hostIP"}}},
         *token_env(),
         {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
+        home_volume("")[2],
         {"name": "HF_HOME", "value": HF_HOME_DIR},
         {"name": "LLMFLEET_MODEL_CACHE", "value": MODEL_STORE_DIR},
         *({"name": k, "value": v} for k, v in COMPILE_CACHE_ENV.items()),
-        engine_api_key_env(),  # the agent hands it to vLLM as $VLLM_API_KEY
     ]
     return env + model_bucket_env(model_bucket)
 
@@ -221,7 +231,7 @@ def _agent_container(
         "name": "agent",
         "image": image,
         "image_pull_policy": spec.images.pull_policy,
-        "command": ["llmfleet"],
+        "command": llmfleet_command([ENGINE_API_KEY_FILE]),  # the agent hands the key to vLLM as $VLLM_API_KEY
         "args": _agent_args(spec, pool),
         "ports": [
             {"name": "agent", "container_port": contract.AGENT_PORT},
@@ -236,7 +246,7 @@ def _agent_container(
         "liveness_probe": http_probe("/healthz", contract.AGENT_PORT, 10, 3),
         "lifecycle": {"pre_stop": {"http_get": {"path": contract.AGENT_PRESTOP_PATH, "port": "agent"}}},
         "volume_mounts": mounts,
-        "security_context": container_security_context(read_only_root=False),
+        "security_context": container_security_context(read_only_root=True),
     }
     return container, volumes
 
@@ -250,7 +260,8 @@ def engine_pod_spec(
     pod: dict[str, Any] = {
         "service_account_name": contract.ENGINE_SERVICE_ACCOUNT,
         "security_context": pod_security_context(),
-        # The agent checks drain callers with TokenReview, as its own account (the account mounts none by default).
+        # The agent checks drain callers with TokenReview, an API call, as its own account: the one pod of the fleet
+        # besides the control plane's that mounts an API token (the account mounts none by default).
         "automount_service_account_token": True,
         "termination_grace_period_seconds": pool.drain.grace_seconds,
         "containers": [container],

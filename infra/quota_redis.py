@@ -1,7 +1,8 @@
 """Quota Redis: the Secret with the gateways' Redis URL and, on ``kubernetes``, the Redis server itself.
 
-Gateways read the URL from the Secret ``llmfleet-quota-redis`` (key ``url``) through the environment variable
-``LLMFLEET_REDIS_URL``, so the password never sits in the rendered stack file. On ``aws`` the URL is the
+Gateways read the URL from the Secret ``llmfleet-quota-redis`` (key ``url``), mounted as a file that the
+container's command exports as ``LLMFLEET_REDIS_URL`` (`infra.k8s_base.llmfleet_command`; no Secret in ``env``),
+so the password never sits in the rendered stack file. On ``aws`` the URL is the
 ElastiCache group's ``rediss://`` one (`infra.quota_cache`). On ``kubernetes`` this component runs one Redis in
 the fleet's namespace: a Deployment of one pod (``Recreate``: never two at once), a ClusterIP Service, its
 config in the same Secret (``requirepass`` from the stack's secret), no persistence (quota counters live
@@ -22,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from fleet.protocol import contract
 from fleet.spec.stack import FleetSpec
+from infra.k8s_base import SecretFile
 from infra.k8s_shapes import shaped
 from infra.quota_cache import REDIS_PORT, check_auth_token
 
@@ -33,7 +35,7 @@ __all__ = [
     "provisions_redis",
     "redis_config",
     "redis_pod_spec",
-    "redis_url_env",
+    "redis_url_files",
 ]
 
 REDIS_IMAGE = "redis:7.2-alpine"
@@ -47,12 +49,19 @@ def provisions_redis(spec: FleetSpec) -> bool:
     return spec.target != "local" and gateway.quota_backend == "redis" and gateway.redis_url is None
 
 
-def redis_url_env(spec: FleetSpec) -> list[dict[str, Any]]:
-    """The gateway's ``$LLMFLEET_REDIS_URL`` from the provisioned Redis' Secret, if the program made one."""
+def redis_url_files(spec: FleetSpec) -> list[SecretFile]:
+    """The gateway's ``$LLMFLEET_REDIS_URL`` as a file of the provisioned Redis' Secret, if the program made one."""
     if not provisions_redis(spec):
         return []
-    ref = {"name": contract.QUOTA_REDIS_NAME, "key": contract.REDIS_URL_KEY}
-    return [{"name": contract.REDIS_URL_ENV, "value_from": {"secret_key_ref": ref}}]
+    return [
+        SecretFile(
+            variable=contract.REDIS_URL_ENV,
+            secret=contract.QUOTA_REDIS_NAME,
+            key=contract.REDIS_URL_KEY,
+            directory="/etc/llmfleet/quota-redis",
+            volume="quota-redis",
+        )
+    ]
 
 
 def redis_config(password: str) -> str:

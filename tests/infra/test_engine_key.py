@@ -1,4 +1,5 @@
-"""The engines' API key on the cluster: one Secret, read by engine and gateway containers only, never inlined."""
+"""The engines' API key on the cluster: one Secret, mounted as a file in engine and gateway containers only, never
+inlined and never in env."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fleet.protocol import contract
 from fleet.protocol.control_auth import ENGINE_API_KEY_ENV
 from fleet.spec.loader import list_stacks, load_spec
 from infra.config import ENGINE_API_KEY_CONFIG
+from infra.k8s_base import ENGINE_API_KEY_FILE
 from infra.offline import run_offline
 from infra.stack_run import PLACEHOLDER_ENGINE_API_KEY, offline_config
 from tests.infra.conftest import stack_run
@@ -25,18 +27,24 @@ MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"
 
 
 def _containers_reading_the_key(stack: str) -> dict[str, set[str]]:
-    """Component -> names of its containers (init containers too) with the key's variable from its Secret."""
+    """Component -> names of its containers (init containers too) mounting the key's Secret, and the command that
+    exports the file as the key's variable."""
     found: dict[str, set[str]] = {}
     for deployment in stack_run(stack).of_type(DEPLOYMENT):
         component = deployment.props["metadata"]["labels"].get(contract.LABEL_COMPONENT, deployment.name)
         pod = deployment.props["spec"]["template"]["spec"]
+        volumes = {
+            v["name"]
+            for v in pod.get("volumes", [])
+            if v.get("secret", {}).get("secretName") == contract.ENGINE_API_KEY_SECRET
+        }
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
-            for variable in container.get("env", []):
-                ref = variable.get("valueFrom", {}).get("secretKeyRef", {})
-                if ref.get("name") == contract.ENGINE_API_KEY_SECRET:
-                    assert variable["name"] == ENGINE_API_KEY_ENV
-                    assert ref["key"] == contract.ENGINE_API_KEY_SECRET_KEY
-                    found.setdefault(component, set()).add(container["name"])
+            mounted = [m for m in container.get("volumeMounts", []) if m["name"] in volumes]
+            if mounted:
+                assert [m["mountPath"] for m in mounted] == [ENGINE_API_KEY_FILE.directory]
+                assert all(m["readOnly"] for m in mounted)
+                assert f'"$$(cat {ENGINE_API_KEY_FILE.path})"' in container["command"][2]
+                found.setdefault(component, set()).add(container["name"])
     return found
 
 
@@ -61,7 +69,8 @@ def test_only_engine_and_gateway_containers_read_the_engine_key(stack: str) -> N
     assert len(engines) == len(load_spec(stack).spec.pools)  # every pool's Deployment, not just one
     for engine in engines:
         (agent,) = engine.props["spec"]["template"]["spec"]["containers"]
-        assert ENGINE_API_KEY_ENV in {v["name"] for v in agent["env"]}
+        assert f"export {ENGINE_API_KEY_ENV}" in agent["command"][2]
+        assert ENGINE_API_KEY_ENV not in {v["name"] for v in agent["env"]}  # a file, never a Secret in env
 
 
 @pytest.mark.parametrize("stack", CLOUD_STACKS)

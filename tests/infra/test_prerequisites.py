@@ -416,11 +416,14 @@ def _gateway_redis_problems(run: OfflineRun) -> list[str]:
     if not secrets or not _redis_servers(run):
         problems.append("no provisioned Redis and Secret")
     problems += [f"does not wait for {r.name}" for r in _quota_objects(run) if not run.depends_on(gateway, r)]
-    (container,) = gateway.props["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e for e in container.get("env", [])}
-    wanted = {"secretKeyRef": {"name": contract.QUOTA_REDIS_NAME, "key": contract.REDIS_URL_KEY}}
-    if contract.REDIS_URL_ENV not in env or env[contract.REDIS_URL_ENV].get("valueFrom") != wanted:
-        problems.append(f"{contract.REDIS_URL_ENV} is not read from the Secret: {env.get(contract.REDIS_URL_ENV)}")
+    pod = gateway.props["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    wanted = {"secretName": contract.QUOTA_REDIS_NAME, "items": [{"key": contract.REDIS_URL_KEY, "path": "url"}]}
+    volumes = [v["name"] for v in pod["volumes"] if v.get("secret") == wanted]
+    mounts = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in volumes]
+    exported = f'{contract.REDIS_URL_ENV}="$$(cat {mounts[0] if mounts else "?"}/url)"'
+    if not mounts or exported not in " ".join(container["command"]):
+        problems.append(f"{contract.REDIS_URL_ENV} is not read from the Secret's file: {container['command']}")
     annotations = gateway.props["metadata"]["annotations"]
     if (annotations[contract.ANN_QUOTA_BACKEND], annotations.get(contract.ANN_REDIS_URL_FROM)) != ("redis", "secret"):
         problems.append(f"annotated {annotations}")
@@ -456,10 +459,14 @@ def test_redis_password_is_only_in_the_redis_and_its_secret_never_in_the_gateway
     url = secret.props["stringData"][contract.REDIS_URL_KEY]
     plain = [{"name": contract.REDIS_URL_ENV, "value": url}]
     broken = _with_props(
-        run, gateway, lambda props: props["spec"]["template"]["spec"]["containers"][0].update(env=plain)
+        run,
+        gateway,
+        lambda props: props["spec"]["template"]["spec"]["containers"][0].update(env=plain, command=["llmfleet"]),
     )
     assert gateway.name in _holding_the_password(broken)
-    assert _gateway_redis_problems(broken) == [f"{contract.REDIS_URL_ENV} is not read from the Secret: {plain[0]}"]
+    assert _gateway_redis_problems(broken) == [
+        f"{contract.REDIS_URL_ENV} is not read from the Secret's file: ['llmfleet']"
+    ]
 
 
 @pytest.mark.parametrize("stack", STACKS)
