@@ -34,7 +34,12 @@ from policies.gpu import (
 from policies.images import images_from_stack_registries, images_pinned_by_digest
 from policies.network import network_default_deny, only_gateway_public
 from policies.paid_capacity import paid_gpu_utilisation
-from policies.pod_security import engines_run_as_non_root
+from policies.pod_security import (
+    api_token_only_where_used,
+    engines_and_gateways_read_only_root,
+    engines_run_as_non_root,
+    secrets_mounted_as_files,
+)
 from policies.prerequisites import cluster_prerequisites_installed
 from policies.scaling import gpu_nodes_can_scale
 from policies.timing import (
@@ -59,6 +64,9 @@ POLICIES: list[Policy] = [
     engine_has_probes,
     engine_grace_covers_drain,
     engines_run_as_non_root,
+    api_token_only_where_used,
+    secrets_mounted_as_files,
+    engines_and_gateways_read_only_root,
     prod_min_replicas,
     prod_capacity_buffer,
     only_gateway_public,

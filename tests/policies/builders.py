@@ -311,17 +311,36 @@ def control_plane(actuator: str = "aws", nodegroups: tuple[str, ...] = ()) -> Re
     args = ["control-plane", "--stack", "/etc/llmfleet/stacks/Pulumi.prod.yaml"]
     for name in nodegroups:
         args += ["--nodegroup", f"a100:{name.rsplit('-', 1)[0]}={name}"]
+    container = {"name": "control-plane", "image": DIGEST_IMAGE, "args": args}
     props = {
         "metadata": {
             "name": contract.CONTROL_PLANE_NAME,
             "labels": {contract.LABEL_COMPONENT: contract.COMPONENT_CONTROL_PLANE},
             "annotations": {contract.ANN_ACTUATOR: actuator},
         },
-        "spec": {
-            "template": {"spec": {"containers": [{"name": "control-plane", "image": DIGEST_IMAGE, "args": args}]}}
-        },
+        "spec": {"template": {"spec": {"serviceAccountName": contract.CONTROL_PLANE_NAME, "containers": [container]}}},
     }
     return Res(type="kubernetes:apps/v1:Deployment", props=props, name="control-plane")
+
+
+def service_account(name: str, automount: bool | None = None, namespace: str = "llmfleet") -> Res:
+    """A ServiceAccount; ``automount`` its automountServiceAccountToken (unset: None)."""
+    props: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}}
+    if automount is not None:
+        props["automountServiceAccountToken"] = automount
+    return Res(type="kubernetes:core/v1:ServiceAccount", props=props, name=f"{name}-sa")
+
+
+def cluster_role_binding(account: str, namespace: str = "default") -> Res:
+    """A ClusterRoleBinding granting a ClusterRole to the ServiceAccount ``account`` of ``namespace``."""
+    props = {
+        "metadata": {"name": account},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+    return Res(
+        type="kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", props=props, name=f"{account}-binding"
+    )
 
 
 def role_policy(resize_arns: tuple[str, ...]) -> Res:

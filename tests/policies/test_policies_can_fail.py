@@ -84,6 +84,8 @@ def _set_arg(flag: str, value: str) -> Callable[[dict[str, Any]], None]:
 
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+OLD_KEY_ENV = {"name": "LLMFLEET_ENGINE_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k", "key": "api-key"}}}
 SERVICE = "kubernetes:core/v1:Service"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ENGINE = _component(contract.COMPONENT_ENGINE)
@@ -236,7 +238,54 @@ BY_PROGRAM_EDIT: dict[str, tuple[str, Callable[[Graph], Graph]]] = {
             DEPLOYMENT, lambda p: p["metadata"]["annotations"].update({contract.ANN_SHUTDOWN_TIMEOUT: "105"}), ENGINE
         ),
     ),
+    "api-token-only-where-used": (
+        "infra/device_plugin.py mounts the default account's API token again (the plugin calls no API)",
+        _edit(DAEMONSET, lambda p: p["spec"]["template"]["spec"].pop("automountServiceAccountToken"), lambda p: True),
+    ),
+    "secrets-mounted-as-files": (
+        "infra/pools.py takes the engines' API key from its Secret through env again (secretKeyRef)",
+        _edit(DEPLOYMENT, _set_engine("env", [OLD_KEY_ENV]), ENGINE),
+    ),
+    "engines-and-gateways-read-only-root": (
+        "infra/pools.py runs the engine on a writable root file system again",
+        _edit(DEPLOYMENT, _set_engine("securityContext", {"readOnlyRootFilesystem": False}), ENGINE),
+    ),
 }
+
+
+def _old_hardening(graph: Graph) -> Graph:
+    """Prod's graph with the settings of before the hardening: the engine's key and the gateway's key and Redis URL
+    from env, the engine's root writable, the device plugin's token mounted, the gateway's account mounting its
+    token (its pod setting none)."""
+    redis_env = {"name": contract.REDIS_URL_ENV, "valueFrom": {"secretKeyRef": {"name": "r", "key": "url"}}}
+    for edit in (
+        BY_PROGRAM_EDIT["api-token-only-where-used"][1],
+        BY_PROGRAM_EDIT["secrets-mounted-as-files"][1],
+        BY_PROGRAM_EDIT["engines-and-gateways-read-only-root"][1],
+        _edit(DEPLOYMENT, _set_engine("env", [OLD_KEY_ENV, redis_env]), GATEWAY),
+        _edit(DEPLOYMENT, lambda p: p["spec"]["template"]["spec"].pop("automountServiceAccountToken"), GATEWAY),
+        _edit(
+            "kubernetes:core/v1:ServiceAccount",
+            lambda p: p.update(automountServiceAccountToken=True),
+            lambda p: p["metadata"]["name"] == contract.GATEWAY_NAME,
+        ),
+    ):
+        graph = edit(graph)
+    return graph
+
+
+def test_the_hardening_policies_fail_the_old_settings_and_pass_the_shipped_graph() -> None:
+    hardening = ("api-token-only-where-used", "secrets-mounted-as-files", "engines-and-gateways-read-only-root")
+    shipped = stack_run("prod").resources
+    assert [v for v in evaluate(shipped, POLICIES) if v.policy in hardening] == []
+    found = sorted((v.policy, v.resource) for v in evaluate(_old_hardening(shipped), POLICIES) if v.policy in hardening)
+    assert found == [
+        ("api-token-only-where-used", "gateway-deployment"),
+        ("api-token-only-where-used", "nvidia-daemonset"),
+        ("engines-and-gateways-read-only-root", "pool-qwen-7b-deployment"),
+        ("secrets-mounted-as-files", "gateway-deployment"),
+        ("secrets-mounted-as-files", "pool-qwen-7b-deployment"),
+    ]
 
 
 def test_every_policy_has_a_way_to_trip_it_from_a_stack_or_the_program() -> None:

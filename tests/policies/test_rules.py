@@ -16,6 +16,7 @@ from tests.policies.builders import (
     bucket,
     capacity_block_group,
     capacity_block_template,
+    cluster_role_binding,
     config_map,
     control_plane,
     custom_resource,
@@ -41,6 +42,7 @@ from tests.policies.builders import (
     role_policy,
     scalable_gpu_group,
     service,
+    service_account,
     spec_configmap,
     sse,
     waiting_for,
@@ -61,7 +63,30 @@ CRDS = helm_release("prometheus-operator-crds")
 SHUTDOWN = contract.ANN_SHUTDOWN_TIMEOUT
 
 # policy name -> (passing resources, failing resources)
+SECRET_ENV = {"name": "LLMFLEET_ENGINE_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k", "key": "api-key"}}}
+SECRET_FILE = {"name": "k", "secret": {"secretName": "k"}}
+READ_ONLY = "container.securityContext.readOnlyRootFilesystem"
+
 CASES: dict[str, tuple[Case, Case]] = {
+    "api-token-only-where-used": (
+        lambda: [
+            control_plane(),
+            cluster_role_binding(contract.CONTROL_PLANE_NAME),  # the control plane calls the API: its token is used
+            engine(**{"pod.serviceAccountName": "engine", "pod.automountServiceAccountToken": False}),
+            gateway_deployment(),
+            service_account("default", automount=False),  # the gateway runs as "default", which mounts none
+        ],
+        # A pod under an account that nothing grants, with no automount setting on the pod or the account.
+        lambda: [engine(**{"pod.serviceAccountName": "engine"}), service_account("engine")],
+    ),
+    "secrets-mounted-as-files": (
+        lambda: [engine(**{"pod.volumes": [SECRET_FILE]}), gateway_deployment()],
+        lambda: [engine(**{"container.env": [SECRET_ENV]})],
+    ),
+    "engines-and-gateways-read-only-root": (
+        lambda: [engine(**{READ_ONLY: True}), control_plane()],  # the control plane is not held to it
+        lambda: [engine(**{READ_ONLY: False}), engine(**{READ_ONLY: None})],
+    ),
     "namespaces-created-first": (
         lambda: [
             NS,
@@ -338,7 +363,13 @@ def test_capacity_buffer_and_paid_gpu_utilisation_are_advisory_and_the_rest_mand
 )
 def test_policy_config_overrides_defaults(config: dict[str, dict[str, object]], expected: list[str]) -> None:
     groups = [gpu_group(z) for z in ZONES]
-    resources = [*groups, NS, waiting_for(spec_configmap(), NS), control_plane()]
+    resources = [
+        *groups,
+        NS,
+        waiting_for(spec_configmap(), NS),
+        control_plane(),
+        cluster_role_binding(contract.CONTROL_PLANE_NAME),
+    ]
     assert [v.policy for v in evaluate(resources, POLICIES, config)] == expected
 
 
@@ -391,7 +422,7 @@ def test_a_gpu_group_without_a_known_instance_type_is_reported_not_priced_at_zer
 
 def test_enforcement_level_override_is_reported() -> None:
     (violation,) = evaluate(
-        [gpu_group("us-east-1a"), control_plane()],
+        [gpu_group("us-east-1a"), control_plane(), cluster_role_binding(contract.CONTROL_PLANE_NAME)],
         POLICIES,
         {"gpu-capacity-spans-zones": {"enforcementLevel": "advisory"}},
     )
