@@ -71,6 +71,7 @@ from gateway.upstream import Upstream
 
 __all__ = ["ENGINE_DEV_PATHS", "GATEWAY", "build_gateway", "create_admin_app", "create_app", "default_session"]
 
+UPSTREAM_KEEPALIVE_S = 4.0  # below vLLM's default 5 s keep-alive (vllm/envs.py, VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
 _MAIN = web.AppKey("main", web.Application)
 _SESSION_HEADER = web.AppKey("session_header", str)  # read by both listeners' header guards
 
@@ -78,8 +79,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def default_session() -> aiohttp.ClientSession:
-    """The one pooled upstream client: unlimited connections (admission bounds them), keep-alive reuse."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, keepalive_timeout=30)
+    """The one pooled upstream client: unlimited connections (admission bounds them), keep-alive reuse.
+
+    An idle pooled connection is dropped after `UPSTREAM_KEEPALIVE_S`, before the engine's own keep-alive timeout
+    closes it: vLLM's API server closes an idle connection after 5 s (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), and a
+    request sent on a connection the engine is closing fails with "Server disconnected" (seen on real vLLM).
+    """
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
     return aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
 

@@ -141,6 +141,10 @@ async def _post(
         )
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamConnectError(str(exc)) from exc
+    except aiohttp.ConnectionTimeoutError as exc:
+        # No connection within timeouts.connectS (a TimeoutError too, which open_stream would take for the
+        # first-token deadline): the request never reached the engine, so another replica may take it.
+        raise UpstreamConnectError(f"no connection within {timeouts.connect_s:g}s") from exc
     except CONNECTION_BROKEN as exc:
         raise _died(exc) from exc
     if resp.status == 200:

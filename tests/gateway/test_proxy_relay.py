@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import aiohttp
 import pytest
 
 from gateway.proxy import SseRelay
@@ -45,3 +46,20 @@ def test_scrape_filter_keeps_exactly_the_load_series() -> None:
     )
     metrics = EngineMetrics.from_text(load_lines(text))
     assert (metrics.running, metrics.waiting, metrics.kv_usage) == (3.0, 2.0, 0.5)
+
+
+class _NoConnection:
+    """A client session whose every connection attempt runs out of time (aiohttp's connect timeout)."""
+
+    async def post(self, *args: Any, **kwargs: Any) -> Any:
+        raise aiohttp.ConnectionTimeoutError("Connection timeout to host")
+
+
+async def test_a_connect_timeout_is_a_connect_failure_another_replica_may_take_not_a_first_token_timeout() -> None:
+    from gateway.errors import UpstreamConnectError
+    from gateway.proxy import Timeouts, open_stream
+
+    timeouts = Timeouts(connect_s=2.0, first_token_s=30.0, total_s=60.0)
+    with pytest.raises(UpstreamConnectError, match="no connection within 2s") as raised:
+        await open_stream(cast(Any, _NoConnection()), "http://engine", b"{}", {}, timeouts, hide_usage=False)
+    assert raised.value.retryable
