@@ -8,6 +8,19 @@ A stream broken mid-way (engine killed, connection lost) is continued with vLLM'
 * completions: the prompt plus the text generated so far (a prompt of token ids cannot take text: not resumed);
 * ``max_tokens`` / ``max_completion_tokens`` (and ``min_tokens``) less the tokens already sent.
 
+Text cannot be continued exactly: the generated ids ("st", "orage") detokenize to text that re-encodes to other ids
+("storage"), so the next engine sees another context and a greedy answer can change at the cut. So a stream the
+gateway may resume asks its engine for ``return_token_ids: true`` (vLLM 0.11+: ``prompt_token_ids`` in the first
+chunk, top level for chat, in the choice for completions; each chunk's own ``token_ids`` in its choice), relays
+the events without them when the client did not ask for them (a present field set back to null, what vLLM sends
+without the flag), and, when every generated token came with its id, continues by token ids instead:
+``POST /v1/completions`` with the prompt's ids plus the generated ids as its ``prompt``, the sampling fields the
+completions API shares (`_TOKEN_PATH_CARRIED`), and a chat's completions chunks rewritten into chat chunks. Ids
+whose text has not been shown yet (the tail of an incomplete UTF-8 character) are left for the next engine to
+generate again. Text resume stays the fallback: an engine that gave no ids, a request whose fields the
+completions API cannot carry (tools, structured output, logprobs), stop strings (vLLM holds back the text that
+could start one, so the shown text lags the ids), a chat with no token limit (completions default to 16).
+
 `Transcript` reads every event relayed to the client: it keeps the text and the tokens (content-bearing events,
 one token each as vLLM streams them), the response's ``id``, ``created`` and ``model``, and whether the stream can
 still be continued faithfully (one choice; nothing but text in the deltas: tool calls, reasoning or a second choice
@@ -33,9 +46,35 @@ from typing import Any
 
 from gateway.body import ParsedRequest
 
-__all__ = ["Transcript", "aborted", "continuation_body"]
+__all__ = ["Continuation", "Transcript", "aborted", "continuation", "continuation_body"]
 
 _TEXT_ONLY_DELTA = frozenset({"role", "content"})
+_IDS = ("prompt_token_ids", "token_ids")  # the fields ``return_token_ids`` adds to an event
+_COMPLETIONS = "/v1/completions"
+_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default (null means it too)
+# Chat fields a completions request takes as they are (vLLM 0.32/0.33 ``CompletionRequest``): sampling, stopping,
+# detokenization and the cache partition. The prompt's own fields (messages, templates, add_generation_prompt...)
+# are in the prompt's ids already; any other field set to something more than its default keeps text resume.
+_TOKEN_PATH_CARRIED = frozenset(
+    {
+        "model", "n", "stream", "stream_options", "user", "cache_salt",
+        "temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "allowed_token_ids", "bad_words",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "length_penalty", "watermarking",
+        "stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
+        "skip_special_tokens", "spaces_between_special_tokens",
+    }
+)  # fmt: skip
+_TOKEN_PATH_DROPPED = frozenset(
+    {
+        "messages", "add_generation_prompt", "continue_final_message", "add_special_tokens", "chat_template",
+        "chat_template_kwargs", "documents", "reasoning_effort", "truncate_prompt_tokens", "truncation_side",
+        "max_tokens", "max_completion_tokens", "return_token_ids", "return_prompt_text", "parallel_tool_calls",
+        "include_reasoning", "echo",
+    }
+)  # fmt: skip
+_PROMPT_LIMITS = ("truncate_prompt_tokens", "truncation_side")  # the ids sent back are the truncated prompt already
+# A field left at one of these changes nothing of the generation.
+_DEFAULTS: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
 
 
 def _dumps(value: Any) -> bytes:
@@ -44,6 +83,53 @@ def _dumps(value: Any) -> bytes:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ids(value: Any) -> list[int] | None:
+    """A list of token ids, else None."""
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return value
+    return None
+
+
+def _hide_ids(payload: dict[str, Any]) -> bool:
+    """Set the ids ``return_token_ids`` added back to null, as vLLM sends them without it; whether any was set."""
+    changed = False
+    for holder in (payload, *(c for c in payload.get("choices") or () if isinstance(c, dict))):
+        for key in _IDS:
+            if holder.get(key) is not None:
+                holder[key], changed = None, True
+    return changed
+
+
+def _ids_only(payload: dict[str, Any]) -> bool:
+    """Whether a chat chunk carries nothing but ids: vLLM would not have sent it without ``return_token_ids``."""
+    if payload.get("usage") is not None or not payload.get("choices"):
+        return False
+    for choice in payload["choices"]:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict) or choice.get("finish_reason") is not None or choice.get("logprobs"):
+            return False
+        if any(v is not None for v in delta.values()):
+            return False
+    return True
+
+
+def _as_chat_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    """A completions chunk's choice as a chat chunk's (a chat continued on /v1/completions)."""
+    text = choice.get("text")
+    finish = choice.get("finish_reason")
+    found: dict[str, Any] = {
+        "index": choice.get("index", 0),
+        "delta": {"content": text if isinstance(text, str) else ""},
+        "logprobs": None,
+        "finish_reason": finish,
+    }
+    if finish is not None:
+        found["stop_reason"] = choice.get("stop_reason")
+    if "token_ids" in choice:
+        found["token_ids"] = choice["token_ids"]
+    return found
 
 
 def aborted(payload: dict[str, Any]) -> bool:
@@ -75,6 +161,19 @@ def _may_resume(parsed: ParsedRequest) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """The request that continues a stream: its body, the engine path it goes to (None: the request's own), the
+    generated tokens it sends back as prompt, and whether the engine answers in completions chunks a chat stream
+    must be rewritten from."""
+
+    body: bytes
+    path: str | None = None
+    sent: int = 0
+    completions_for_chat: bool = False
+    keeps_ids: bool = False  # the prompt's ids and the ids sent stay those of the stream (not re-tokenized text)
+
+
 @dataclass
 class Transcript:
     """A stream as its client has seen it (see the module docstring). Build it with `for_request`."""
@@ -87,11 +186,25 @@ class Transcript:
     finished: bool = False  # a choice carried its finish_reason: only usage and [DONE] were left
     done: bool = False  # [DONE] relayed
     offset: int = -1  # tokens sent before the current engine's part began; -1: still the first engine
+    hide_ids: bool = True  # the client did not ask for return_token_ids: the ids are the gateway's own
+    prompt_ids: list[int] | None = None  # the prompt as the first engine tokenized it
+    ids: list[int] = field(default_factory=list)  # every generated token's id, in order
+    shown: int = 0  # how many of ``ids`` have their text shown (the rest: an incomplete character's bytes)
+    ids_complete: bool = True  # every event with text carried its token ids
+    completions_for_chat: bool = False  # the current engine continues a chat on /v1/completions
 
     @classmethod
     def for_request(cls, parsed: ParsedRequest) -> Transcript | None:
         """A transcript for a request that could be resumed, else None (its stream ends as it always did)."""
-        return cls(parsed.kind) if _may_resume(parsed) else None
+        if not _may_resume(parsed):
+            return None
+        return cls(parsed.kind, hide_ids=parsed.payload.get("return_token_ids") is not True)
+
+    def request_body(self, upstream_body: bytes) -> bytes:
+        """The body the first engine gets: ``upstream_body`` asking for the token ids (resume by token ids)."""
+        if not self.hide_ids:
+            return upstream_body  # the client asked for them itself
+        return _dumps({**json.loads(upstream_body), "return_token_ids": True})
 
     @property
     def text(self) -> str:
@@ -101,10 +214,22 @@ class Transcript:
     def can_continue(self) -> bool:
         return self.resumable and not self.finished and not self.done
 
-    def begin_resumed_part(self) -> None:
-        """The next events come from a new engine continuing the text so far: rewrite them from now on."""
-        self.offset = self.tokens
-        self.done = False
+    @property
+    def has_ids(self) -> bool:
+        """Whether the prompt's ids and an id for every token shown are known: the stream resumes by token ids."""
+        return self.prompt_ids is not None and self.ids_complete
+
+    def begin_resumed_part(self, continued: Continuation | None = None) -> None:
+        """The next events come from a new engine continuing the stream as ``continued`` asks (by default: the text
+        so far): rewrite them from now on."""
+        sent = self.tokens if continued is None else continued.sent
+        self.offset, self.done = sent, False
+        self.completions_for_chat = continued is not None and continued.completions_for_chat
+        if continued is not None and continued.keeps_ids:
+            del self.ids[sent:]  # ids not sent back (their text unshown) come again from the next engine
+            self.shown = self.tokens = sent
+        else:
+            self.ids_complete = False  # the next engine's prompt is re-tokenized text: our ids end here
 
     def relay(self, blob: bytes) -> tuple[bytes, str | None]:
         """Complete events from the engine -> (the bytes to send on, a failure met in them or None).
@@ -148,19 +273,27 @@ class Transcript:
         return b"".join(kept), None
 
     def _relayed(self, payload: dict[str, Any], event: bytes) -> bytes:
-        """``event`` (``payload``'s) as the client gets it: rewritten into the first stream after a resume, or
-        nothing (a resumed engine's role-only first delta); observed either way."""
-        if self.offset >= 0:
+        """``event`` (``payload``'s) as the client gets it: rewritten into the first stream after a resume, without
+        the ids the client did not ask for, or nothing (a resumed engine's role-only first delta, an event that
+        only carried ids); observed either way."""
+        changed = self.offset >= 0
+        if changed:
             rewritten = self._rewrite(payload)
             if rewritten is None:
                 return b""
-            event = b"data: " + _dumps(rewritten) + b"\n\n"
+            payload = rewritten
         self._observe(payload)
-        return event
+        if self.hide_ids and _hide_ids(payload):
+            if self.kind == "chat" and _ids_only(payload):
+                return b""  # vLLM sends a chunk without text only for its ids (return_token_ids)
+            changed = True
+        return b"data: " + _dumps(payload) + b"\n\n" if changed else event
 
     def _observe(self, payload: dict[str, Any]) -> None:
         if self.head is None:
             self.head = (payload.get("id"), payload.get("created"), payload.get("model"))
+        if self.prompt_ids is None and self.offset < 0 and self.kind == "chat":
+            self.prompt_ids = _ids(payload.get("prompt_token_ids"))
         choices = payload.get("choices")
         if not isinstance(choices, list):
             return
@@ -168,6 +301,10 @@ class Transcript:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 self.resumable = False
                 continue
+            if self.prompt_ids is None and self.offset < 0 and self.kind == "completion":
+                self.prompt_ids = _ids(choice.get("prompt_token_ids"))
+            ids = _ids(choice.get("token_ids"))
+            self.ids += ids or ()
             if choice.get("finish_reason") is not None:
                 self.finished = True
             if self.kind == "chat":
@@ -181,12 +318,24 @@ class Transcript:
             if isinstance(text, str) and text:
                 self.parts.append(text)
                 self.tokens += 1
+                if ids is None:
+                    self.ids_complete = False  # this engine does not return token ids
+                self.shown = len(self.ids)
 
     def _rewrite(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         """A resumed engine's event as part of the first stream; None to drop it (its role-only first delta)."""
         if self.head is not None:
             payload["id"], payload["created"], payload["model"] = self.head
         choices = payload.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:  # the client had the prompt's ids (if it asked) from the first engine
+                if isinstance(choice, dict) and choice.get("prompt_token_ids") is not None:
+                    choice["prompt_token_ids"] = None
+            if self.completions_for_chat:
+                payload["object"] = "chat.completion.chunk"
+                choices = payload["choices"] = [_as_chat_choice(c) for c in choices if isinstance(c, dict)]
+        if payload.get("prompt_token_ids") is not None:
+            payload["prompt_token_ids"] = None
         if self.kind == "chat" and isinstance(choices, list):
             kept = []
             for choice in choices:
@@ -217,15 +366,89 @@ class Transcript:
             details["cached_tokens"] = min(cached, prompt)
 
 
-def continuation_body(parsed: ParsedRequest, upstream_body: bytes, transcript: Transcript) -> bytes | None:
-    """The request that continues ``transcript`` (the body first sent upstream, extended); None when it cannot."""
+def continuation(parsed: ParsedRequest, upstream_body: bytes, transcript: Transcript) -> Continuation | None:
+    """The request that continues ``transcript``: by token ids where it can, else by its text (see the module
+    docstring); ``upstream_body`` is the body first sent upstream. None when it cannot be continued."""
     if not transcript.can_continue:
         return None
     if not transcript.parts:  # nothing shown yet but the role delta: ask again (that delta is dropped)
-        return upstream_body
+        return Continuation(upstream_body, keeps_ids=True)
     payload: dict[str, Any] = json.loads(upstream_body)
+    if transcript.has_ids and _token_path_fits(parsed.kind, payload):
+        return _by_ids(parsed.kind, payload, transcript)
+    body = _by_text(parsed.kind, payload, transcript)
+    return None if body is None else Continuation(body, sent=transcript.tokens)
+
+
+def continuation_body(parsed: ParsedRequest, upstream_body: bytes, transcript: Transcript) -> bytes | None:
+    """`continuation`'s body (None when the stream cannot be continued)."""
+    found = continuation(parsed, upstream_body, transcript)
+    return None if found is None else found.body
+
+
+def _token_path_fits(kind: str, payload: dict[str, Any]) -> bool:
+    """Whether a completions request by token ids can carry everything the request asks of the generation."""
+    if payload.get("stop") and payload.get("include_stop_str_in_output") is not True:
+        return False  # vLLM holds back text that may begin a stop string: the text shown lags the ids
+    if payload.get("prompt_logprobs") is not None:
+        return False  # the longer prompt's logprobs are not the client's
+    if kind == "completion":
+        return True  # the same API: every field carries over
+    if _int(payload.get("max_completion_tokens")) is None and _int(payload.get("max_tokens")) is None:
+        return False  # a chat with no limit runs to the context's end; completions stop at 16 by default
+    for message in payload["messages"]:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+            return False  # images and audio are more than their placeholder ids in the prompt
+    for key, value in payload.items():
+        if key in _TOKEN_PATH_CARRIED or key in _TOKEN_PATH_DROPPED or value in _DEFAULTS:
+            continue
+        if key == "response_format" and value == {"type": "text"}:
+            continue
+        return False  # tools, structured output, logprobs, beam search...: no completions equivalent here
+    return True
+
+
+def _left(payload: dict[str, Any], keys: tuple[str, ...], sent: int, default: int | None = None) -> bool:
+    """Take ``sent`` tokens off the request's limits (the first of ``keys`` set, or ``default``) and its
+    ``min_tokens``; False when no token is left."""
+    for key in keys:
+        limit = _int(payload.get(key))
+        if limit is None and key == keys[-1]:
+            limit = default
+        if limit is not None:
+            if limit - sent < 1:
+                return False
+            payload[key] = limit - sent
+    least = _int(payload.get("min_tokens"))
+    if least is not None:
+        payload["min_tokens"] = max(0, least - sent)
+    return True
+
+
+def _by_ids(kind: str, payload: dict[str, Any], transcript: Transcript) -> Continuation | None:
+    """``POST /v1/completions`` with the prompt's ids and the generated ids shown so far as its prompt."""
+    assert transcript.prompt_ids is not None
+    sent = transcript.shown
+    prompt = [*transcript.prompt_ids, *transcript.ids[:sent]]
+    if kind == "chat":
+        limit = _int(payload.get("max_completion_tokens"))
+        body = {key: value for key, value in payload.items() if key in _TOKEN_PATH_CARRIED}
+        body["max_tokens"] = limit if limit is not None else payload["max_tokens"]
+    else:
+        body = {
+            key: value for key, value in payload.items() if key not in ("truncate_prompt_tokens", "truncation_side")
+        }
+    body.update(prompt=prompt, return_token_ids=True)
+    if not _left(body, ("max_tokens",), sent, _COMPLETIONS_DEFAULT_MAX_TOKENS):
+        return None
+    return Continuation(_dumps(body), _COMPLETIONS, sent, completions_for_chat=kind == "chat", keeps_ids=True)
+
+
+def _by_text(kind: str, payload: dict[str, Any], transcript: Transcript) -> bytes | None:
+    """The request with the text shown so far as the assistant's prefill (chat) or the prompt's end."""
     text, sent = transcript.text, transcript.tokens
-    if parsed.kind == "chat":
+    if kind == "chat":
         messages = list(payload["messages"])
         if payload.get("continue_final_message") is True:
             last = messages[-1]
@@ -236,13 +459,6 @@ def continuation_body(parsed: ParsedRequest, upstream_body: bytes, transcript: T
     else:
         prompt = payload["prompt"]
         payload["prompt"] = prompt + text if isinstance(prompt, str) else [prompt[0] + text]
-    for key in ("max_tokens", "max_completion_tokens"):
-        limit = _int(payload.get(key))
-        if limit is not None:
-            if limit - sent < 1:
-                return None
-            payload[key] = limit - sent
-    least = _int(payload.get("min_tokens"))
-    if least is not None:
-        payload["min_tokens"] = max(0, least - sent)
+    if not _left(payload, ("max_tokens", "max_completion_tokens"), sent):
+        return None
     return _dumps(payload)

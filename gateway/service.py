@@ -296,13 +296,13 @@ class Gateway:
         up, out, ep, spans = self.upstream, call.out, attempt.ep, call.spans
         if call.parsed.stream:
             deadline = asyncio.get_running_loop().time() + up.timeouts.total_s
+            session = StreamSession(call, up, self._rewriter(call, ep.id))
             with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
                 headers = spans.headers_for(span, call.headers)
                 hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
-                relay, first = await up.open(ep, call.path, call.body, headers, hide, ends)
+                relay, first = await up.open(ep, call.path, session.body, headers, hide, ends)
             attempt.answered()
             # From here on bytes reach the client: the session owns the attempt, no retry.
-            session = StreamSession(call, up, self._rewriter(call, ep.id))
             return await session.run(Segment(attempt, relay, first), deadline)
         with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
             answer = await up.send(ep, call.path, call.body, spans.headers_for(span, call.headers))

@@ -31,7 +31,7 @@ from gateway.call import Call
 from gateway.dialects import stream_ends, stream_error
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.proxy import CONNECTION_BROKEN, SseRelay
-from gateway.resume import Transcript, continuation_body
+from gateway.resume import Transcript, continuation
 from gateway.routing.base import EndpointView
 from gateway.tracing import fail
 from gateway.upstream import Attempt, Upstream
@@ -50,7 +50,7 @@ class Segment:
     attempt: Attempt
     relay: SseRelay
     first: bytes
-    offset: int = 0  # tokens the client had before this part began (sent back to the engine as text)
+    offset: int = 0  # tokens the client had before this part began (sent back to the engine as its prompt)
 
     def close(self) -> None:
         self.relay.resp.close()
@@ -65,6 +65,8 @@ class StreamSession:
         self.call, self.upstream, self.rewrite = call, upstream, rewrite
         self.transcript = Transcript.for_request(call.parsed) if call.pool.resume_streams else None
         self.resuming = False  # a failure met a stream that can be continued: counted in resumed_streams_total
+        # What the first engine gets: a stream that may be resumed asks for its token ids (`gateway.resume`).
+        self.body = call.body if self.transcript is None else self.transcript.request_body(call.body)
 
     async def run(self, segment: Segment, deadline: float) -> web.StreamResponse:
         """Relay ``segment`` and any resumed ones until ``[DONE]`` or a failure that is not resumed."""
@@ -157,9 +159,10 @@ class StreamSession:
         call, transcript = self.call, self.transcript
         if transcript is None:
             return None
-        body = continuation_body(call.parsed, call.body, transcript)
-        if body is None:
+        continued = continuation(call.parsed, self.body, transcript)
+        if continued is None:
             return None
+        path = continued.path or call.path
         up, out = self.upstream, call.out
         self.resuming = True
         broken.close()
@@ -177,7 +180,7 @@ class StreamSession:
                 with call.spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, "resume") as span:
                     headers = call.spans.headers_for(span, call.headers)
                     hide = not call.parsed.client_wants_usage
-                    relay, first = await up.open(ep, call.path, body, headers, hide, stream_ends(call.parsed.kind))
+                    relay, first = await up.open(ep, path, continued.body, headers, hide, stream_ends(call.parsed.kind))
             except UpstreamError as exc:
                 attempt.close()
                 up.account(ep, exc)
@@ -188,9 +191,10 @@ class StreamSession:
             except BaseException:
                 attempt.close()
                 raise
-            log.info("%s: resumed on %s after %d tokens (%s)", out.request_id, ep.id, transcript.tokens, failure)
-            transcript.begin_resumed_part()
-            return Segment(attempt, relay, first, offset=transcript.tokens)
+            by = "token ids" if continued.keeps_ids else "text"
+            log.info("%s: resumed on %s after %d tokens by %s (%s)", out.request_id, ep.id, continued.sent, by, failure)
+            transcript.begin_resumed_part(continued)
+            return Segment(attempt, relay, first, offset=continued.sent)
         log.warning("%s: not resumed: out of attempts or retry budget", out.request_id)
         return None
 

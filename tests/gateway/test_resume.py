@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.body import parse_body
-from gateway.resume import Transcript, continuation_body
+from gateway.resume import Transcript, continuation, continuation_body
 
 USER = {"role": "user", "content": "Tell me about caches."}
 
@@ -228,3 +228,146 @@ def test_an_abort_on_a_stream_that_cannot_be_continued_is_relayed_as_is() -> Non
     transcript.relay(_event(_chunk(None, tool_calls=[{"index": 0, "id": "t"}])))  # no longer a text prefix
     stream = _event(_aborted(None)) + b"data: [DONE]\n\n"
     assert transcript.relay(stream) == (stream, None)
+
+
+# -- resume by token ids ---------------------------------------------------------------------------------------------
+
+PROMPT_IDS = [1, 2, 3]
+
+
+def _ids_chunk(content: str | None, ids: list[int] | None, **top: Any) -> dict[str, Any]:
+    """A vLLM chat chunk asked for ``return_token_ids``: the delta's ids in the choice, the prompt's at the top."""
+    chunk = _chunk(content)
+    chunk["choices"][0]["token_ids"] = ids
+    return {**chunk, **top}
+
+
+def _ids_stream(pieces: list[tuple[str, list[int] | None]]) -> bytes:
+    role = _chunk("", role="assistant")
+    role["prompt_token_ids"] = PROMPT_IDS
+    return b"".join(_event(e) for e in [role, *(_ids_chunk(t, ids) for t, ids in pieces)])
+
+
+def _continuation(body: dict[str, Any], stream: bytes, kind: str = "chat") -> tuple[Transcript, Any]:
+    parsed = parse_body(json.dumps(body).encode(), kind)
+    transcript = Transcript.for_request(parsed)
+    assert transcript is not None
+    first = transcript.request_body(parsed.upstream_body())
+    transcript.relay(stream)
+    return transcript, continuation(parsed, first, transcript)
+
+
+def test_a_resumable_stream_asks_for_token_ids_and_its_client_sees_none_it_did_not_ask_for() -> None:
+    transcript = _transcript(_chat(max_tokens=10))
+    parsed = parse_body(json.dumps(_chat(max_tokens=10)).encode(), "chat")
+    assert json.loads(transcript.request_body(parsed.upstream_body()))["return_token_ids"] is True
+    sent, failure = transcript.relay(_ids_stream([(" st", [7]), ("orage", [8])]))
+    events = [json.loads(e[5:]) for e in sent.split(b"\n\n") if e]
+    assert failure is None and events[0]["prompt_token_ids"] is None  # null: what vLLM sends without the flag
+    assert [e["choices"][0].get("token_ids") for e in events] == [None, None, None]
+    assert transcript.prompt_ids == PROMPT_IDS and transcript.ids == [7, 8] and transcript.has_ids
+
+
+def test_a_client_that_asked_for_token_ids_gets_them_and_its_body_is_left_alone() -> None:
+    body = _chat(max_tokens=10, return_token_ids=True)
+    parsed = parse_body(json.dumps(body).encode(), "chat")
+    transcript = _transcript(body)
+    assert transcript.request_body(parsed.upstream_body()) == parsed.upstream_body()
+    stream = _ids_stream([(" st", [7])])
+    assert transcript.relay(stream) == (stream, None)
+
+
+def test_a_chat_resumes_on_completions_with_the_prompt_ids_and_the_generated_ids() -> None:
+    body = _chat(max_completion_tokens=10, min_tokens=4, temperature=0, seed=3, top_k=5, stop_token_ids=[9])
+    transcript, continued = _continuation(body, _ids_stream([(" st", [7]), ("orage", [8]), ("", [11])]))
+    assert continued is not None and continued.path == "/v1/completions" and continued.completions_for_chat
+    assert continued.sent == 2  # the id whose text was not shown yet (half a character) is generated again
+    sent = json.loads(continued.body)
+    assert sent == {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+        "seed": 3,
+        "top_k": 5,
+        "stop_token_ids": [9],
+        "min_tokens": 2,
+        "max_tokens": 8,
+        "prompt": [*PROMPT_IDS, 7, 8],
+        "return_token_ids": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "ids"),
+    [
+        ("no-ids", _chat(max_tokens=10), False),
+        ("no-limit", _chat(), True),
+        ("stop-strings", _chat(max_tokens=10, stop=["\n"]), True),
+        ("tools", _chat(max_tokens=10, tools=[{"type": "function", "function": {"name": "f"}}]), True),
+        ("json", _chat(max_tokens=10, response_format={"type": "json_object"}), True),
+        ("logprobs", _chat(max_tokens=10, logprobs=True), True),
+        ("image", _chat(max_tokens=10, messages=[{"role": "user", "content": [{"type": "image_url"}]}]), True),
+    ],
+)  # fmt: skip
+def test_a_stream_falls_back_to_text_resume_where_token_ids_cannot_carry_it(
+    name: str, body: dict[str, Any], ids: bool
+) -> None:
+    pieces: list[tuple[str, list[int] | None]] = [(" the", [7] if ids else None), (" cache", [8] if ids else None)]
+    _, continued = _continuation(body, _ids_stream(pieces))
+    assert continued is not None and continued.path is None and not continued.keeps_ids, name
+    messages = json.loads(continued.body)["messages"]
+    assert messages[-1] == {"role": "assistant", "content": " the cache"}, name
+
+
+def test_a_completions_stream_resumes_by_ids_in_its_own_shape() -> None:
+    body = {"model": "m", "prompt": "Once", "stream": True, "temperature": 0}
+    chunks = [
+        {"id": "cmpl-1", "choices": [{"index": 0, "text": " upon", "prompt_token_ids": PROMPT_IDS, "token_ids": [7]}]},
+        {"id": "cmpl-1", "choices": [{"index": 0, "text": " a", "prompt_token_ids": None, "token_ids": [8]}]},
+    ]
+    _, continued = _continuation(body, b"".join(_event(c) for c in chunks), "completion")
+    assert continued is not None and continued.path == "/v1/completions" and not continued.completions_for_chat
+    sent = json.loads(continued.body)
+    assert sent["prompt"] == [*PROMPT_IDS, 7, 8] and sent["max_tokens"] == 14  # vLLM's default of 16, less 2
+
+
+def test_completions_chunks_continuing_a_chat_read_as_its_chat_chunks() -> None:
+    transcript, continued = _continuation(_chat(max_tokens=10), _ids_stream([(" st", [7]), ("orage", [8])]))
+    transcript.begin_resumed_part(continued)
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    second = [
+        {"id": "cmpl-2", "object": "text_completion", "created": 200, "model": "m",
+         "choices": [{"index": 0, "text": "st", "logprobs": None, "finish_reason": None, "stop_reason": None,
+                      "prompt_token_ids": [*PROMPT_IDS, 7, 8], "token_ids": [7]}]},
+        {"id": "cmpl-2", "object": "text_completion", "created": 200, "model": "m",
+         "choices": [{"index": 0, "text": "orage", "logprobs": None, "finish_reason": "length", "stop_reason": None,
+                      "prompt_token_ids": None, "token_ids": [8]}]},
+        {"id": "cmpl-2", "object": "text_completion", "created": 200, "model": "m", "choices": [], "usage": usage},
+    ]  # fmt: skip
+    sent, failure = transcript.relay(b"".join(_event(e) for e in second) + b"data: [DONE]\n\n")
+    events = [json.loads(e[5:]) for e in sent.split(b"\n\n") if e and e != b"data: [DONE]"]
+    assert failure is None and transcript.done and transcript.text == " storagestorage"
+    assert [(e["id"], e["object"], e["created"]) for e in events] == [("chatcmpl-1", "chat.completion.chunk", 100)] * 3
+    assert [e["choices"] for e in events[:2]] == [
+        [{"index": 0, "delta": {"content": "st"}, "logprobs": None, "finish_reason": None, "token_ids": None}],
+        [{"index": 0, "delta": {"content": "orage"}, "logprobs": None, "finish_reason": "length", "stop_reason": None,
+          "token_ids": None}],
+    ]  # fmt: skip
+    assert events[2]["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert transcript.ids == [7, 8, 7, 8]
+
+
+def test_a_stream_resumed_by_ids_resumes_by_ids_again_and_one_resumed_by_text_does_not() -> None:
+    transcript, continued = _continuation(_chat(max_tokens=10), _ids_stream([(" st", [7])]))
+    transcript.begin_resumed_part(continued)
+    more = {"id": "cmpl-2", "choices": [{"index": 0, "text": "orage", "finish_reason": None, "token_ids": [8]}]}
+    transcript.relay(_event(more))
+    parsed = parse_body(json.dumps(_chat(max_tokens=10)).encode(), "chat")
+    again = continuation(parsed, transcript.request_body(parsed.upstream_body()), transcript)
+    assert again is not None and json.loads(again.body)["prompt"] == [*PROMPT_IDS, 7, 8]
+    assert json.loads(again.body)["max_tokens"] == 8
+    text_only = _transcript(_chat(max_tokens=10))
+    text_only.relay(_event(_chunk(" the")))
+    text_only.begin_resumed_part()
+    assert not text_only.has_ids
