@@ -61,6 +61,7 @@ class GenerationRequest:
     seed: int
     tokenizer: SimTokenizer = APPROX
     cache_salt: str | None = None  # vLLM's prefix-cache partition: block 0's hash takes it
+    return_token_ids: bool = False  # vLLM's ``return_token_ids``: the prompt's and each token's ids in the answer
 
     def to_sim_request(self, request_id: str) -> SimRequest:
         return SimRequest(
@@ -217,6 +218,7 @@ def parse_generation_request(
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0,
         tokenizer=tokenizer,
         cache_salt=cache_salt,
+        return_token_ids=body.get("return_token_ids") is True,
     )
 
 
@@ -259,20 +261,33 @@ class ResponseFramer:
         self._head = f'data: {head},"created":{self.created},"model":{dumps(request.model)},"choices":['
 
     # -- streaming -----------------------------------------------------------------------------------------
-    def _choice(self, text: str, finish: str | None) -> str:
+    def _choice(self, text: str, finish: str | None, ids: str = "") -> str:
+        """One streamed choice; ``ids``: its ``return_token_ids`` fields (``,"token_ids":[...]``), if asked."""
         fin = "null" if finish is None else f'"{finish}"'
         if self.chat:
             tail = "" if finish is None else ',"stop_reason":null'
-            return f'{{"index":0,"delta":{{"content":{dumps(text)}}},"logprobs":null,"finish_reason":{fin}{tail}}}'
-        return f'{{"index":0,"text":{dumps(text)},"logprobs":null,"finish_reason":{fin},"stop_reason":null}}'
+            return f'{{"index":0,"delta":{{"content":{dumps(text)}}},"logprobs":null,"finish_reason":{fin}{tail}{ids}}}'
+        return f'{{"index":0,"text":{dumps(text)},"logprobs":null,"finish_reason":{fin},"stop_reason":null{ids}}}'
+
+    def _token_ids(self, token: int) -> str:
+        """vLLM's ``return_token_ids`` fields of a token's choice: its id, and for completions the prompt's ids in
+        the first one (a chat stream has them in its role chunk)."""
+        if not self.request.return_token_ids:
+            return ""
+        if not self.chat and self.completion_tokens == 1:
+            return f',"prompt_token_ids":{dumps(self.request.prompt_token_ids)},"token_ids":[{token}]'
+        return f',"token_ids":[{token}]'
 
     def chunks(self, tokens: Sequence[int], finish: str | None, prompt_tokens: int) -> bytes:
         """SSE events for ``tokens`` (one per engine step), the last carrying ``finish`` when set."""
         parts: list[str] = []
         if self.chat and not self._started:
+            prompt_ids = ""
+            if self.request.return_token_ids:
+                prompt_ids = f',"prompt_token_ids":{dumps(self.request.prompt_token_ids)}'
             parts.append(
                 f'{self._head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,'
-                '"finish_reason":null}]}\n\n'
+                f'"finish_reason":null}}]{prompt_ids}}}\n\n'
             )
         self._started = True
         usage = ""
@@ -281,7 +296,8 @@ class ResponseFramer:
             self.completion_tokens += 1
             if self.request.continuous_usage:
                 usage = ',"usage":' + dumps(_usage(prompt_tokens, self.completion_tokens, None))
-            choice = self._choice(self.request.tokenizer.token_text(token), finish if i == last else None)
+            text = self.request.tokenizer.token_text(token)
+            choice = self._choice(text, finish if i == last else None, self._token_ids(token))
             parts.append(f"{self._head}{choice}]{usage}}}\n\n")
         if not tokens and finish is not None:
             parts.append(f"{self._head}{self._choice('', finish)}]}}\n\n")
@@ -317,15 +333,20 @@ class ResponseFramer:
             choice: dict[str, Any] = {
                 "index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None,
             }  # fmt: skip
-            return {
+            answer = {
                 "id": self.id, "object": "chat.completion", "created": self.created, "model": self.request.model,
                 "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": usage,
                 "prompt_logprobs": None, "kv_transfer_params": None,
             }  # fmt: skip
+            if self.request.return_token_ids:
+                choice["token_ids"], answer["prompt_token_ids"] = list(tokens), self.request.prompt_token_ids
+            return answer
         choice = {
             "index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
             "prompt_logprobs": None,
         }  # fmt: skip
+        if self.request.return_token_ids:
+            choice.update(token_ids=list(tokens), prompt_token_ids=self.request.prompt_token_ids)
         return {
             "id": self.id, "object": "text_completion", "created": self.created, "model": self.request.model,
             "choices": [choice], "usage": usage, "kv_transfer_params": None,

@@ -148,3 +148,30 @@ def test_an_open_final_message_is_the_closed_prompt_plus_its_text() -> None:
     prompt = chat_prompt_ids(MESSAGES)
     continued = chat_prompt_ids(_messages_with(text), add_generation_prompt=False, continue_final=True)
     assert continued == prompt + encode(text)
+
+
+async def test_return_token_ids_gives_the_ids_and_a_prompt_of_them_continues_the_answer_exactly(
+    start_sim: StartSim,
+) -> None:
+    # vLLM's return_token_ids: the prompt's ids in a chat stream's first chunk (top level) or a completion's first
+    # choice, each chunk's ids in its choice; a completion whose prompt is those ids continues the chat's answer.
+    sim = await start_sim(time_scale=200.0)
+    body = {"model": "qwen", "messages": MESSAGES, "max_tokens": 12, "return_token_ids": True}
+    whole = await _chat(sim, body["messages"], max_tokens=12, return_token_ids=True)
+    prompt_ids, ids = whole["prompt_token_ids"], whole["choices"][0]["token_ids"]
+    assert len(ids) == 12 and prompt_ids == chat_prompt_ids(MESSAGES)
+    events = await sse_events(sim.client, CHAT, {**body, "stream": True})
+    chunks = [e for e in events[:-1] if e["choices"]]
+    assert chunks[0]["prompt_token_ids"] == prompt_ids and "token_ids" not in chunks[0]["choices"][0]
+    assert [i for c in chunks[1:] for i in c["choices"][0]["token_ids"]] == ids
+    assert all("prompt_token_ids" not in c for c in chunks[1:])
+    completion = {"model": "qwen", "prompt": prompt_ids + ids[:5], "max_tokens": 7, "return_token_ids": True}
+    rest = await sse_events(sim.client, "/v1/completions", {**completion, "stream": True})
+    choices = [e["choices"][0] for e in rest[:-1] if e["choices"]]
+    assert choices[0]["prompt_token_ids"] == prompt_ids + ids[:5]
+    assert all("prompt_token_ids" not in c for c in choices[1:])
+    assert [c["token_ids"] for c in choices] == [[i] for i in ids[5:]]
+    assert "".join(c["text"] for c in choices) == filler_text(ids[5:])
+    plain = await sim.client.post("/v1/completions", json=completion)
+    assert plain.json()["choices"][0]["token_ids"] == ids[5:]
+    assert plain.json()["choices"][0]["prompt_token_ids"] == prompt_ids + ids[:5]
