@@ -28,10 +28,11 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.call import Call
+from gateway.continuation import continuation
 from gateway.dialects import stream_ends, stream_error
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.proxy import CONNECTION_BROKEN, SseRelay
-from gateway.resume import Transcript, continuation
+from gateway.resume import Transcript
 from gateway.routing.base import EndpointView
 from gateway.tracing import fail
 from gateway.upstream import Attempt, Upstream

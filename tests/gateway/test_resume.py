@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.body import parse_body
-from gateway.resume import Transcript, continuation, continuation_body
+from gateway.continuation import continuation, continuation_body
+from gateway.resume import Transcript
 
 USER = {"role": "user", "content": "Tell me about caches."}
 
