@@ -274,8 +274,8 @@ class Transcript:
             if isinstance(text, str) and text:
                 self.parts.append(text)
                 self.tokens += 1
-                if ids is None:
-                    self.ids_complete = False  # this engine does not return token ids
+                if not ids:
+                    self.ids_complete = False  # this engine does not return token ids (or text came without any)
                 self.shown = len(self.ids)
 
     def _rewrite(self, payload: dict[str, Any]) -> dict[str, Any] | None:
