@@ -23,6 +23,13 @@ it (vLLM 0.32, the CPU build), so `dropped_flags` leaves them out:
   sets that variable.
 * ``--enable-sleep-mode``: vLLM on CPU refuses to start with it ("Sleep mode is not supported on current
   platform"). ``VLLM_SERVER_DEV_MODE=1`` stays, so ``/sleep`` and ``/wake_up`` still answer; they free nothing.
+
+And on CPU the engine gets ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless the agent's environment sets it: vLLM's
+``auto`` binding pins every engine's worker to the host's first core (reserving the next for its scheduler,
+``vllm/utils/ompmultiprocessing.py``), whatever else runs there, and an agent cannot know how many engines share its
+host. With two replicas on a two-core host, a restarting engine's worker, pinned to the core its busy twin was
+pinned to, took 3 min 45 s to import where the first start took under a minute (the real-engine tier's restart
+window); unbound, the kernel spreads them.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ import shutil
 
 from agent.launchers.base import GPU_MEMORY_FLAG, SLEEP_MODE_FLAG, Launcher
 
-__all__ = ["CPU_KV_CACHE_ENV", "VllmLauncher"]
+__all__ = ["CPU_BIND_ENV", "CPU_KV_CACHE_ENV", "VllmLauncher"]
 
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM on CPU: GiB of host memory for the KV cache (read with int())
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM on CPU: auto (pin to the first cores), nobind, or a core list
 
 
 class VllmLauncher(Launcher, name="vllm"):
@@ -59,8 +67,10 @@ class VllmLauncher(Launcher, name="vllm"):
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        if self.config.device == "cpu" and not env.get(CPU_KV_CACHE_ENV):
-            env[CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+        if self.config.device == "cpu":
+            if not env.get(CPU_KV_CACHE_ENV):
+                env[CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+            env.setdefault(CPU_BIND_ENV, "nobind")  # see the module docstring
         return env
 
     def _cpu_kv_cache(self) -> tuple[str, str]:

@@ -162,6 +162,16 @@ def test_vllm_on_a_cpu_host_gets_its_kv_cache_in_gib_from_the_pool(monkeypatch: 
     assert "VLLM_CPU_KVCACHE_SPACE" not in _vllm("gpu", **{"engine.cpuKvCacheGib": 4}).environment()
 
 
+def test_vllm_on_a_cpu_host_is_not_pinned_to_the_first_core_unless_the_agent_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert _vllm("cpu").environment()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in _vllm("gpu").environment()
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    assert _vllm("cpu").environment()["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
 def test_a_kv_cache_size_in_the_agents_environment_wins_over_the_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
     cpu = _vllm("cpu", **{"engine.cpuKvCacheGib": 4})
