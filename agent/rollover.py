@@ -61,9 +61,8 @@ class Rollover:
             return False
         if self._clock.monotonic() < self._next_lease_try:
             return False
-        ttl = self.pool.drain.grace_seconds + self.pool.cold_start_seconds + 60.0
         try:
-            await self._control.acquire_lease(self.pool.name, self.replica, ttl)
+            await self._control.acquire_lease(self.pool.name, self.replica, self._ttl_s())
         except LeaseRefused:
             self._metrics.leases.labels("refused").inc()
             jitter = 0.5 + self._rand()
@@ -78,6 +77,22 @@ class Rollover:
         self._handled_window = occurrence
         self.held = True
         return True
+
+    def _ttl_s(self) -> float:
+        """One drain and one cold start, with a minute to spare."""
+        return self.pool.drain.grace_seconds + self.pool.cold_start_seconds + 60.0
+
+    async def renew(self) -> None:
+        """While the held lease's restart takes another start (the last one failed or timed out), renew it for one
+        more: otherwise it expires mid-restart and the next replica's lease takes a second replica of the pool down
+        with this one (seen on real vLLM, whose start under load can outlast its cold start). A refused or failed
+        renewal is logged; the restart goes on."""
+        if not self.held:
+            return
+        try:
+            await self._control.acquire_lease(self.pool.name, self.replica, self._ttl_s())
+        except (LeaseRefused, ControlPlaneUnavailable) as exc:
+            log.warning("restart lease not renewed (it may expire before this restart ends): %s", exc)
 
     async def release(self) -> None:
         """Hand the lease back (a failed release is only logged: the lease expires on its own)."""

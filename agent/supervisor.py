@@ -375,6 +375,7 @@ class Supervisor:
             until = now + delay
             while self.state is State.RESTARTING and self._clock.monotonic() < until:
                 await self._waits.pause(until - self._clock.monotonic())
+        await self.rollover.renew()  # a planned restart's lease covers one start; this is another
         if not self._fetched:
             self._fire(State.RESTARTING, Event.REFETCH)
         elif self._fire(State.RESTARTING, Event.RESPAWN):

@@ -297,6 +297,20 @@ async def test_planned_restart_takes_a_lease_restarts_and_releases_it(harness_fa
     assert len(h.world.engines) == 2  # once per window occurrence
 
 
+async def test_a_planned_restart_that_needs_another_start_renews_its_lease_before_it(harness_factory) -> None:
+    # The restarted engine dies at once: its agent starts it again, still holding the lease, and renews it first
+    # so it cannot expire mid-restart and let a second replica of the pool go down too.
+    h = harness_factory(WINDOW_OPEN_NOW, startup_s=1.0)
+    await h.until(lambda: h.supervisor.state is State.READY)
+    h.world.crash_on_start = True
+    await h.until(lambda: len(h.world.engines) == 3)
+    h.world.crash_on_start = False
+    await h.until(lambda: h.supervisor.state is State.READY and len(h.world.engines) >= 3)
+    posts = [r for r in h.desk.requests if r == ("POST", "/v1/leases/restart")]
+    deletes = [r for r in h.desk.requests if r[0] == "DELETE"]
+    assert len(posts) >= 3 and len(deletes) == 1 and not h.desk.holders  # grant, renewals; released once ready
+
+
 async def test_refused_lease_means_no_restart_until_granted(harness_factory) -> None:
     h = harness_factory(WINDOW_OPEN_NOW, startup_s=1.0)
     assert h.desk.holders is not None
