@@ -123,8 +123,8 @@ def _token_path_fits(kind: str, payload: dict[str, Any]) -> bool:
 
 
 def _left(payload: dict[str, Any], keys: tuple[str, ...], sent: int, default: int | None = None) -> bool:
-    """Take ``sent`` tokens off the request's limits (the first of ``keys`` set, or ``default``) and its
-    ``min_tokens``; False when no token is left."""
+    """Take ``sent`` tokens off each of the request's limits ``keys`` that is set (the last one ``default`` when
+    unset) and off its ``min_tokens``; False when no token is left."""
     for key in keys:
         limit = _int(payload.get(key))
         if limit is None and key == keys[-1]:
@@ -141,17 +141,14 @@ def _left(payload: dict[str, Any], keys: tuple[str, ...], sent: int, default: in
 
 def _by_ids(kind: str, payload: dict[str, Any], transcript: Transcript) -> Continuation | None:
     """``POST /v1/completions`` with the prompt's ids and the generated ids shown so far as its prompt."""
-    assert transcript.prompt_ids is not None
     sent = transcript.shown
-    prompt = [*transcript.prompt_ids, *transcript.ids[:sent]]
+    prompt = [*(transcript.prompt_ids or ()), *transcript.ids[:sent]]  # has_ids: the prompt's ids are known
     if kind == "chat":
         limit = _int(payload.get("max_completion_tokens"))
         body = {key: value for key, value in payload.items() if key in _TOKEN_PATH_CARRIED}
         body["max_tokens"] = limit if limit is not None else payload["max_tokens"]
     else:
-        body = {
-            key: value for key, value in payload.items() if key not in ("truncate_prompt_tokens", "truncation_side")
-        }
+        body = {key: value for key, value in payload.items() if key not in _PROMPT_LIMITS}
     body.update(prompt=prompt, return_token_ids=True)
     if not _left(body, ("max_tokens",), sent, _COMPLETIONS_DEFAULT_MAX_TOKENS):
         return None
