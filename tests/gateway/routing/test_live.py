@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from fleet.spec.loader import load_spec
 from gateway.endpoints import static_replica_id
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
@@ -65,10 +64,19 @@ async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims:
     assert shares["p2c"] < shares["random"] * 0.5, shares
 
 
-def _prod_routing() -> dict[str, Any]:
-    """The prod stack's routing block as shipped (filters, scorers, p2c), refreshed faster for the test."""
-    routing = load_spec("prod").spec.gateway.routing.model_dump(by_alias=True, mode="json")
-    return {**routing, "scrapeIntervalS": 0.2}
+# Session affinity under p2c as docs/gateway.md shows it (the prod stack's routing before kv-cache under
+# least-work), refreshed faster for the test.
+P2C_SESSION_ROUTING: dict[str, Any] = {
+    "scrapeIntervalS": 0.2,
+    "filters": [{"name": "ready"}, {"name": "serves-model"}],
+    "scorers": [
+        {"name": "queue-depth", "weight": 2},
+        {"name": "kv-usage", "weight": 1},
+        {"name": "prefix-affinity", "weight": 1},
+        {"name": "session-affinity", "weight": 5},
+    ],
+    "picker": {"name": "p2c"},
+}
 
 
 MAX_SCORE_ROUTING: dict[str, Any] = {
@@ -78,7 +86,7 @@ MAX_SCORE_ROUTING: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("routing", [MAX_SCORE_ROUTING, _prod_routing()], ids=["max-score", "prod-stack-p2c"])
+@pytest.mark.parametrize("routing", [MAX_SCORE_ROUTING, P2C_SESSION_ROUTING], ids=["max-score", "p2c-session"])
 async def test_session_sticks_to_one_replica_until_it_leaves_rotation(
     sims: SimFactory, routing: dict[str, Any]
 ) -> None:

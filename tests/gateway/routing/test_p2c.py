@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from fleet.spec.loader import load_spec
 from gateway.routing import pickers
 from gateway.routing.base import SCORERS, EndpointView, RequestInfo, Router, Scored, anchor, within_bound
 from gateway.routing.scorers.kv_cache import KvCache
 from tests.gateway.builders import endpoint, request
+from tests.support import stacks
 
 PICKS = 2000
 
@@ -145,8 +145,22 @@ def test_the_router_keeps_the_largest_prefill_share_spared_unweighted() -> None:
     assert [(c.affinity, c.spared) for c in seen[0]] == [(pytest.approx(2.4), 0.8), (pytest.approx(1.2), 0.4)]
 
 
-def _prod_router(seed: int) -> Router:
-    routing = load_spec("prod").spec.gateway.routing
+# Session affinity under p2c, as docs/gateway.md shows it (the prod stack's routing before it moved to kv-cache
+# under least-work): a session stays on its replica while p2c's load bound allows.
+SESSION_ROUTING = {
+    "filters": [{"name": "ready"}, {"name": "serves-model"}],
+    "scorers": [
+        {"name": "queue-depth", "weight": 2},
+        {"name": "kv-usage", "weight": 1},
+        {"name": "prefix-affinity", "weight": 1},
+        {"name": "session-affinity", "weight": 5},
+    ],
+    "picker": {"name": "p2c"},
+}
+
+
+def _session_router(seed: int) -> Router:
+    routing = stacks.spec("prod", **{"gateway.routing": SESSION_ROUTING}).gateway.routing
     picker = routing.picker.model_copy(update={"params": {**routing.picker.params, "seed": seed}})
     return Router.from_refs(routing.filters, routing.scorers, picker)
 
@@ -157,9 +171,8 @@ def _route(router: Router, endpoints: list[EndpointView], session: str | None, i
     return decision.endpoint.id
 
 
-def test_prod_routing_keeps_each_session_on_one_replica_until_it_leaves() -> None:
-    assert load_spec("prod").spec.gateway.routing.picker.name == "p2c"
-    router = _prod_router(seed=11)
+def test_session_routing_keeps_each_session_on_one_replica_until_it_leaves() -> None:
+    router = _session_router(seed=11)
     endpoints = [endpoint(x, kv_usage=0.1 * i) for i, x in enumerate("abcd")]
     sessions = [f"user-{i}" for i in range(60)]
     before = {s: {_route(router, endpoints, s, i) for i in range(10)} for s in sessions}
@@ -171,8 +184,8 @@ def test_prod_routing_keeps_each_session_on_one_replica_until_it_leaves() -> Non
     assert {s for s in sessions if after[s] != before[s]} == {s for s in sessions if before[s] == {"b"}}
 
 
-def test_prod_routing_without_a_session_spreads_load() -> None:
-    router = _prod_router(seed=5)
+def test_session_routing_without_a_session_spreads_load() -> None:
+    router = _session_router(seed=5)
     endpoints = [endpoint(x) for x in "abcd"]
     counts = collections.Counter(_route(router, endpoints, None, i) for i in range(400))
     assert set(counts) == set("abcd") and min(counts.values()) > 50, counts
