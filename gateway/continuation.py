@@ -21,13 +21,10 @@ tokens already sent either way.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.body import ParsedRequest
-
-if TYPE_CHECKING:
-    from gateway.resume import Transcript
+from gateway.resume import Continuation, Transcript
 
 __all__ = ["Continuation", "continuation", "continuation_body"]
 
@@ -64,19 +61,6 @@ def _dumps(value: Any) -> bytes:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """The request that continues a stream: its body, the engine path it goes to (None: the request's own), the
-    generated tokens it sends back as prompt, and whether the engine answers in completions chunks a chat stream
-    must be rewritten from."""
-
-    body: bytes
-    path: str | None = None
-    sent: int = 0
-    completions_for_chat: bool = False
-    keeps_ids: bool = False  # the prompt's ids and the ids sent stay those of the stream (not re-tokenized text)
 
 
 def continuation(parsed: ParsedRequest, upstream_body: bytes, transcript: Transcript) -> Continuation | None:

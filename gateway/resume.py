@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.body import ParsedRequest
 
-if TYPE_CHECKING:
-    from gateway.continuation import Continuation
-
-__all__ = ["Transcript", "aborted"]
+__all__ = ["Continuation", "Transcript", "aborted"]
 
 _TEXT_ONLY_DELTA = frozenset({"role", "content"})
 _IDS = ("prompt_token_ids", "token_ids")  # the fields ``return_token_ids`` adds to an event
@@ -128,6 +125,19 @@ def _may_resume(parsed: ParsedRequest) -> bool:
         last = payload["messages"][-1]
         return last.get("role") == "assistant" and isinstance(last.get("content"), str)
     return True
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """The request that continues a stream: its body, the engine path it goes to (None: the request's own), the
+    generated tokens it sends back as prompt, and whether the engine answers in completions chunks a chat stream
+    must be rewritten from."""
+
+    body: bytes
+    path: str | None = None
+    sent: int = 0
+    completions_for_chat: bool = False
+    keeps_ids: bool = False  # the prompt's ids and the ids sent stay those of the stream (not re-tokenized text)
 
 
 @dataclass
