@@ -28,6 +28,7 @@ from engine_sim.block_hash import chain_hashes, external_hash, none_hash
 from fleet.protocol.control_auth import ENGINE_API_KEY_ENV
 from fleet.protocol.keys import DEMO_API_KEY
 from fleet.protocol.promtext import counter_value, gauge_value, parse
+from gateway.cache_salt import CacheSalts
 from gateway.endpoints import static_replica_id
 from tests.gateway.conftest import ADMIN_MARKER
 from tests.support.procs import Proc, Procs
@@ -37,6 +38,7 @@ from tests.vllm.engines import Replica, start_replica, wait_ready_replica
 from tests.vllm.streams import Greedy, SteadyLoad
 
 POOL = "qwen-7b"
+ENGINE_KEY = "sk-engines-vllm-tier"  # the fleet's engine key: agents and gateways hold it
 BLOCK = 128  # the CPU build's KV block size (it refuses 16), which the gateway must learn from the events
 
 
@@ -77,7 +79,7 @@ def fleet(module_procs: Procs, tmp_path_factory: pytest.TempPathFactory) -> Iter
     )
     # One at a time: two engines starting together on two cores take minutes each. The engines' API key is the
     # fleet's: agents give it to their engines, gateways send it and derive their response ids' MAC key from it.
-    env = {ENGINE_API_KEY_ENV: "sk-engines-vllm-tier"}
+    env = {ENGINE_API_KEY_ENV: ENGINE_KEY}
     replicas = [start_replica(module_procs, stack, "r0", env=env), start_replica(module_procs, stack, "r1", env=env)]
     gateways = []
     for seed in (1, 2):
@@ -167,6 +169,19 @@ class KvEvents:
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.connect(address)
 
+    def until_live(self, engine_url: str, tag: str, timeout_s: float = 60.0) -> None:
+        """Send the engine new full blocks until their events arrive: a SUB socket sees nothing published before
+        its subscription reached the publisher."""
+        headers = {"Authorization": f"Bearer {ENGINE_KEY}"}
+        deadline = time.monotonic() + timeout_s
+        for i in range(1000):
+            assert time.monotonic() < deadline, f"no KV event from {engine_url} in {timeout_s} s"
+            prompt = f"{tag} {i}: " + " ".join(f"word{j}" for j in range(200))
+            body = {"model": SERVED, "prompt": prompt, "max_tokens": 1}
+            httpx.post(f"{engine_url}/v1/completions", json=body, headers=headers, timeout=30).raise_for_status()
+            if self.stored(timeout_s=1.0):
+                return
+
     def stored(self, timeout_s: float) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout_s
@@ -186,7 +201,8 @@ class KvEvents:
 
 def test_kv_routing_indexes_the_real_events_and_a_long_prefix_lands_on_its_holder(fleet: Fleet) -> None:
     subscribers = [KvEvents(r.kv_events) for r in fleet.replicas]
-    wait_for(lambda: all(s.socket.poll(0) == 0 for s in subscribers), timeout_s=2, what="subscribed")
+    for n, (replica, subscriber) in enumerate(zip(fleet.replicas, subscribers, strict=True)):
+        subscriber.until_live(replica.engine_url, f"warm {n}")
     # A prompt of 4+ full blocks that no earlier test sent: the first request computes it, the others find it.
     prompt = " ".join(f"segment {i} of the shared system prompt for kv routing." for i in range(70))
     tokenized = httpx.post(f"{fleet.replicas[0].engine_url}/tokenize", json={"model": SERVED, "prompt": prompt})
@@ -203,9 +219,14 @@ def test_kv_routing_indexes_the_real_events_and_a_long_prefix_lands_on_its_holde
     stored = [h for e in events for h in e["block_hashes"]]
     assert {e["block_size"] for e in events} == {BLOCK}
     full = len(tokens) // BLOCK
-    # vLLM's own block hashes of these token ids, as the simulator computes them (engine_sim.block_hash).
-    expected = [external_hash(d) for d in chain_hashes(none_hash(HASH_SEED), tokens, BLOCK, [])]
+    # vLLM's own block hashes of these token ids under the tenant's salt (the gateway salts every request), as
+    # the simulator computes them (engine_sim.block_hash): the salt is block 0's extra key, as the events say.
+    salt = CacheSalts.from_engine_key(ENGINE_KEY).for_tenant("demo")
+    assert events[0]["extra_keys"][0] == [salt] and events[0]["parent_block_hash"] is None
+    expected = [external_hash(d) for d in chain_hashes(none_hash(HASH_SEED), tokens, BLOCK, [], cache_salt=salt)]
     assert stored[:full] == expected[:full]
+    unsalted = [external_hash(d) for d in chain_hashes(none_hash(HASH_SEED), tokens, BLOCK, [])]
+    assert stored[0] != unsalted[0]
 
     def indexed() -> float | None:
         blocks = gauge_value(fleet.gateway_metrics(), "llmfleet_gateway_kv_index_blocks", {"pool": POOL})
