@@ -11,6 +11,7 @@ from typing import Any
 from fleet.protocol.ports import free_port
 from tests.agent.conftest import AgentProc
 from tests.support.procs import Procs
+from tests.support.wait import wait_for
 from tests.vllm.conftest import START_S
 
 __all__ = ["Replica", "start_replica"]
@@ -63,6 +64,17 @@ def start_replica(
 
 
 def wait_ready_replica(proc: Replica, timeout_s: float = START_S) -> dict[str, Any]:
-    """Wait until the agent's ``/readyz`` is 200; its status then (which also records the engine's pid)."""
-    proc.wait_http("/readyz", timeout_s=timeout_s, interval_s=0.5)
-    return proc.status()
+    """Wait until the agent says ready; its status then (which also records the engine's pid). Fails at once when
+    the agent gives up on its engine (``failed``: it crash-looped), with why and the engine's last lines."""
+
+    def ready() -> dict[str, Any] | None:
+        if proc.process.poll() is not None:
+            raise AssertionError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.tail()}")
+        status = proc.status()
+        if status["state"] == "failed":
+            log = status["engine"]["log"]
+            tail = Path(log).read_text(errors="replace")[-3000:] if log and Path(log).exists() else ""
+            raise AssertionError(f"{proc.name} gave up on its engine: {status['last_error']}\n{tail}")
+        return status if status["ready"] else None
+
+    return wait_for(ready, timeout_s=timeout_s, interval_s=0.5, what=f"{proc.name} ready", diagnostics=proc.tail)
