@@ -242,6 +242,7 @@ class Refresher:
         self.interval_s = interval_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.rounds = 0
+        self._slow: dict[str, int] = {}  # endpoint id -> consecutive health probes that timed out
 
     async def run(self) -> None:
         while True:
@@ -287,28 +288,51 @@ class Refresher:
         # engine's adapters are its command line's, fixed for the life of this endpoint (a new URL is a new one).
         if ep.lora and ep.adapters is None:
             models = await self._get(ep.url + "/v1/models")
-            if models is not None:
+            if isinstance(models, str):
                 ep.adapters = served_adapters(models, ep.model)
         health, metrics = await asyncio.gather(self._get(ep.url + "/health"), self._get(ep.url + "/metrics"))
         samples = None  # the scrape's load series, parsed once; None when absent or malformed
-        if metrics is not None:
+        if isinstance(metrics, str):
             with contextlib.suppress(ValueError):
                 samples = parse(load_lines(metrics))
         if self._cp is None:
-            self.endpoints.set_ready(ep, health is not None and not (samples is not None and engine_asleep(samples)))
+            asleep = samples is not None and engine_asleep(samples)
+            self.endpoints.set_ready(ep, self._healthy(ep, health) and not asleep)
         if samples is not None:
             with contextlib.suppress(KeyError):
                 ep.metrics = EngineMetrics.from_samples(samples)
                 ep.metrics_at = self.endpoints._clock.monotonic()
 
-    async def _get(self, url: str) -> str | None:
+    def _healthy(self, ep: Endpoint, health: str | None | _TimedOut) -> bool:
+        """A static replica's readiness from its health probe: an answer other than 200 or a refused connection
+        takes it out at once, but a probe that only timed out does so after `SLOW_PROBES` in a row. An engine
+        whose API server is starved (vLLM on a saturated CPU, the last replica after a drain taking every stream)
+        answers late, not wrongly: one late probe emptied the pool and failed every request for a round."""
+        if not isinstance(health, _TimedOut):
+            self._slow.pop(ep.id, None)
+            return health is not None
+        self._slow[ep.id] = self._slow.get(ep.id, 0) + 1
+        return self._slow[ep.id] < SLOW_PROBES and ep.ready  # a late probe never brings one in
+
+    async def _get(self, url: str) -> str | None | _TimedOut:
+        """The body of a 200, None for any other answer or a failed connection, `TIMED_OUT` past the timeout."""
         try:
             async with self._session.get(url, timeout=self._timeout) as resp:
                 if resp.status != 200:
                     return None
                 return await resp.text()
-        except (aiohttp.ClientError, TimeoutError):
+        except TimeoutError:  # aiohttp's ServerTimeoutError is one too: connected or not, no answer in time
+            return TIMED_OUT
+        except aiohttp.ClientError:
             return None
+
+
+class _TimedOut:
+    """A probe that got no answer within its timeout."""
+
+
+TIMED_OUT = _TimedOut()
+SLOW_PROBES = 3  # health probes in a row that time out before a static replica leaves rotation
 
 
 # The series routing reads; everything else in a scrape (dozens of histograms) is skipped before parsing, which

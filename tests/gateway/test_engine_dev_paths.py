@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -28,11 +29,14 @@ class FakeEngine:
 
     asleep: bool = False
     paths: list[str] = field(default_factory=list)
+    health_delay_s: float = 0.0  # /health answers this late (a starved API server)
+    health_status: int = 200
 
     async def handle(self, request: web.Request) -> web.Response:
         self.paths.append(request.path)
         if request.path == "/health":
-            return web.Response()
+            await asyncio.sleep(self.health_delay_s)
+            return web.Response(status=self.health_status)
         if request.path == "/metrics":
             awake = 0.0 if self.asleep else 1.0
             text = "".join(
@@ -99,3 +103,24 @@ async def test_a_sleeping_static_engine_is_not_routed_to_until_it_is_awake() -> 
             async with session.post(url + "/v1/chat/completions", json=chat, headers=GOLD) as resp:
                 assert resp.status == 200
             assert engine.served == ["/v1/chat/completions"]
+
+
+async def test_a_static_engine_whose_probes_time_out_leaves_rotation_only_after_three_but_a_refusal_at_once() -> None:
+    # A starved engine (vLLM on a saturated CPU) answers late, not wrongly: one late probe used to empty its pool.
+    engine = FakeEngine(asleep=False)
+    async with fake_engine(engine) as engine_url:
+        async with serve(settings_for([engine_url])) as (_, gateway):
+            refresher = gateway.refresher
+            await async_wait_for(lambda: _routable(gateway, 1), timeout_s=10, what="routable")
+            engine.health_delay_s = 5.0  # past any probe timeout (at most 2 s)
+            slow_from = refresher.rounds
+            await async_wait_for(lambda: refresher.rounds >= slow_from + 2, timeout_s=20, what="two late probes")
+            assert _routable(gateway, 1)  # at most two late probes so far
+            await async_wait_for(lambda: _routable(gateway, 0), timeout_s=20, what="out of rotation")
+            assert refresher.rounds >= slow_from + 3
+            engine.health_delay_s = 0.0
+            await async_wait_for(lambda: _routable(gateway, 1), timeout_s=20, what="back once it answers in time")
+            engine.health_status = 503  # an answer: out at the next probe
+            answered_from = refresher.rounds
+            await async_wait_for(lambda: _routable(gateway, 0), timeout_s=20, what="out on a 503")
+            assert refresher.rounds <= answered_from + 2
