@@ -9,6 +9,19 @@ from gateway.routing.base import EndpointView, RequestInfo
 from gateway.service import Gateway
 from tests.support.stacks import MODEL
 
+# Session affinity under p2c, as docs/gateway.md shows it (the prod stack's routing before it moved to kv-cache
+# under least-work): a session stays on its replica while p2c's load bound allows.
+P2C_SESSION_ROUTING: dict[str, Any] = {
+    "filters": [{"name": "ready"}, {"name": "serves-model"}],
+    "scorers": [
+        {"name": "queue-depth", "weight": 2},
+        {"name": "kv-usage", "weight": 1},
+        {"name": "prefix-affinity", "weight": 1},
+        {"name": "session-affinity", "weight": 5},
+    ],
+    "picker": {"name": "p2c"},
+}
+
 
 def endpoint(rid: str = "a", **overrides: Any) -> EndpointView:
     values: dict[str, Any] = {

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from gateway.endpoints import static_replica_id
+from tests.gateway.builders import P2C_SESSION_ROUTING
 from tests.gateway.conftest import SimFactory, serve, settings_for
 from tests.support.stacks import KEYS, MODEL
 
@@ -64,21 +65,6 @@ async def test_p2c_sends_fewer_requests_than_random_to_the_busiest_replica(sims:
     assert shares["p2c"] < shares["random"] * 0.5, shares
 
 
-# Session affinity under p2c as docs/gateway.md shows it (the prod stack's routing before kv-cache under
-# least-work), refreshed faster for the test.
-P2C_SESSION_ROUTING: dict[str, Any] = {
-    "scrapeIntervalS": 0.2,
-    "filters": [{"name": "ready"}, {"name": "serves-model"}],
-    "scorers": [
-        {"name": "queue-depth", "weight": 2},
-        {"name": "kv-usage", "weight": 1},
-        {"name": "prefix-affinity", "weight": 1},
-        {"name": "session-affinity", "weight": 5},
-    ],
-    "picker": {"name": "p2c"},
-}
-
-
 MAX_SCORE_ROUTING: dict[str, Any] = {
     "scrapeIntervalS": 0.2,
     "scorers": [{"name": "session-affinity", "weight": 10}, {"name": "in-flight", "weight": 1}],
@@ -86,7 +72,9 @@ MAX_SCORE_ROUTING: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("routing", [MAX_SCORE_ROUTING, P2C_SESSION_ROUTING], ids=["max-score", "p2c-session"])
+@pytest.mark.parametrize(
+    "routing", [MAX_SCORE_ROUTING, {**P2C_SESSION_ROUTING, "scrapeIntervalS": 0.2}], ids=["max-score", "p2c-session"]
+)
 async def test_session_sticks_to_one_replica_until_it_leaves_rotation(
     sims: SimFactory, routing: dict[str, Any]
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 from gateway.routing import pickers
 from gateway.routing.base import SCORERS, EndpointView, RequestInfo, Router, Scored, anchor, within_bound
 from gateway.routing.scorers.kv_cache import KvCache
-from tests.gateway.builders import endpoint, request
+from tests.gateway.builders import P2C_SESSION_ROUTING, endpoint, request
 from tests.support import stacks
 
 PICKS = 2000
@@ -145,22 +145,8 @@ def test_the_router_keeps_the_largest_prefill_share_spared_unweighted() -> None:
     assert [(c.affinity, c.spared) for c in seen[0]] == [(pytest.approx(2.4), 0.8), (pytest.approx(1.2), 0.4)]
 
 
-# Session affinity under p2c, as docs/gateway.md shows it (the prod stack's routing before it moved to kv-cache
-# under least-work): a session stays on its replica while p2c's load bound allows.
-SESSION_ROUTING = {
-    "filters": [{"name": "ready"}, {"name": "serves-model"}],
-    "scorers": [
-        {"name": "queue-depth", "weight": 2},
-        {"name": "kv-usage", "weight": 1},
-        {"name": "prefix-affinity", "weight": 1},
-        {"name": "session-affinity", "weight": 5},
-    ],
-    "picker": {"name": "p2c"},
-}
-
-
 def _session_router(seed: int) -> Router:
-    routing = stacks.spec("prod", **{"gateway.routing": SESSION_ROUTING}).gateway.routing
+    routing = stacks.spec("prod", **{"gateway.routing": P2C_SESSION_ROUTING}).gateway.routing
     picker = routing.picker.model_copy(update={"params": {**routing.picker.params, "seed": seed}})
     return Router.from_refs(routing.filters, routing.scorers, picker)
 
