@@ -18,13 +18,21 @@ __all__ = ["Greedy", "SteadyLoad", "read_stream"]
 HEADERS = {"Authorization": f"Bearer {DEMO_API_KEY}"}
 
 
-async def read_stream(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[str, str | None]:
+async def read_stream(
+    client: httpx.AsyncClient,
+    body: dict[str, object],
+    on_response: Callable[[httpx.Response], None] | None = None,
+    on_content: Callable[[str], None] | None = None,
+) -> tuple[str, str | None]:
     """One streamed chat completion: (its text, None) or (what it got, why it failed as a client sees it: a
-    status, an error event, an abort, no ``[DONE]``)."""
+    status, an error event, an abort, no ``[DONE]``). ``on_response`` sees the answer's head, ``on_content``
+    each piece of text as it arrives."""
     text: list[str] = []
     done = False
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+            if on_response is not None:
+                on_response(answer)
             if answer.status_code != 200:
                 return "", f"HTTP {answer.status_code}: {(await answer.aread())[:200]!r}"
             async for line in answer.aiter_lines():
@@ -37,7 +45,10 @@ async def read_stream(client: httpx.AsyncClient, body: dict[str, object]) -> tup
                 if "error" in event:
                     return "".join(text), f"error event {event['error']}"
                 for choice in event.get("choices", ()):
-                    text.append(choice.get("delta", {}).get("content") or "")
+                    piece = choice.get("delta", {}).get("content") or ""
+                    text.append(piece)
+                    if on_content is not None and piece:
+                        on_content(piece)
                     if choice.get("finish_reason") == "abort":
                         return "".join(text), "finish_reason abort"
     except httpx.HTTPError as exc:
@@ -66,38 +77,25 @@ class Greedy:
         first = 0
 
         async def one(client: httpx.AsyncClient, prompt: str) -> tuple[str, str]:
-            nonlocal first
             body = {"model": SERVED, "stream": True, "max_tokens": self.max_tokens, "temperature": 0,
                     "ignore_eos": True, "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
             counted = False
-            text: list[str] = []
-            async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
-                failure = None if answer.status_code == 200 else f"HTTP {answer.status_code}"
+
+            def started(piece: str) -> None:
+                del piece  # Unused: the first piece of text is what counts.
+                nonlocal counted, first
+                if not counted:
+                    counted, first = True, first + 1
+                    if on_started is not None and on_started(first):
+                        self.started.set()
+
+            def head(answer: httpx.Response) -> None:
                 self.replicas[prompt] = answer.headers.get("x-llmfleet-replica", "")
-                done = False
-                async for line in answer.aiter_lines():
-                    if not line.startswith("data: ") or failure:
-                        continue
-                    if line == "data: [DONE]":
-                        done = True
-                        continue
-                    event = json.loads(line[6:])
-                    if "error" in event:
-                        failure = f"error event {event['error']}"
-                    for choice in event.get("choices", ()):
-                        content = choice.get("delta", {}).get("content") or ""
-                        text.append(content)
-                        if content and not counted:
-                            counted, first = True, first + 1
-                            if on_started is not None and on_started(first):
-                                self.started.set()
-                        if choice.get("finish_reason") == "abort":
-                            failure = "finish_reason abort"
-                if failure is None and not done:
-                    failure = "no [DONE]"
+
+            text, failure = await read_stream(client, body, on_response=head, on_content=started)
             if failure:
                 self.failures.append((prompt, failure))
-            return prompt, "".join(text)
+            return prompt, text
 
         async with httpx.AsyncClient(base_url=self.gateway, headers=HEADERS, timeout=300) as client:
             results = await asyncio.gather(*(one(client, p) for p in self.prompts()))
