@@ -59,6 +59,7 @@ class CacheSalts:
 
     def __init__(self, key: bytes) -> None:
         self._key = key
+        self._tenants: dict[tuple[str, str | None], str] = {}  # a tenant's salt never changes: computed once
 
     @classmethod
     def from_engine_key(cls, engine_api_key: str | None) -> CacheSalts:
@@ -71,9 +72,14 @@ class CacheSalts:
 
     def for_tenant(self, name: str, cache_group: str | None = None) -> str:
         """The salt of a tenant named ``name`` (of its ``cache_group``, when it has one)."""
-        if cache_group is not None:  # its own label: a group named like a tenant is not that tenant
-            return self._mac(b"group\0" + _field(cache_group.encode()))
-        return self._mac(b"tenant\0" + _field(name.encode()))
+        salt = self._tenants.get((name, cache_group))
+        if salt is None:
+            if cache_group is not None:  # its own label: a group named like a tenant is not that tenant
+                salt = self._mac(b"group\0" + _field(cache_group.encode()))
+            else:
+                salt = self._mac(b"tenant\0" + _field(name.encode()))
+            self._tenants[(name, cache_group)] = salt
+        return salt
 
     def combined(self, base: str, client_salt: str | None) -> str:
         """``base`` (a tenant's salt) with the client's own salt folded in; ``base`` itself without one."""
