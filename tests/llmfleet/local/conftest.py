@@ -123,6 +123,23 @@ class Fleet:
             ignore=(httpx.HTTPError, KeyError),
         )
 
+    async def until_restarted(self, replicas: list[str], *, timeout_s: float) -> list[dict[str, Any]]:
+        """Poll the control plane's lease history until each of ``replicas`` released a restart lease; assert they
+        restarted one at a time (grant, release, grant, release); the history."""
+        async with httpx.AsyncClient(base_url=self.control_plane, timeout=5, headers=self.headers) as cp:
+
+            async def released() -> list[dict[str, Any]] | None:
+                history: list[dict[str, Any]] = (await cp.get("/v1/leases")).json()["history"]
+                done = {h["replica"] for h in history if h["event"] == "release"}
+                return history if done >= set(replicas) else None
+
+            history = await self.until(released, timeout_s=timeout_s, what="the replicas' planned restarts")
+        order = [(h["event"], h["replica"]) for h in history if h["event"] in ("grant", "release")]
+        first, second = order[0][1], order[2][1]
+        assert order[:4] == [("grant", first), ("release", first), ("grant", second), ("release", second)], order
+        assert {first, second} == set(replicas)
+        return history
+
     def tree(self) -> set[int]:
         return {self.up.process.pid} | descendants(self.up.process.pid)
 
