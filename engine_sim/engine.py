@@ -111,7 +111,7 @@ class Engine:
             config.served_model_name,
             config.max_model_len,
             {
-                "block_size": "16",
+                "block_size": str(self.scheduler.kv.block_size),
                 "cache_dtype": "auto",
                 "enable_prefix_caching": str(config.enable_prefix_caching),
                 "gpu_memory_utilization": str(config.gpu_memory_utilization),

@@ -57,6 +57,7 @@ class ServerSettings:
     enable_request_id_headers: bool = False
     tokenizer: SimTokenizer = APPROX  # --tokenizer: prompt ids and the filler words generated
     responses_store: bool = False  # $VLLM_ENABLE_RESPONSES_API_STORE: keep responses for GET and follow-ups
+    version: str = VLLM_VERSION  # what GET /version says: the release the simulated build mimics (engine_sim.platform)
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -105,7 +106,7 @@ class _Routes:
 
     async def version(self, request: web.Request) -> web.Response:
         del request  # Unused.
-        return _json({"version": VLLM_VERSION})
+        return _json({"version": self.settings.version})
 
     async def load(self, request: web.Request) -> web.Response:
         del request  # Unused.
