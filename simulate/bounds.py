@@ -101,11 +101,12 @@ def clairvoyant_paid_gpu_seconds(
 
 
 def infinite_cache_hit_rate(trace: Sequence[TraceRequest]) -> float:
-    """Prompt tokens an infinite shared prefix cache would serve from cache / all prompt tokens."""
+    """Prompt tokens an infinite shared prefix cache would serve from cache / all prompt tokens (a salted request's
+    chain starts from its salt, as the engine's: it reuses only prefixes sent with the same salt)."""
     seen: set[int] = set()
     hits = total = 0
     for r in sorted(trace, key=lambda r: r.t):
-        chain, matched, missed = 0, 0, False
+        chain, matched, missed = hash(("cache_salt", r.cache_salt)) if r.cache_salt else 0, 0, False
         for block in r.prefix_blocks:
             chain = hash((chain, block))
             if not missed and chain in seen:

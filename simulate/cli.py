@@ -5,6 +5,7 @@
     llmfleet simulate --stack prod --trace trace.jsonl --compare all --plot replay.png
     llmfleet simulate --stack prod --trace azure-llm-2023-code.csv --rate-scale 4 --compare oracle --frontier
     llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --routing p2c+kv,oracle-kv --fixed 5,8
+    llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --tenants 8
 
 The trace formats are in `simulate.trace`. ``--rate-scale X`` replays X times the requests per second with the
 trace's time shape, ``--time-scale Y`` multiplies the timestamps (0.25: an hour in 15 minutes, 4x the rate);
@@ -21,6 +22,8 @@ time to P, with ``--frontier`` the frontier with each scaler's point to P with `
 with ``--fixed`` and several routers the routers side by side at each size (``-routing`` added). ``--week`` replays
 the trace once for each day of a week with engines as old as they would be at ``--week-hour`` that day, losing
 ``--degradation-per-72h`` of their speed per 72 h up, with and without the pool's restart windows (`simulate.week`).
+``--tenants N`` splits the trace among N tenants and runs each row twice, with one shared prefix cache and with a
+cache per tenant (the gateway's per-tenant ``cache_salt``), and prints what isolation costs (`simulate.tenants`).
 A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
 
@@ -50,6 +53,7 @@ from simulate.report import (
     write_plot,
     write_routing_plot,
 )
+from simulate.tenants import cost_lines, isolated, split
 from simulate.trace import TraceError, read_trace, scale_trace, synthetic_trace
 from simulate.week import week_report
 
@@ -94,6 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--week-hour", type=float, default=14.0, help="--week: the hour of day replayed (14)")
     parser.add_argument(
         "--degradation-per-72h", type=float, default=0.2, help="--week: speed lost per 72 h of uptime (0.2)"
+    )
+    parser.add_argument(
+        "--tenants",
+        type=int,
+        default=None,
+        help="split the trace among N tenants and replay it with a prefix cache per tenant (isolated) and "
+        "with one shared cache (simulate/tenants.py)",
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
@@ -169,6 +180,10 @@ def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[in
     trace = scale_trace(raw_trace, rate_scale=args.rate_scale, time_scale=args.time_scale, seed=args.seed)
     if args.duration is not None:
         trace = [r for r in trace if r.t < args.duration]
+    if args.tenants is not None:
+        if args.week or args.frontier or args.plot is not None:
+            raise ValueError("--tenants compares caches on the rows alone: drop --week, --frontier and --plot")
+        trace = split(trace, args.tenants, args.seed, isolated=False)
     prepared = prepare(args.stack, trace, pool_name=args.pool, max_model_len=args.max_model_len)
     sizes = parse_sizes(prepared.pool, args.sizes) if args.frontier else []
     if args.jobs < 1:
@@ -207,6 +222,23 @@ def _extra_plots(args: argparse.Namespace, prepared: Prepared, rows: list[Row], 
         print(f"plot: {path}")
 
 
+def _print_tenants(args: argparse.Namespace, shared: Prepared, configs: list[Config]) -> None:
+    """The rows on the trace split among ``--tenants``, with one shared cache and with a cache per tenant."""
+    apart = isolated(shared, args.tenants, args.seed)
+    print(
+        f"tenants: {args.tenants}, each request's drawn by a seeded hash of its id (simulate/tenants.py); infinite "
+        f"cache hit rate {shared.cache_ceiling:.1%} shared, {apart.cache_ceiling:.1%} isolated"
+    )
+    rows: dict[str, list[Row]] = {}
+    for label, prepared in (("shared", shared), ("isolated", apart)):
+        results = run_all(prepared, configs, args.seed, args.jobs)
+        named = [{**row(r, prepared), "configuration": f"{r.name} [{label}]"} for r in results]
+        rows[label] = oracle_shares(named)
+    print(table([*rows["shared"], *rows["isolated"]]))
+    print(f"what isolation costs ({args.tenants} tenant{'s' * (args.tenants != 1)}, the same fleet and plan):")
+    print("\n".join(cost_lines(rows["shared"], rows["isolated"])))
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
@@ -217,6 +249,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmfleet simulate: {exc}", file=sys.stderr)
         return 2
     print(_header(args, prepared, replayed), flush=True)
+    if args.tenants is not None:
+        _print_tenants(args, prepared, configs)
+        print(f"wall: {time.perf_counter() - started:.0f}s")
+        return 0
     if args.week:
         print(week_report(prepared, own, args.week_hour, args.degradation_per_72h, args.seed, args.jobs))
         print(f"wall: {time.perf_counter() - started:.0f}s")

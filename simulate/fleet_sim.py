@@ -43,12 +43,12 @@ from fleet.capacity.plan import admission_capacity
 from fleet.protocol.wire import RATE_WINDOW_S, GatewayReport, ReplicaState
 from fleet.spec.stack import FleetSpec, PoolSpec
 from gateway.reporting import PoolTraffic
-from gateway.routing.base import RequestInfo, Router
+from gateway.routing.base import Router
 from simulate.billing import NodeBilling
 from simulate.kv_oracle import bind_oracle
 from simulate.kvfeed import KV_EVENT_DELAY_S, KvFeed
 from simulate.kvpool import build_replica_scheduler, replica_config
-from simulate.prompts import prompt_text, prompt_tokens
+from simulate.prompts import prompt_tokens, request_info
 from simulate.replica import SCRAPE_S, Replica, add_itls, wake_seconds
 from simulate.result import Result, quantile
 from simulate.trace import TraceRequest
@@ -233,7 +233,7 @@ class FleetSim:
         seqs = self.pool.engine.max_num_seqs
         views = [r.view(self.pool.name, self.model, seqs, now) for r in self.replicas if r.state == ReplicaState.READY]
         tokens = prompt_tokens(a, index)
-        info = RequestInfo(a.rid, self.model, "acme", 8, prompt_text(a), None, now, token_ids=tuple(tokens))
+        info = request_info(a, tokens, self.model, now)
         decision = self.router.route(views, info)
         if decision is None:
             self.result.unrouted += 1
@@ -243,7 +243,7 @@ class FleetSim:
         if replica.scheduler.in_run:  # the step running now is the run's last: the next one may admit this request
             replica.run_seq += 1
             self.push(replica.scheduler.truncate_decode_run(now), "run", (replica, replica.run_seq))
-        replica.scheduler.add(SimRequest(a.rid, tokens, max_tokens=a.output_tokens), now)
+        replica.scheduler.add(SimRequest(a.rid, tokens, max_tokens=a.output_tokens, cache_salt=a.cache_salt), now)
         replica.sent(a.rid, len(tokens), decision.spared)
         self.gw_in_flight += 1
         self.kick(replica, now)

@@ -27,11 +27,14 @@ from gateway.routing.scorers.kv_cache import held_share
 __all__ = ["OracleKv", "bind_oracle", "cached_prefix_blocks", "prefix_cache_keys"]
 
 
-def prefix_cache_keys(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
-    """The keys the simulated engine's prefix cache files ``token_ids``'s full blocks under (`engine_sim.kv`:
-    ``hash((parent, tokens of the block))`` from parent 0)."""
+def prefix_cache_keys(
+    token_ids: Sequence[int], block_size: int = BLOCK_SIZE, cache_salt: str | None = None
+) -> list[int]:
+    """The keys the simulated engine's prefix cache files ``token_ids``'s full blocks under, sent with
+    ``cache_salt`` (`engine_sim.kv`: ``hash((parent, tokens of the block))`` from parent 0, or from
+    ``hash(("cache_salt", salt))`` for a salted request: another salt's blocks never match)."""
     keys: list[int] = []
-    parent = 0
+    parent = hash(("cache_salt", cache_salt)) if cache_salt else 0
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = hash((parent, tuple(token_ids[start : start + block_size])))
         keys.append(parent)
@@ -63,7 +66,7 @@ class OracleKv(Scorer, name="oracle-kv"):
     def score(self, endpoints: Sequence[EndpointView], request: RequestInfo) -> Sequence[float]:
         tokens = request.token_ids or ()
         if self._last[0] != request.request_id:
-            self._last = (request.request_id, prefix_cache_keys(tokens))
+            self._last = (request.request_id, prefix_cache_keys(tokens, cache_salt=request.cache_salt))
         keys = self._last[1]
         if not keys:
             return [0.0] * len(endpoints)

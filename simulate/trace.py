@@ -54,6 +54,8 @@ class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     prefix_blocks: tuple[int, ...] = ()  # ids of 512-token prompt blocks; () = no prefix shared with anything
+    tenant: str = ""  # who sent it (`simulate.tenants`); "" = the trace's one client
+    cache_salt: str | None = None  # the salt its engine gets: its prefix cache is its tenant's (`simulate.tenants`)
 
 
 def _positive_int(value: Any, key: str) -> int:
