@@ -10,7 +10,8 @@ Events (``vllm/distributed/kv_events.py``: msgspec structs with ``tag=True`` and
 msgpack map whose first key is ``"type"``, and defaulted optional fields are left out)::
 
     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h | None, "token_ids": [...],
-     "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [...], "group_idx": 0}
+     "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [...], "group_idx": 0,
+     "kv_cache_spec_kind": "full_attention"}
     {"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU", "group_idx": 0}
     {"type": "AllBlocksCleared"}
 
@@ -141,6 +142,9 @@ class KVEventLog:
                     [cache_salt] if parent is None and i == 0 and cache_salt else None for i in range(len(hashes))
                 ],  # fmt: skip
                 "group_idx": 0,
+                # The KV-cache manager tags stored blocks with their group's spec (vllm/v1/core/kv_cache_manager.py,
+                # 0.32 and 0.33); the sliding window is null for full attention, so omit_defaults leaves it out.
+                "kv_cache_spec_kind": "full_attention",
             }
         )
 

@@ -31,9 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine_sim.answers import whole_answer
 from engine_sim.errors import RequestError
 from engine_sim.request import SimRequest
 from engine_sim.tokenizer import APPROX, SimTokenizer
+from engine_sim.validation import check_sampling, missing_field, schema_error, validation_error
 from fleet.tokenizer import ChatRenderError
 
 __all__ = ["GenerationRequest", "ResponseFramer", "cache_salt_of", "dumps", "parse_generation_request", "served_model"]
@@ -62,6 +64,7 @@ class GenerationRequest:
     tokenizer: SimTokenizer = APPROX
     cache_salt: str | None = None  # vLLM's prefix-cache partition: block 0's hash takes it
     return_token_ids: bool = False  # vLLM's ``return_token_ids``: the prompt's and each token's ids in the answer
+    logprobs: int | None = None  # alternatives per token when log-probabilities are asked for (0: the token's only)
 
     def to_sim_request(self, request_id: str) -> SimRequest:
         return SimRequest(
@@ -108,8 +111,12 @@ def _bool_field(body: Mapping[str, Any], name: str) -> bool | None:
 
 
 def _chat_prompt(body: Mapping[str, Any], tokenizer: SimTokenizer) -> list[int]:
+    if "messages" not in body:
+        raise missing_field(body, "messages")
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+    if not isinstance(messages, list):
+        raise schema_error("list_type", "body.messages", "Input should be a valid list", messages)
+    if not messages or not all(isinstance(m, dict) for m in messages):
         raise _bad("messages must be a non-empty list of message objects", "messages")
     generation_prompt = _bool_field(body, "add_generation_prompt")
     continue_final = _bool_field(body, "continue_final_message") or False
@@ -153,12 +160,13 @@ def _int_field(body: Mapping[str, Any], name: str) -> int | None:
 
 def served_model(body: Any, served_names: Sequence[str]) -> str:
     """The model a request body names (a served name, or the first when it names none), as vLLM checks it:
-    400 for a body that is no JSON object, 404 for a model the server does not serve."""
+    400 for a body that is no JSON object, 404 for a model the server does not serve (naming the served ones)."""
     if not isinstance(body, dict):
         raise _bad("Request body must be a JSON object")
     model = body.get("model") or served_names[0]
     if model not in served_names:
-        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        message = f"The model `{model}` does not exist. Valid aliases: {', '.join(served_names)}."
+        raise RequestError(404, message, "NotFoundError", "model")
     return str(model)
 
 
@@ -178,25 +186,33 @@ def parse_generation_request(
         param = "messages" if kind == "chat" else "prompt"
         raise _bad("the prompt holds a lone UTF-16 surrogate, which is not text", param) from None
     n = _int_field(body, "n")
-    if n is not None and n != 1:
-        raise _bad("the simulator supports n=1 only", "n")
     max_tokens = _int_field(body, "max_completion_tokens")
     if max_tokens is None:
         max_tokens = _int_field(body, "max_tokens")
+    # vLLM's order: the output limit (TokenizeParams), the prompt's length, then the sampling parameters.
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise validation_error(
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            "max_tokens",
+            max_tokens,
+        )
     prompt_len = len(prompt_ids)
     if prompt_len >= max_model_len:
-        raise RequestError(
-            400,
+        # A text prompt is tokenized with truncation at max_model_len + 1, so vLLM only knows "at least" that.
+        text = kind == "chat" or isinstance(body.get("prompt"), str)
+        count = min(prompt_len, max_model_len + 1) if text else prompt_len
+        qualifier = "at least " if count == max_model_len + 1 else ""
+        raise validation_error(
             f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
-            f"{prompt_len} input tokens, which exceeds this limit even without any output tokens. Please "
+            f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please "
             "reduce the length of the input prompt.",
-            "BadRequestError",
             "input_tokens",
+            count,
         )
-    if max_tokens is not None and max_tokens < 1:
-        raise _bad(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
-    if max_tokens is not None and max_tokens > max_model_len:
-        raise _bad(f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}.", "max_tokens")
+    check_sampling(body, max_tokens)
+    if n is not None and n != 1:
+        raise _bad("the simulator supports n=1 only", "n")
     room = max_model_len - prompt_len
     natural: int | None = None
     if max_tokens is None and not body.get("ignore_eos"):
@@ -219,7 +235,15 @@ def parse_generation_request(
         tokenizer=tokenizer,
         cache_salt=cache_salt,
         return_token_ids=body.get("return_token_ids") is True,
+        logprobs=_logprobs(body, kind),
     )
+
+
+def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:
+    """Chat: ``logprobs: true`` with ``top_logprobs`` alternatives; completions: ``logprobs: N``."""
+    if kind == "chat":
+        return (_int_field(body, "top_logprobs") or 0) if body.get("logprobs") is True else None
+    return _int_field(body, "logprobs")
 
 
 def _completion_prompt(prompt: Any, tokenizer: SimTokenizer, add_special_tokens: bool) -> list[int]:
@@ -248,8 +272,11 @@ def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
 class ResponseFramer:
     """Builds one request's response: SSE chunks as bytes (templated for speed) or the final JSON body."""
 
-    def __init__(self, request: GenerationRequest, prompt_details: bool = False) -> None:
+    def __init__(
+        self, request: GenerationRequest, prompt_details: bool = False, fingerprint: str | None = None
+    ) -> None:
         self.request = request
+        self.fingerprint = fingerprint  # vLLM's system_fingerprint: on whole answers and a stream's last chunk
         self.chat = request.kind == "chat"
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         self.id = prefix + uuid.uuid4().hex
@@ -269,22 +296,21 @@ class ResponseFramer:
             return f'{{"index":0,"delta":{{"content":{dumps(text)}}},"logprobs":null,"finish_reason":{fin}{tail}{ids}}}'
         return f'{{"index":0,"text":{dumps(text)},"logprobs":null,"finish_reason":{fin},"stop_reason":null{ids}}}'
 
-    def _token_ids(self, token: int) -> str:
-        """vLLM's ``return_token_ids`` fields of a token's choice: its id, and for completions the prompt's ids in
-        the first one (a chat stream has them in its role chunk)."""
-        if not self.request.return_token_ids:
-            return ""
-        if not self.chat and self.completion_tokens == 1:
-            return f',"prompt_token_ids":{dumps(self.request.prompt_token_ids)},"token_ids":[{token}]'
-        return f',"token_ids":[{token}]'
+    def _token_ids(self, token: int | None) -> str:
+        """A streamed choice's id fields, null unless ``return_token_ids``: the token's id, and for completions
+        the prompt's ids in the first chunk (a chat stream has them in its role chunk)."""
+        own = "null" if token is None or not self.request.return_token_ids else f"[{token}]"
+        if self.chat:
+            return f',"token_ids":{own}'
+        first = self.completion_tokens == 1 and self.request.return_token_ids
+        return f',"prompt_token_ids":{dumps(self.request.prompt_token_ids) if first else "null"},"token_ids":{own}'
 
     def chunks(self, tokens: Sequence[int], finish: str | None, prompt_tokens: int) -> bytes:
         """SSE events for ``tokens`` (one per engine step), the last carrying ``finish`` when set."""
         parts: list[str] = []
         if self.chat and not self._started:
-            prompt_ids = ""
-            if self.request.return_token_ids:
-                prompt_ids = f',"prompt_token_ids":{dumps(self.request.prompt_token_ids)}'
+            ids = dumps(self.request.prompt_token_ids) if self.request.return_token_ids else "null"
+            prompt_ids = f',"prompt_token_ids":{ids},"prompt_text":null'
             parts.append(
                 f'{self._head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,'
                 f'"finish_reason":null}}]{prompt_ids}}}\n\n'
@@ -292,62 +318,38 @@ class ResponseFramer:
         self._started = True
         usage = ""
         last = len(tokens) - 1
+        # The fingerprint rides on the stream's last chunk: the usage chunk when there is one, else the finish.
+        tail = self._fingerprint() if finish is not None and not self.request.include_usage else ""
         for i, token in enumerate(tokens):
             self.completion_tokens += 1
             if self.request.continuous_usage:
                 usage = ',"usage":' + dumps(_usage(prompt_tokens, self.completion_tokens, None))
             text = self.request.tokenizer.token_text(token)
-            choice = self._choice(text, finish if i == last else None, self._token_ids(token))
-            parts.append(f"{self._head}{choice}]{usage}}}\n\n")
+            end = i == last
+            choice = self._choice(text, finish if end else None, self._token_ids(token))
+            parts.append(f"{self._head}{choice}]{usage}{tail if end else ''}}}\n\n")
         if not tokens and finish is not None:
-            parts.append(f"{self._head}{self._choice('', finish)}]}}\n\n")
+            parts.append(f"{self._head}{self._choice('', finish, self._token_ids(None))}]{tail}}}\n\n")
         return "".join(parts).encode()
+
+    def _fingerprint(self) -> str:
+        return "" if self.fingerprint is None else f',"system_fingerprint":{dumps(self.fingerprint)}'
 
     def closing(self, prompt_tokens: int, cached_tokens: int) -> bytes:
         """The optional usage chunk and ``[DONE]``."""
         if not self.request.include_usage:
             return _DONE
         usage = _usage(prompt_tokens, self.completion_tokens, cached_tokens if self.prompt_details else None)
-        return f'{self._head}],"usage":{dumps(usage)}}}\n\n'.encode() + _DONE
+        return f'{self._head}],"usage":{dumps(usage)}{self._fingerprint()}}}\n\n'.encode() + _DONE
 
     def error_event(self, error: RequestError) -> bytes:
         return f"data: {dumps(error.to_json())}\n\n".encode() + _DONE
 
     # -- full responses ------------------------------------------------------------------------------------
     def body(self, tokens: Sequence[int], finish: str, prompt_tokens: int, cached_tokens: int) -> dict[str, Any]:
-        text = self.request.tokenizer.filler_text(tokens)
+        """The whole answer (`engine_sim.answers`): vLLM's full model dump, nulls included."""
         usage = _usage(prompt_tokens, len(tokens), cached_tokens if self.prompt_details else None)
-        if not self.prompt_details:
-            usage["prompt_tokens_details"] = None
-        if self.chat:
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": text,
-                "refusal": None,
-                "annotations": None,
-                "audio": None,
-                "function_call": None,
-                "tool_calls": [],
-                "reasoning_content": None,
-            }
-            choice: dict[str, Any] = {
-                "index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None,
-            }  # fmt: skip
-            answer = {
-                "id": self.id, "object": "chat.completion", "created": self.created, "model": self.request.model,
-                "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": usage,
-                "prompt_logprobs": None, "kv_transfer_params": None,
-            }  # fmt: skip
-            if self.request.return_token_ids:
-                choice["token_ids"], answer["prompt_token_ids"] = list(tokens), self.request.prompt_token_ids
-            return answer
-        choice = {
-            "index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
-            "prompt_logprobs": None,
-        }  # fmt: skip
-        if self.request.return_token_ids:
-            choice.update(token_ids=list(tokens), prompt_token_ids=self.request.prompt_token_ids)
-        return {
-            "id": self.id, "object": "text_completion", "created": self.created, "model": self.request.model,
-            "choices": [choice], "usage": usage, "kv_transfer_params": None,
-        }  # fmt: skip
+        usage.setdefault("prompt_tokens_details", None)
+        usage["completion_tokens_details"] = None
+        head = {"id": self.id, "created": self.created, "fingerprint": self.fingerprint, "usage": usage}
+        return whole_answer(self.request, tokens, finish, head)

@@ -18,6 +18,7 @@ templated bytes and no per-chunk pydantic work.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import time
@@ -29,6 +30,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine_sim import VLLM_VERSION
+from engine_sim.config import EngineConfig
 from engine_sim.embeddings import embedding_body, parse_embedding_request
 from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStream, collect
 from engine_sim.errors import RequestError
@@ -38,7 +40,9 @@ from engine_sim.protocol import GenerationRequest, ResponseFramer, cache_salt_of
 from engine_sim.request import SimRequest
 from engine_sim.responses import ResponsesApi
 from engine_sim.sleep import SleepController, add_sleep_routes
+from engine_sim.tokenize_api import add_tokenize_routes
 from engine_sim.tokenizer import APPROX, SimTokenizer
+from engine_sim.validation import json_body
 
 __all__ = ["ServerSettings", "create_app"]
 
@@ -58,6 +62,14 @@ class ServerSettings:
     tokenizer: SimTokenizer = APPROX  # --tokenizer: prompt ids and the filler words generated
     responses_store: bool = False  # $VLLM_ENABLE_RESPONSES_API_STORE: keep responses for GET and follow-ups
     version: str = VLLM_VERSION  # what GET /version says: the release the simulated build mimics (engine_sim.platform)
+
+
+def system_fingerprint(version: str, config: EngineConfig) -> str:
+    """vLLM's default (``full``) fingerprint: ``vllm-<version>[-tp<N>]-<8 hex of the config's hash>``. The hash is
+    the simulator's own over what it serves (vLLM hashes its whole config), so only the shape matches."""
+    tp = f"-tp{config.tensor_parallel_size}" if config.tensor_parallel_size > 1 else ""
+    digest = hashlib.sha256(repr((config.model, config.served_model_name, config.max_model_len)).encode())
+    return f"vllm-{version}{tp}-{digest.hexdigest()[:8]}"
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -89,6 +101,7 @@ class _Routes:
         self.faults = faults
         self.on_crash = on_crash
         self.created = int(time.time())
+        self.fingerprint = system_fingerprint(settings.version, engine.config)
         lora = engine.config.lora
         self.model_names = settings.served_model_names + (lora.names if lora is not None else ())
         if faults.spec.die_mid_stream_after_tokens is not None:
@@ -203,7 +216,9 @@ class _Routes:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         try:
             # The bytes, as vLLM's server parses them: a charset the client declares is not used (nor looked up).
-            body = json.loads(await request.read())
+            body = json_body(await request.read())
+        except RequestError as exc:
+            return error_response(exc)
         except ValueError as exc:
             return error_response(RequestError(400, f"Invalid JSON body: {exc}"))
         except RecursionError:  # nested past the parser's limit: still the client's error, not the engine's
@@ -215,7 +230,7 @@ class _Routes:
             return error_response(exc)
         if s.enable_force_include_usage and gen.stream:
             gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
-        framer = ResponseFramer(gen, s.enable_prompt_tokens_details)
+        framer = ResponseFramer(gen, s.enable_prompt_tokens_details, self.fingerprint)
         try:
             stream = await self.start(gen, framer.id)
         except RequestError as exc:
@@ -275,8 +290,19 @@ class _Routes:
         self.on_crash()
 
 
+@web.middleware
+async def _fastapi_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """A route that does not exist (or a method it lacks) answers as vLLM's FastAPI app does: JSON ``detail``."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _json({"detail": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed:
+        return _json({"detail": "Method Not Allowed"}, status=405)
+
+
 def _middlewares(settings: ServerSettings, faults: FaultSpec) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
-    out: list[Callable[..., Awaitable[web.StreamResponse]]] = []
+    out: list[Callable[..., Awaitable[web.StreamResponse]]] = [_fastapi_errors]
     if faults.hang:
 
         @web.middleware
@@ -345,6 +371,7 @@ def create_app(
         abort = engine.abort
         ResponsesApi(routes.start, abort, names, s.max_model_len, s.tokenizer, s.responses_store).add_routes(app)
         MessagesApi(routes.start, abort, names, s.max_model_len, s.tokenizer).add_routes(app)
+        add_tokenize_routes(app, names, s.max_model_len, s.tokenizer, error_response)
     if dev_routes:
         app.router.add_post("/reset_prefix_cache", routes.reset_prefix_cache)
     if sleep is not None:

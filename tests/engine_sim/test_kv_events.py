@@ -135,6 +135,7 @@ def test_a_prompts_full_blocks_are_stored_with_their_tokens_and_chained_parents(
         "lora_name": None,
         "extra_keys": [None, None],  # vLLM publishes the list with a null per unsalted block
         "group_idx": 0,
+        "kv_cache_spec_kind": "full_attention",  # set by vLLM's KV-cache manager on stored blocks
     }
     assert second["parent_block_hash"] == VECTOR["vllm-none-hash"][1][1]
     assert second["token_ids"][:8] == list(range(32, 40)) and len(second["token_ids"]) == 16

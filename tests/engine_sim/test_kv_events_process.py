@@ -125,6 +125,7 @@ def test_a_completion_publishes_its_full_blocks_from_seq_0_and_the_replay_return
             "lora_name": None,
             "extra_keys": [None, None],
             "group_idx": 0,
+            "kv_cache_spec_kind": "full_attention",
         }
     ]
     (third_block,) = second[2][1]

@@ -109,10 +109,53 @@ async def test_errors_use_vllm_status_and_json_shape(
         assert error["message"].startswith("This model's maximum context length is 8192 tokens.")
 
 
-async def test_invalid_json_is_a_400(start_sim: StartSim) -> None:
+async def test_invalid_json_is_a_400_in_vllms_validation_shape(start_sim: StartSim) -> None:
     sim = await start_sim()
     response = await sim.client.post(CHAT, content=b"{not json", headers={"content-type": "application/json"})
-    assert response.status_code == 400 and response.json()["error"]["type"] == "BadRequestError"
+    error = response.json()["error"]
+    assert response.status_code == 400 and (error["type"], error["param"]) == ("Bad Request", "body.1")
+    assert error["message"].startswith("1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1'")
+
+
+async def test_sampling_parameters_are_checked_in_vllms_words(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    cases = [({"temperature": -1}, "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)"),
+             ({"top_p": 0}, "top_p must be in (0, 1], got 0.0. (parameter=top_p, value=0.0)"),
+             ({"temperature": 0, "n": 2}, "n must be 1 when using greedy sampling, got 2.")]  # fmt: skip
+    for extra, message in cases:
+        response = await sim.client.post(CHAT, json={**body, **extra})
+        assert response.status_code == 400 and response.json()["error"]["message"] == message
+
+
+async def test_a_missing_field_or_route_answers_as_vllms_fastapi_app_does(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    missing = await sim.client.post(CHAT, json={"model": "qwen", "max_tokens": 4})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "body.messages"
+    nowhere = await sim.client.post("/v1/embeddings", json={"model": "qwen", "input": "hi"})
+    assert (nowhere.status_code, nowhere.json()) == (404, {"detail": "Not Found"})
+
+
+async def test_tokenize_counts_what_generation_counts(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    messages = [{"role": "user", "content": "Name three rivers."}]
+    tokens = (await sim.client.post("/tokenize", json={"model": "qwen", "messages": messages})).json()
+    chat = (await sim.client.post(CHAT, json={"model": "qwen", "messages": messages, "max_tokens": 2})).json()
+    assert tokens["count"] == len(tokens["tokens"]) == chat["usage"]["prompt_tokens"]
+    assert tokens["token_strs"] is None and tokens["max_model_len"] == 8192
+
+
+async def test_logprobs_have_vllms_shapes(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    chat = (await sim.client.post(CHAT, json={**body, "logprobs": True, "top_logprobs": 2})).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == 3 and all(len(c["top_logprobs"]) == 2 for c in content)
+    assert all(c["top_logprobs"][0]["token"] == c["token"] and c["bytes"] == list(c["token"].encode()) for c in content)
+    text = chat["choices"][0]["message"]["content"]
+    assert "".join(c["token"] for c in content) == text
+    plain = (await sim.client.post(CHAT, json=body)).json()
+    assert plain["choices"][0]["logprobs"] is None and plain["system_fingerprint"].startswith("vllm-")
 
 
 async def test_max_tokens_beyond_the_context_is_clamped_not_rejected(start_sim: StartSim) -> None:
@@ -236,7 +279,10 @@ async def test_draining_rejects_new_requests_keeps_health_and_finishes_in_flight
     await async_wait_for(lambda: sim.engine.scheduler.num_running > 0, timeout_s=10, interval_s=0.005, what="running")
     sim.engine.begin_drain()
     rejected = await sim.client.post(CHAT, json=_chat("late"))
-    assert rejected.status_code == 503 and rejected.json()["error"]["code"] == 503
+    assert (
+        rejected.status_code == 500
+        and rejected.json()["error"]["message"] == "cannot schedule new futures after shutdown"
+    )
     assert (await sim.client.get("/health")).status_code == 200
     assert len(encode(await in_flight)) == 100
     await asyncio.wait_for(sim.engine.wait_idle(), 5)

