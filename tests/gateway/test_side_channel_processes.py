@@ -1,8 +1,9 @@
 """The prefix-cache side channel, played as an attacker through a gateway process in front of a simulated engine.
 
-Tenant B times the first token of guesses at tenant A's ~1,500-token secrets (`tests.support.side_channel`). The
-simulator runs at half its model's time (a miss prefills the secret in about 60 ms, a hit skips all but its last
-block): where the tenants share a ``cacheGroup`` the right guess is told apart every time (AUC near 1); with the
+Tenant B times the first token of guesses at tenant A's ~1,700-token secrets (`tests.support.side_channel`; the
+simulator counts tokens with the tiny model's tokenizer, as the real engine's tier does). The simulator runs at a
+quarter of its model's time (a miss prefills the secret in about 35 ms, a hit skips all but its last block): where
+the tenants share a ``cacheGroup`` the right guess is told apart (AUC 1.0 in every run; the bound is 0.9); with the
 default per-tenant salts it is not (AUC within 4 standard deviations of 0.5 for the sample counts, so a false
 alarm is a 1-in-15,000 event). One engine, so routing cannot split A's and B's requests; one gateway whose stack
 holds both pairs of tenants.
