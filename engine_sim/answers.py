@@ -12,17 +12,32 @@ list of tokens with ``bytes`` and ``top_logprobs``; completions' parallel ``toke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from engine_sim.protocol import GenerationRequest
-    from engine_sim.tokenizer import SimTokenizer
+from engine_sim.tokenizer import SimTokenizer
 
-__all__ = ["whole_answer"]
+__all__ = ["AnsweredRequest", "whole_answer"]
+
+
+class AnsweredRequest(Protocol):
+    """What an answer reads of its request (`engine_sim.protocol.GenerationRequest` has it)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def prompt_token_ids(self) -> list[int]: ...
+    @property
+    def tokenizer(self) -> SimTokenizer: ...
+    @property
+    def return_token_ids(self) -> bool: ...
+    @property
+    def logprobs(self) -> int | None: ...
 
 
 def whole_answer(
-    request: GenerationRequest, tokens: Sequence[int], finish: str, head: Mapping[str, Any]
+    request: AnsweredRequest, tokens: Sequence[int], finish: str, head: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``head``: the answer's ``id``, ``created``, ``fingerprint`` and ``usage``."""
     text = request.tokenizer.filler_text(tokens)

@@ -7,7 +7,11 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 (see `engine_sim.faults`). ``--seed`` is vLLM's own flag and also seeds jitter and injected errors.
 ``--enable-sleep-mode`` is vLLM's: with ``VLLM_SERVER_DEV_MODE=1`` in the environment (read as vLLM reads it,
 ``bool(int(value))``, so ``true`` fails at startup) the sleep-mode endpoints are served (`engine_sim.sleep`);
-``VLLM_SERVER_DEV_MODE=1`` alone serves ``/reset_prefix_cache``. ``--kv-events-config`` publishes vLLM's KV-cache
+``VLLM_SERVER_DEV_MODE=1`` alone serves ``/reset_prefix_cache``. ``--gpu-profile cpu-tiny`` plays vLLM's CPU build
+(`engine_sim.platform`): ``/version`` 0.32.0, 128-token KV blocks (``--block-size`` 16 refused at start, as there),
+``--enable-sleep-mode`` refused at start, dev mode alone serving sleep routes that free nothing, the KV cache sized
+by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) when set, and the CPU engine's measured step times.
+``--kv-events-config`` publishes vLLM's KV-cache
 events over ZMQ (`engine_sim.kv_events`, `engine_sim.kv_publisher`), hashed with ``$PYTHONHASHSEED`` and
 ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them. ``--tokenizer PATH`` is vLLM's flag ("Name or path
 of the Hugging Face tokenizer to use"), here a local folder only (``tokenizer.json`` and a chat template,
@@ -44,12 +48,13 @@ from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.kv_events import KVEventsConfig, KVEventSettings, parse_kv_events_config
 from engine_sim.kv_publisher import ZmqKVEventPublisher
 from engine_sim.lora import LoraSettings, parse_lora_modules
+from engine_sim.platform import platform_of
 from engine_sim.responses import store_enabled
 from engine_sim.server import ServerSettings, create_app
 from engine_sim.sleep import SleepController, WakeTiming
 from engine_sim.startup import StartupPhases, run_startup
 from engine_sim.tokenizer import APPROX, SimTokenizer, load_file_tokenizer
-from fleet.capacity.catalog import GPUS, MODELS, ModelFacts
+from fleet.capacity.catalog import GIB, GPUS, MODELS, ModelFacts
 from fleet.tokenizer import TokenizerError
 
 __all__ = ["add_arguments", "build", "main", "run"]
@@ -81,7 +86,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--long-prefill-token-threshold", type=int, default=0)
     v.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     v.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    v.add_argument("--block-size", type=int, choices=[16], default=16)
+    v.add_argument("--block-size", type=int, default=None, help="tokens per KV block (default: 16; CPU build: 128)")
     v.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "half"])
     v.add_argument("--kv-cache-dtype", default="auto", choices=["auto"])
     v.add_argument("--shutdown-timeout", type=float, default=0.0)
@@ -105,7 +110,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--enable-sleep-mode", action="store_true", help="sleep/wake endpoints (VLLM_SERVER_DEV_MODE=1)")
     v.add_argument("--kv-events-config", type=parse_kv_events_config, default=None, help="KVEventsConfig JSON")
     s = p.add_argument_group("simulator flags")
-    s.add_argument("--gpu-profile", default="a100-80gb", choices=sorted(GPUS))
+    s.add_argument(
+        "--gpu-profile", default="a100-80gb", choices=sorted(GPUS), help="cpu-tiny: vLLM's CPU build on two cores"
+    )
     s.add_argument("--time-scale", type=float, default=1.0, help="run the model clock X times faster than wall")
     s.add_argument("--startup-seconds", type=float, default=2.0, help="wall seconds the port refuses connections")
     s.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma of step-time noise")
@@ -148,7 +155,7 @@ class ServeOptions:
     time_scale: float
     startup_seconds: float
     shutdown_timeout: float
-    sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1
+    sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1 (the CPU build: dev mode alone)
     dev_routes: bool = False  # VLLM_SERVER_DEV_MODE=1
     runner: str = "generate"  # --runner (auto: the simulated models generate)
 
@@ -162,6 +169,8 @@ def build(args: argparse.Namespace) -> ServeOptions:
         raise ConfigError("--time-scale must be > 0")
     names = tuple(args.served_model_name or [args.model])
     dev_mode = _dev_mode(os.environ.get("VLLM_SERVER_DEV_MODE", "0"))
+    platform = platform_of(args.gpu_profile)
+    platform.check(args.block_size or platform.default_block_size, args.enable_sleep_mode)
     config = _engine_config(args, facts, names)
     num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
     settings = ServerSettings(
@@ -174,6 +183,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         enable_request_id_headers=args.enable_request_id_headers,
         tokenizer=_tokenizer(args.tokenizer),
         responses_store=store_enabled(os.environ),
+        version=platform.vllm_version,
     )
     return ServeOptions(
         config,
@@ -184,7 +194,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         args.time_scale,
         args.startup_seconds,
         args.shutdown_timeout,
-        sleep_routes=args.enable_sleep_mode and dev_mode,
+        sleep_routes=dev_mode and (args.enable_sleep_mode or not platform.sleep_mode),
         dev_routes=dev_mode,
         runner="pooling" if args.runner == "pooling" else "generate",
     )
@@ -222,6 +232,20 @@ def _kv_events(config: KVEventsConfig | None) -> KVEventSettings | None:
     return KVEventSettings(config, os.environ.get("PYTHONHASHSEED", DEFAULT_NONE_HASH_SEED), int_hashes)
 
 
+def _cpu_kv_cache_bytes(args: argparse.Namespace) -> int | None:
+    """The CPU build's KV cache: ``--kv-cache-memory-bytes``, else ``VLLM_CPU_KVCACHE_SPACE`` GiB (read with int(),
+    as vLLM reads it) when set and not 0, else None (sized from the profile's memory, as on a GPU)."""
+    flag: int | None = args.kv_cache_memory_bytes
+    if flag is not None or platform_of(args.gpu_profile).step_costs is None:
+        return flag
+    raw = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "0")
+    try:
+        gib = int(raw)
+    except ValueError:
+        raise ConfigError(f"VLLM_CPU_KVCACHE_SPACE must be an integer (GiB), got {raw!r}") from None
+    return gib * GIB if gib > 0 else None
+
+
 def _lora(args: argparse.Namespace, names: tuple[str, ...]) -> LoraSettings | None:
     """``--enable-lora`` and its modules; their names may not clash with the served names."""
     if not args.enable_lora:
@@ -251,13 +275,14 @@ def _engine_config(args: argparse.Namespace, facts: ModelFacts, names: tuple[str
         enable_prefix_caching=args.enable_prefix_caching,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         num_gpu_blocks_override=args.num_gpu_blocks_override,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=_cpu_kv_cache_bytes(args),
         jitter=args.jitter,
         degradation_per_72h=args.degradation_per_72h,
         slowdown=args.fault_slowdown,
         seed=args.seed,
         lora=_lora(args, names),
         kv_events=_kv_events(args.kv_events_config),
+        block_size=args.block_size,
     )
 
 
@@ -285,7 +310,12 @@ def _sleep_controller(opts: ServeOptions, engine: Engine) -> SleepController | N
     if not opts.sleep_routes:
         return None
     log.warning("SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!")
-    return SleepController(engine, WakeTiming.for_config(opts.config), opts.faults.wake_changes_tokens)
+    return SleepController(
+        engine,
+        WakeTiming.for_config(opts.config),
+        opts.faults.wake_changes_tokens,
+        frees_memory=opts.config.platform.sleep_mode,
+    )
 
 
 async def _start_publisher(config: EngineConfig, engine: Engine) -> ZmqKVEventPublisher | None:
@@ -328,13 +358,13 @@ async def serve(opts: ServeOptions) -> int:
         opts.config.gpu.name,
         opts.startup_seconds,
     )
-    if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), stop, log):
+    if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), stop, log, opts.config.platform):
         return 0  # terminated while starting
     engine = Engine(opts.config, time_scale=opts.time_scale)
     publisher = await _start_publisher(opts.config, engine)
     engine.start()
     blocks = engine.scheduler.kv.pool.num_blocks
-    log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * 16, blocks)
+    log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * opts.config.block_tokens, blocks)
 
     def on_crash() -> None:
         nonlocal exit_code

@@ -2,7 +2,9 @@
 
 ``num_gpu_blocks`` comes from `fleet.capacity.plan.kv_budget_bytes` and `fleet.capacity.perf.kv_bytes_per_token`, the
 same functions ``llmfleet plan`` uses, so a replica's simulated KV cache is the one the plan assumes.
-``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` mirror vLLM's flags of the same names.
+``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` mirror vLLM's flags of the same names. The platform
+(`engine_sim.platform`, from the GPU profile) sets the KV block size unless ``block_size`` does, and the step
+costs: the roofline on a GPU, the measured per-step costs on the CPU build.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine_sim.errors import ConfigError
-from engine_sim.kv import BLOCK_SIZE, BlockPool, KVCacheManager
+from engine_sim.kv import BlockPool, KVCacheManager
 from engine_sim.kv_events import KVEventLog, KVEventSettings
 from engine_sim.lora import LoraSettings
+from engine_sim.platform import Platform, platform_of
 from engine_sim.scheduler import Scheduler, SchedulerConfig
 from engine_sim.timing import StepTimer
 from fleet.capacity.catalog import GIB, GPUS, GpuType, ModelFacts
@@ -46,6 +49,7 @@ class EngineConfig:
     seed: int = 0
     lora: LoraSettings | None = None  # --enable-lora
     kv_events: KVEventSettings | None = None  # --kv-events-config
+    block_size: int | None = None  # --block-size; None: the platform's default (16 on a GPU, 128 on the CPU build)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -54,6 +58,15 @@ class EngineConfig:
             return GPUS[self.gpu_profile]
         except KeyError:
             raise ConfigError(f"unknown --gpu-profile {self.gpu_profile!r}; known: {sorted(GPUS)}") from None
+
+    @property
+    def platform(self) -> Platform:
+        return platform_of(self.gpu_profile)
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens per KV block: ``block_size``, else the platform's default."""
+        return self.block_size if self.block_size is not None else self.platform.default_block_size
 
     @property
     def step_model(self) -> StepTimeModel:
@@ -79,8 +92,8 @@ def num_gpu_blocks(config: EngineConfig) -> int:
                 f"initializing the engine (model needs more than {config.gpu.memory_gib:g} GiB x "
                 f"{config.gpu_memory_utilization:g} on {config.gpu.name})."
             )
-        blocks = int(budget // (kv_bytes_per_token(config.facts) * BLOCK_SIZE))
-    capacity = blocks * BLOCK_SIZE
+        blocks = int(budget // (kv_bytes_per_token(config.facts) * config.block_tokens))
+    capacity = blocks * config.block_tokens
     if capacity < config.max_model_len:
         per_token = kv_bytes_per_token(config.facts)
         raise ConfigError(
@@ -104,9 +117,10 @@ def build_scheduler(
     classes that behave the same (`simulate.kvpool`)."""
     pool = pool_type(num_gpu_blocks(config), enable_caching=config.enable_prefix_caching)
     if config.kv_events is not None and config.kv_events.config.publishes and config.enable_prefix_caching:
-        pool.events = KVEventLog(config.kv_events, BLOCK_SIZE)
+        pool.events = KVEventLog(config.kv_events, config.block_tokens)
     timer = StepTimer(
         config.step_model,
+        cpu=config.platform.step_costs,
         jitter=config.jitter,
         degradation_per_72h=config.degradation_per_72h,
         slowdown=config.slowdown,
@@ -118,4 +132,4 @@ def build_scheduler(
         max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
     )
-    return Scheduler(sched_config, manager_type(pool), timer, started_at=started_at)
+    return Scheduler(sched_config, manager_type(pool, config.block_tokens), timer, started_at=started_at)

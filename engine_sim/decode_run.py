@@ -98,7 +98,7 @@ class DecodeRun:
         ends: list[float] = []
         start = now
         for j in range(steps):
-            duration = timer.seconds(StepWork(n, context + j * n, 0.0), uptime_s=start - started_at)
+            duration = timer.seconds(StepWork(n, context + j * n, 0.0), uptime_s=start - started_at, num_seqs=n)
             start += duration
             durations.append(duration)
             ends.append(start)

@@ -1,14 +1,15 @@
-"""KV cache: paged 16-token blocks, a free queue with LRU eviction, and automatic prefix caching.
+"""KV cache: paged blocks (16 tokens, or the config's ``block_tokens``: 128 on vLLM's CPU build), a free queue with LRU
+eviction, and automatic prefix caching.
 
 Contracts (after vLLM V1's ``BlockPool`` and ``KVCacheManager``):
 
 * A block is *free* when no request references it. Free blocks sit in an LRU queue; a free block may still
   hold a cached prefix (its hash stays registered) until it is handed out again, which evicts the hash.
-* Only *full* blocks are cached. A block's hash chains its parent's hash and its 16 token ids, so a hit on
+* Only *full* blocks are cached. A block's hash chains its parent's hash and its block of token ids, so a hit on
   block k implies the whole prefix up to k matches. The first block's hash takes the request's ``cache_salt``
   (vLLM's extra key), so requests with different salts share no block.
 * A lookup never covers the whole prompt: the last token is always recomputed (vLLM caps a hit at
-  ``num_tokens - 1``), so a prompt that is an exact multiple of 16 tokens loses its last cached block.
+  ``num_tokens - 1``), so a prompt that is an exact multiple of the block size loses its last cached block.
 * Freed requests return their blocks tail first, so the end of a sequence is evicted before its shared head.
 * ``usage`` counts referenced blocks: cached-but-free blocks are reusable capacity, as in vLLM's gauge.
 * With KV events on (``BlockPool.events``, `engine_sim.kv_events`), every block that becomes cached is announced
@@ -28,7 +29,7 @@ from engine_sim.kv_events import KVEventLog
 
 __all__ = ["BLOCK_SIZE", "Block", "BlockPool", "KVCacheManager"]
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = 16  # vLLM's default on a GPU; `engine_sim.config.build_scheduler` passes the configured size
 
 
 @dataclass(eq=False, slots=True)

@@ -185,32 +185,12 @@ def parse_generation_request(
     except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800"); a tokenizer cannot encode it
         param = "messages" if kind == "chat" else "prompt"
         raise _bad("the prompt holds a lone UTF-16 surrogate, which is not text", param) from None
-    n = _int_field(body, "n")
     max_tokens = _int_field(body, "max_completion_tokens")
     if max_tokens is None:
         max_tokens = _int_field(body, "max_tokens")
-    # vLLM's order: the output limit (TokenizeParams), the prompt's length, then the sampling parameters.
-    if max_tokens is not None and max_tokens > max_model_len:
-        raise validation_error(
-            f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-            "Please request fewer output tokens.",
-            "max_tokens",
-            max_tokens,
-        )
     prompt_len = len(prompt_ids)
-    if prompt_len >= max_model_len:
-        # A text prompt is tokenized with truncation at max_model_len + 1, so vLLM only knows "at least" that.
-        text = kind == "chat" or isinstance(body.get("prompt"), str)
-        count = min(prompt_len, max_model_len + 1) if text else prompt_len
-        qualifier = "at least " if count == max_model_len + 1 else ""
-        raise validation_error(
-            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
-            f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please "
-            "reduce the length of the input prompt.",
-            "input_tokens",
-            count,
-        )
-    check_sampling(body, max_tokens)
+    _check_limits(body, kind, prompt_len, max_tokens, max_model_len)
+    n = _int_field(body, "n")
     if n is not None and n != 1:
         raise _bad("the simulator supports n=1 only", "n")
     room = max_model_len - prompt_len
@@ -237,6 +217,33 @@ def parse_generation_request(
         return_token_ids=body.get("return_token_ids") is True,
         logprobs=_logprobs(body, kind),
     )
+
+
+def _check_limits(
+    body: Mapping[str, Any], kind: str, prompt_len: int, max_tokens: int | None, max_model_len: int
+) -> None:
+    """vLLM's checks, in its order: the output limit (TokenizeParams), the prompt's length, then the sampling
+    parameters (`engine_sim.validation.check_sampling`)."""
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise validation_error(
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            "max_tokens",
+            max_tokens,
+        )
+    if prompt_len >= max_model_len:
+        # A text prompt is tokenized with truncation at max_model_len + 1, so vLLM only knows "at least" that.
+        text = kind == "chat" or isinstance(body.get("prompt"), str)
+        count = min(prompt_len, max_model_len + 1) if text else prompt_len
+        qualifier = "at least " if count == max_model_len + 1 else ""
+        raise validation_error(
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please "
+            "reduce the length of the input prompt.",
+            "input_tokens",
+            count,
+        )
+    check_sampling(body, max_tokens)
 
 
 def _logprobs(body: Mapping[str, Any], kind: str) -> int | None:

@@ -161,7 +161,7 @@ class Scheduler:
             work = self._admit_waiting(now, budget, scheduled, work)
         if not scheduled:
             return None
-        duration = self.timer.seconds(work, uptime_s=now - self.started_at)
+        duration = self.timer.seconds(work, uptime_s=now - self.started_at, num_seqs=len(scheduled))
         return StepPlan(now, duration, tuple(scheduled), work, tuple(preempted))
 
     # Both loops sum the step's work (`StepWork`) as they pick requests rather than in a second pass, running

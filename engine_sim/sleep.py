@@ -23,6 +23,11 @@ Series: ``vllm:engine_sleep_state{engine,model_name,sleep_state}`` (awake / weig
 awake=1 when awake, weights_offloaded=1 at level 1, discard_all=1 at level 2, all 0 at level 0) and, from the
 first sleep or wake on, ``vllm:sleep_mode_operation_duration_seconds{operation}``.
 
+On vLLM's CPU build (``frees_memory=False``, `engine_sim.platform.CPU`) the routes answer the same and scheduling
+pauses, but nothing moves: the worker logs ``sleep mode is not supported on CPU, ignore it``, the weights stay (a
+level-2 wake answers as before), and a sleep or wake takes no model time (0.01 s measured there). The engine core
+still resets the prefix cache at level 1 or 2, as vLLM's does on every platform.
+
 Fault (``--fault-wake-changes-tokens``): every wake returns with different weights, so a greedy request gives
 other tokens than before the sleep, the way a level-2 wake without a reload does.
 """
@@ -30,6 +35,7 @@ other tokens than before the sleep, the way a level-2 wake without a reload does
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,6 +65,7 @@ FIXED_S = 0.2  # the part of a move that is not the copy (remapping, CUDA-graph 
 _OPERATION_BUCKETS = (0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 _TAGS = ("weights", "kv_cache")
 _WAKE_TAGS = frozenset({*_TAGS, "scheduling"})
+log = logging.getLogger("engine_sim")
 
 
 class SleepState(enum.Enum):
@@ -93,9 +100,12 @@ class SleepError(ValueError):
 class SleepController:
     """The sleep state of one engine: which tags are asleep, at what level, and whether the weights are good."""
 
-    def __init__(self, engine: Engine, timing: WakeTiming, wake_changes_tokens: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, timing: WakeTiming, wake_changes_tokens: bool = False, frees_memory: bool = True
+    ) -> None:
         self.engine = engine
         self.timing = timing
+        self.frees_memory = frees_memory  # False: the CPU build, whose sleep pauses but moves and discards nothing
         self.wake_changes_tokens = wake_changes_tokens
         self.level: int | None = None  # None: awake
         self.asleep: set[str] = set()  # tags still asleep (weights, kv_cache) and "scheduling" while paused
@@ -157,10 +167,12 @@ class SleepController:
             await self.engine.wait_idle()
         self.engine.pause()
         self.level, self.asleep = level, {"scheduling", *(_TAGS if level >= 1 else ())}
-        seconds = self.timing.move_s(copies_weights=level == 1) if level >= 1 else 0.0
+        seconds = self.timing.move_s(copies_weights=level == 1) if level >= 1 and self.frees_memory else 0.0
+        if not self.frees_memory:
+            log.warning("sleep mode is not supported on CPU, ignore it")
         if level >= 1:
-            self.engine.reset_prefix_cache()  # the KV cache is discarded, and every cached prefix with it
-            self.weights_good = self.weights_good and level == 1
+            self.engine.reset_prefix_cache()  # the KV cache is discarded (the engine core does it on CPU too)
+            self.weights_good = self.weights_good and (level == 1 or not self.frees_memory)
         await self._take(seconds)
         self._observe("sleep", seconds)
         self._set_gauge()
@@ -172,7 +184,8 @@ class SleepController:
             raise SleepError(f"unknown tags {unknown}; known: {sorted(_WAKE_TAGS)}")
         waking = set(tags) if tags else set(self.asleep)
         copies = "weights" in waking & self.asleep and self.level == 1
-        seconds = self.timing.move_s(copies) if waking & self.asleep & set(_TAGS) else 0.0
+        moves = waking & self.asleep & set(_TAGS) and self.frees_memory
+        seconds = self.timing.move_s(copies) if moves else 0.0
         await self._take(seconds)
         self.asleep -= waking
         if self.level != 0 and not self.asleep & set(_TAGS):

@@ -2,6 +2,10 @@
 
     seconds = StepTimeModel.step_seconds(tokens, decode_ctx, prefill_attn) * jitter * ageing * slowdown
 
+On vLLM's CPU build (``cpu``: `engine_sim.platform.CpuStepCosts`) the base is the measured per-step costs instead,
+``hypot(fixed, per_sequence * seqs) + per_token * tokens + per_attention * prefill_attn (+ prefill)``: the caller
+passes the step's sequence count.
+
 * ``jitter``: a seeded log-normal factor with sigma ``jitter`` (0 disables it), mean-preserving.
 * ``ageing``: throughput falls linearly with uptime by ``degradation_per_72h`` every 72 hours of model time
   (0.2 -> 20% fewer tokens/s after 72 h, i.e. steps 1.25x longer), capped at 90% loss. A restart resets it.
@@ -19,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from engine_sim.platform import CpuStepCosts
 from fleet.capacity.perf import ATTENTION_EFFICIENCY, BANDWIDTH_EFFICIENCY, StepTimeModel, kv_bytes_per_token
 
 __all__ = ["StepTimer", "StepWork"]
@@ -42,6 +47,7 @@ class StepTimer:
     degradation_per_72h: float = 0.0
     slowdown: float = 1.0
     seed: int = 0
+    cpu: CpuStepCosts | None = None  # the CPU build's costs replace the roofline
     _rng: random.Random = field(init=False, repr=False)
     _base: _BaseStepSeconds = field(init=False, repr=False)
 
@@ -49,8 +55,11 @@ class StepTimer:
         self._rng = random.Random(self.seed)
         self._base = _BaseStepSeconds(self.model)
 
-    def base_seconds(self, work: StepWork) -> float:
-        """``model.step_seconds`` for ``work``: no jitter, ageing or slowdown."""
+    def base_seconds(self, work: StepWork, num_seqs: int = 1) -> float:
+        """``model.step_seconds`` for ``work`` (the CPU costs' for ``num_seqs`` sequences): no jitter, ageing or
+        slowdown."""
+        if self.cpu is not None:
+            return self.cpu.step_seconds(work.num_tokens, num_seqs, work.prefill_attention_tokens2)
         return self._base(work.num_tokens, work.decode_context_tokens, work.prefill_attention_tokens2)
 
     def ageing_factor(self, uptime_s: float) -> float:
@@ -58,8 +67,12 @@ class StepTimer:
         loss = min(0.9, self.degradation_per_72h * max(0.0, uptime_s) / _SECONDS_PER_72H)
         return 1.0 / (1.0 - loss)
 
-    def seconds(self, work: StepWork, uptime_s: float = 0.0) -> float:
-        base = self._base(work.num_tokens, work.decode_context_tokens, work.prefill_attention_tokens2)
+    def seconds(self, work: StepWork, uptime_s: float = 0.0, num_seqs: int = 1) -> float:
+        """The step's seconds; ``num_seqs`` (the requests it runs) counts only on the CPU build."""
+        if self.cpu is not None:
+            base = self.cpu.step_seconds(work.num_tokens, num_seqs, work.prefill_attention_tokens2)
+        else:
+            base = self._base(work.num_tokens, work.decode_context_tokens, work.prefill_attention_tokens2)
         # Without degradation the ageing factor is exactly 1.0: skip computing it.
         factor = self.slowdown if self.degradation_per_72h == 0 else self.ageing_factor(uptime_s) * self.slowdown
         if self.jitter > 0:

@@ -5,7 +5,14 @@ behaviour is exercised without a GPU. Simulator-only flags come from ``engine.si
 (``--fault-crash-after-requests N``, ``--fault-hang``) are passed as extra arguments.
 
 MODEL is the pool's model id, or the local directory the agent fetched from the model store; a directory is not
-a catalogue name, so the pool's model facts (`fleet.capacity.plan.model_facts`) go along as ``--model-facts``.
+a catalogue name, so the pool's model facts (`fleet.capacity.plan.model_facts`) go along as ``--model-facts``, as
+they do whenever the pool gives its own (``modelFacts``: a model outside the catalogue, such as a local folder).
+
+A ``gpuProfile`` of `fleet.capacity.catalog.CPU_BUILD_GPUS` (``cpu-tiny``) makes the simulator play vLLM's CPU
+build, which refuses ``--enable-sleep-mode`` and reads ``--gpu-memory-utilization`` as a share of host memory: the
+agent leaves both out as it does for vLLM on a CPU (`agent.launchers.vllm`) and gives the KV cache
+``engine.cpuKvCacheGib`` GiB as ``VLLM_CPU_KVCACHE_SPACE``, unless its own environment sets it. So the same pool
+runs on the real CPU engine and on the simulator with the same flags.
 
 Example pool (``engine.kind: sim``)::
 
@@ -18,8 +25,11 @@ import dataclasses
 import json
 import sys
 
-from agent.launchers.base import Launcher, _num
+from agent.launchers.base import GPU_MEMORY_FLAG, SLEEP_MODE_FLAG, Launcher, _num
+from fleet.capacity.catalog import CPU_BUILD_GPUS
 from fleet.capacity.plan import model_facts
+
+_CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the simulated CPU build reads it as vLLM's does (GiB, int())
 
 __all__ = ["SimLauncher"]
 
@@ -35,7 +45,31 @@ class SimLauncher(Launcher, name="sim"):
             "--degradation-per-72h", _num(sim.degradation_per_72h),
             "--seed", str(sim.seed),
         ]  # fmt: skip
-        if self.config.model_dir is not None:
+        if self.config.model_dir is not None or self.pool.model_facts is not None:
             flags += ["--model-facts", json.dumps(dataclasses.asdict(model_facts(self.pool)))]
         head = [sys.executable, "-m", "llmfleet.cli", "sim", "serve", self.model]
         return [*head, *self.common_flags(), *flags, *self.extra_flags()]
+
+    @property
+    def _cpu_build(self) -> bool:
+        return self.pool.engine.sim.gpu_profile in CPU_BUILD_GPUS
+
+    def dropped_flags(self) -> dict[str, str]:
+        if not self._cpu_build:
+            return {}
+        dropped = {
+            GPU_MEMORY_FLAG: f"the simulated CPU build reserves that share of the host's memory; the KV cache gets "
+            f"{_CPU_KV_CACHE_ENV} GiB instead"
+        }
+        if self.pool.engine.sleep_mode:
+            dropped[SLEEP_MODE_FLAG] = (
+                "the simulated CPU build refuses to start with it; /sleep and /wake_up still answer (dev mode) but "
+                "free nothing"
+            )
+        return dropped
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        if self._cpu_build and not env.get(_CPU_KV_CACHE_ENV):
+            env[_CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+        return env

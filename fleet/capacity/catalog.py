@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 
 __all__ = [
+    "CPU_BUILD_GPUS",
     "DTYPE_BYTES",
     "EKS_CONTROL_PLANE",
     "EKS_STANDARD_SUPPORT_ENDS",
@@ -177,8 +178,15 @@ GPUS: dict[str, GpuType] = {
         GpuType("l40s-48gb", 48, 0.864e12, 362e12, _per_gpu("g6e.xlarge", 1), "NVIDIA-L40S"),
         # A deliberately slow profile so a laptop demo shows queueing at a handful of requests.
         GpuType("cpu-demo", 16, 0.05e12, 2e12, 0.0, "none"),
+        # vLLM's CPU build on the project's two-core, 24 GiB machines: the simulator plays that build under it
+        # (`engine_sim.platform`: 128-token blocks, no sleep mode, step times measured there, not this roofline).
+        GpuType("cpu-tiny", 24, 0.05e12, 2e12, 0.0, "none"),
     )
 }
+
+# The GPUS entries that stand for vLLM's CPU build, not a GPU: a simulator on one plays that build
+# (`engine_sim.platform`), and an agent launching it leaves out the flags the build refuses (`agent.launchers.sim`).
+CPU_BUILD_GPUS = frozenset({"cpu-tiny"})
 
 INSTANCES: dict[str, InstanceType] = {
     i.name: i

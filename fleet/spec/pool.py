@@ -118,7 +118,7 @@ class EngineSpec(Spec):
     as `VLLM_CPU_KVCACHE_SPACE` in the engine's environment unless the agent's own environment sets it. The agent
     then passes no `--gpu-memory-utilization`, which vLLM on CPU reads as a share of the host's memory (0.9: most of
     the machine, so a second replica could not start), and no `--enable-sleep-mode`, with which it refuses to
-    start. Ignored on GPU hosts and by the simulator."""
+    start. Ignored on GPU hosts and by the simulator, except on the `cpu-tiny` profile (the CPU build simulated)."""
     sim: SimSpec = Field(default_factory=SimSpec)
 
     @field_validator("cpu_kv_cache_gib", mode="before")

@@ -185,3 +185,23 @@ def test_the_simulator_on_a_cpu_host_keeps_every_flag(monkeypatch: pytest.Monkey
     sims = [make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1, device=d)) for d in ("gpu", "cpu")]
     assert sims[0].argv() == sims[1].argv() and CPU_ONLY <= set(sims[1].argv())
     assert sims[1].dropped_flags() == {} and "VLLM_CPU_KVCACHE_SPACE" not in sims[1].environment()
+
+
+def test_the_simulated_cpu_build_gets_the_flags_and_kv_cache_of_vllm_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cpu = _vllm("cpu", **{"engine.cpuKvCacheGib": 2})
+    sim = make_launcher(
+        stacks.pool(**{"engine.sleepMode": True, "engine.cpuKvCacheGib": 2, "engine.sim.gpuProfile": "cpu-tiny"}),
+        LaunchConfig(host="127.0.0.1", port=1, device="cpu"),
+    )
+    assert set(sim.dropped_flags()) == set(cpu.dropped_flags()) == CPU_ONLY
+    assert not CPU_ONLY & set(sim.argv())
+    assert sim.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2" and sim.environment()["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+def test_a_pool_with_its_own_model_facts_passes_them_to_the_simulator() -> None:
+    facts = {"parameters": 840448, "layers": 2, "hiddenSize": 128, "kvHeads": 2, "headDim": 32, "vocabSize": 4253}
+    pool = stacks.pool(**{"model": "/models/tiny-qwen", "modelFacts": facts})
+    argv = make_launcher(pool, LaunchConfig(host="127.0.0.1", port=1)).argv()
+    assert json.loads(argv[argv.index("--model-facts") + 1])["hidden_size"] == 128
+    assert "--model-facts" not in make_launcher(stacks.pool(), LaunchConfig(host="127.0.0.1", port=1)).argv()

@@ -34,8 +34,9 @@ TOPIC = f"kv@differential@{MODEL}"
 SHUTDOWN_S = 5
 FACTS = {"parameters": 840448, "layers": 2, "hidden_size": 128, "kv_heads": 2, "head_dim": 32, "vocab_size": 4253,
          "tied_embeddings": True, "max_position": 4096}  # fmt: skip
-# The simulator's own flags: the tiny model's facts and a start long enough to be seen refusing connections.
-SIM_FLAGS = ["--startup-seconds", "3", "--model-facts", json.dumps(FACTS)]
+# The simulator's own flags: the CPU build's profile (its version, block size, sleep routes and speed), the tiny
+# model's facts and a start long enough to be seen refusing connections.
+SIM_FLAGS = ["--gpu-profile", "cpu-tiny", "--startup-seconds", "3", "--model-facts", json.dumps(FACTS)]
 ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1", "VLLM_SERVER_DEV_MODE": "1", "PYTHONHASHSEED": "0",
        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
        "VLLM_CACHE_ROOT": str(VLLM_DIR / "cache")}  # fmt: skip

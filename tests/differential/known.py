@@ -34,6 +34,13 @@ class Known:
 
 
 KNOWN: tuple[Known, ...] = (
+    # Chat and completions
+    Known(
+        "completion two prompts | *",
+        "vLLM answers a list of prompts with a choice each; the simulator serves one prompt per request and refuses "
+        "a batch with a 400. No product path sends a batch: the gateway scores, routes and resumes one prompt per "
+        "request (gateway/prompt_tokens.py).",
+    ),
     # Responses, Messages and metrics
     Known(
         "responses follow-up | body.previous_response_id | value",

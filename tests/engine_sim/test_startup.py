@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from agent.engine_log import PhaseMark, StartPhase, parse_line
+from engine_sim.platform import CPU
 from engine_sim.startup import COMPILE_S, GRAPHS_S, LOAD_BYTES_S, StartupPhases, run_startup
 from fleet.capacity.plan import weight_bytes
 from tests.engine_sim.builders import make_config
@@ -45,3 +47,21 @@ async def test_an_uninterrupted_start_runs_every_phase() -> None:
     began = time.monotonic()
     assert await run_startup(phases, asyncio.Event(), log) is False
     assert time.monotonic() - began >= 0.14  # three phases of 0.05 s (timers may fire a tick early)
+
+
+async def test_the_cpu_build_starts_without_graphs_and_logs_its_warm_up_from_the_engine_core(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = make_config(gpu_profile="cpu-tiny")
+    phases = StartupPhases.split(0.2, config)
+    assert phases.graphs_s == 0.0 and phases.load_s + phases.compile_s == pytest.approx(0.2)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert await run_startup(phases, asyncio.Event(), log, CPU) is False
+    lines = [r.getMessage() for r in caplog.records]
+    assert all(line.startswith("(EngineCore_DP0 pid=") for line in lines)
+    said = "\n".join(lines)
+    assert "Warming up model for the compilation..." in said and "Warming up done." in said
+    assert "Graph capturing" not in said and "(compilation:" not in said
+    # The agent reads the CPU build's start from these lines as it does from vLLM's (agent.engine_log).
+    parsed = [parse_line(line) for line in lines]
+    assert any(isinstance(p, PhaseMark) and p.phase is StartPhase.COMPILE for p in parsed)

@@ -1,7 +1,8 @@
 """The agent on the real vLLM: it launches ``vllm serve`` from the pool spec, reports it ready and loaded from the
 engine's own ``/metrics``, drains it on SIGTERM within the budget, and stops one that ignores SIGTERM while it is
 still starting. One engine serves the module's tests, in file order; the last test starts a second and stops it
-while it starts."""
+while it starts. On the simulator (``LLMFLEET_TIER_ENGINE=sim``) the same tests run against the simulated CPU build;
+only the launch command differs, and the simulator exits on that SIGTERM where vLLM ignores it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 from control_plane.actuators.local_state import pid_alive
 from tests.support.procs import Procs
 from tests.support.wait import wait_for
-from tests.vllm.conftest import MODEL_DIR, SERVED, vllm_stack
+from tests.vllm.conftest import MODEL_DIR, SERVED, TIER_ENGINE, vllm_stack
 from tests.vllm.engines import Replica, start_replica
 
 LONG = 1500  # tokens: a few seconds of decoding for the tiny model on one core
@@ -64,9 +65,11 @@ def test_the_agent_launches_vllm_from_the_pool_and_reports_it_ready(replica: Rep
     status = replica.status()
     assert status["state"] == "ready" and status["ready"] is True
     engine: dict[str, Any] = status["engine"]
-    assert engine["kind"] == "vllm" and engine["version"] == "0.32.0"  # read from the engine's own /version
+    assert engine["kind"] == TIER_ENGINE and engine["version"] == "0.32.0"  # read from the engine's own /version
     argv = engine["argv"]
-    assert argv[1:3] == ["serve", str(MODEL_DIR)] and argv[0].endswith("/vllm")
+    assert argv[argv.index("serve") + 1] == str(MODEL_DIR)
+    if TIER_ENGINE == "vllm":  # the launch command is the engine's own: `vllm serve`, not `llmfleet sim serve`
+        assert argv[0].endswith("/vllm") and argv[1] == "serve"
     assert argv[argv.index("--served-model-name") + 1] == SERVED
     models = httpx.get(f"{replica.engine_url}/v1/models", timeout=5).json()
     assert [m["id"] for m in models["data"]] == [SERVED] and models["data"][0]["max_model_len"] == 2048
