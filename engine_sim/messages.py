@@ -1,19 +1,22 @@
-"""Messages: Anthropic's ``POST /v1/messages`` as vLLM 0.33 serves it beside the OpenAI routes
-(`vllm/entrypoints/anthropic/`, registered with the generate routes).
+"""Messages: Anthropic's ``POST /v1/messages`` as vLLM serves it beside the OpenAI routes
+(`vllm/entrypoints/anthropic/`, registered with the generate routes; 0.32 measured by the differential suite, 0.33
+read).
 
 * The request: ``model``, ``messages`` (``{role, content}``, content a string or a list of ``text`` blocks),
   ``max_tokens`` (required, > 0), ``system`` (a string or ``text`` blocks, one system message), ``stream``,
   ``temperature``, ``top_p``, ``top_k``, ``stop_sequences`` and ``metadata`` (accepted). It runs as a chat request.
-  A body that fails validation (no ``max_tokens``) gets vLLM's OpenAI-shaped 400 with ``param: body.<field>``,
-  as vLLM's request validation answers before the Anthropic handler runs.
+  A body that fails the request schema (no ``max_tokens``, ``messages`` not a list, a message without a role...)
+  gets vLLM's OpenAI-shaped 400, as FastAPI's validation answers before the Anthropic handler runs: ``type`` "Bad
+  Request", ``param`` the first error's location (``body.max_tokens``) and the message ``N validation error(s):``
+  and each pydantic error's dict, its ``input`` summarized as vLLM does (`_schema_failure`).
 * The answer: ``{"id": "chatcmpl-...", "type": "message", "role": "assistant", "content": [{"type": "text",
   "text"}], "model", "stop_reason": "end_turn" | "max_tokens", "usage": {"input_tokens", "output_tokens"}}``, the
   null ``stop_sequence`` left out (vLLM dumps with ``exclude_none``); ``input_tokens`` is the prompt less its
   cached tokens.
 * Streams are ``event: <name>\\ndata: <json>\\n\\n`` with no ``[DONE]`` and no ``ping``: ``message_start`` (its
   usage with the input tokens), ``content_block_start`` (with the first text), ``content_block_delta``
-  (``text_delta``) per engine step, ``content_block_stop``, ``message_delta`` (``stop_reason`` and the usage),
-  ``message_stop``.
+  (``text_delta``) per engine step, ``content_block_stop``, ``message_delta`` (``stop_reason``, a null
+  ``stop_sequence`` and the usage), ``message_stop``.
 * Errors the handler raises are ``{"type": "error", "error": {"type", "message"}}`` with vLLM's error type names
   and the status of the error (an unknown model: 404 ``NotFoundError``).
 
@@ -26,11 +29,13 @@ Not simulated (400): images, tools and thinking blocks. ``stop_sequences`` are a
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
 from engine_sim.engine import TokenStream, collect
 from engine_sim.errors import RequestError
@@ -45,24 +50,85 @@ Abort = Callable[[str], None]
 _STOP = {"stop": "end_turn", "length": "max_tokens"}
 
 
-def _invalid(field: str, message: str) -> web.Response:
-    """vLLM's request validation failure: OpenAI-shaped, before the Anthropic handler."""
-    body = {"error": {"message": f"1 validation error: {field}: {message}", "type": "Bad Request",
-                      "param": f"body.{field}", "code": 400}}  # fmt: skip
+class AnthropicMessage(BaseModel):  # vLLM's name, which its errors quote
+    role: Literal["user", "assistant", "system"]
+    content: str | list[dict[str, Any]]
+
+
+class _CountRequest(BaseModel):
+    """The schema vLLM's ``AnthropicCountTokensRequest`` checks before its handler, in its field order."""
+
+    model: str
+    messages: list[AnthropicMessage]
+    system: str | list[dict[str, Any]] | None = None
+
+
+class _MessagesRequest(BaseModel):
+    """``AnthropicMessagesRequest``'s fields the simulator reads, in vLLM's order (pydantic reports in it)."""
+
+    model: str
+    messages: list[AnthropicMessage]
+    max_tokens: int
+    metadata: dict[str, Any] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool | None = False
+    system: str | list[dict[str, Any]] | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+# pydantic's names for union branches and wrappers in an error's location, which vLLM drops from ``param``.
+_INTERNAL = re.compile(r"[\[\]{}()]|^(str|int|float|bool|list|dict|none|union|tagged-union|function-\w+)$", re.I)
+
+
+def _summary(value: Any) -> Any:
+    """vLLM's bounded stand-in for an error's ``input`` (`_summarize_error_input`)."""
+    if isinstance(value, list | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:200] + "...[truncated]" if len(text) > 200 else text
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if not _INTERNAL.search(str(p)))
+
+
+def _schema_failure(errors: list[dict[str, Any]]) -> web.Response:
+    """FastAPI's validation failure as vLLM renders it (at most 10 errors of at most 1000 characters each):
+    OpenAI-shaped, before the Anthropic handler; ``param`` is the first error's location."""
+    lines = []
+    for error in errors[:10]:
+        text = str({**error, "loc": _where(error["loc"]), "input": _summary(error.get("input"))})
+        lines.append(f"  {text[:1000]}...[truncated]" if len(text) > 1000 else f"  {text}")
+    label = "error" if len(errors) == 1 else "errors"
+    if len(errors) > 10:
+        lines.append(f"  ...and {len(errors) - 10} more {label}")
+    message = "\n".join([f"{len(errors)} validation {label}:", *lines])
+    body = {"error": {"message": message, "type": "Bad Request", "param": _where(errors[0]["loc"]), "code": 400}}
     return web.json_response(body, status=400, dumps=dumps)
 
 
-async def _validated(request: web.Request, required: tuple[str, ...]) -> dict[str, Any] | web.Response:
-    """The body as a JSON object holding the ``required`` fields, else vLLM's validation failure."""
+async def _validated(request: web.Request, schema: type[BaseModel]) -> dict[str, Any] | web.Response:
+    """The body as a JSON object that passes ``schema``, else vLLM's validation failure."""
+    raw = await request.read()
     try:
-        body = json.loads(await request.read())
-    except (ValueError, RecursionError) as exc:
-        return _invalid("body", f"Invalid JSON: {type(exc).__name__}")
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {},
+                 "ctx": {"error": exc.msg}}  # fmt: skip
+        return _schema_failure([error])
+    except (ValueError, RecursionError):
+        return _schema_failure([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "input": {}}])
     if not isinstance(body, dict):
-        return _invalid("body", "Input should be a valid dictionary")
-    for name in required:
-        if name not in body:
-            return _invalid(name, "Field required")
+        return _schema_failure([{"type": "model_attributes_type", "loc": ("body",),
+                                 "msg": "Input should be a valid dictionary or object to extract fields from",
+                                 "input": body}])  # fmt: skip
+    try:
+        schema.model_validate(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        return _schema_failure(errors)
     return body
 
 
@@ -94,7 +160,7 @@ class MessagesApi:
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's tokens as ``/v1/messages`` would run it, without running it."""
-        body = await _validated(request, ("model", "messages"))
+        body = await _validated(request, _CountRequest)
         if isinstance(body, web.Response):
             return body
         try:
@@ -106,12 +172,9 @@ class MessagesApi:
         return web.json_response(answer, dumps=dumps)
 
     async def _create(self, request: web.Request) -> web.StreamResponse:
-        body = await _validated(request, ("model", "messages", "max_tokens"))
+        body = await _validated(request, _MessagesRequest)
         if isinstance(body, web.Response):
             return body
-        max_tokens = body["max_tokens"]
-        if type(max_tokens) is not int or max_tokens <= 0:
-            return _invalid("max_tokens", "Input should be greater than 0")
         try:
             gen = self._chat(body)
             message_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -136,17 +199,18 @@ class MessagesApi:
 
     def _chat(self, body: dict[str, Any]) -> GenerationRequest:
         messages = body["messages"]
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise RequestError(
-                400, "messages must be a non-empty list of message objects", "BadRequestError", "messages"
-            )
+        if not messages:
+            raise RequestError(400, "messages must be a non-empty list of message objects", "BadRequestError")
         chat_messages = [{"role": str(m.get("role")), "content": _text(m.get("content"), "messages")} for m in messages]
         if body.get("system") is not None:
             chat_messages.insert(0, {"role": "system", "content": _text(body["system"], "system")})
         if body.get("tools"):
             raise RequestError(400, "the simulator does not call tools", "BadRequestError", "tools")
-        chat = {"model": body["model"], "messages": chat_messages, "max_tokens": body["max_tokens"],
+        chat = {"model": body["model"], "messages": chat_messages, "max_tokens": int(body["max_tokens"]),
                 "stream": body.get("stream") is True, "cache_salt": body.get("cache_salt")}  # fmt: skip
+        for name in ("temperature", "top_p", "top_k"):  # checked as the chat request's sampling parameters
+            if body.get(name) is not None:
+                chat[name] = body[name]
         return parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)
 
     async def _stream(
@@ -182,7 +246,9 @@ class MessagesApi:
                     if opened:
                         chunk += _event("content_block_stop", index=0)
                     chunk += _event(
-                        "message_delta", delta={"stop_reason": _STOP.get(finish.value, "end_turn")}, usage=usage
+                        "message_delta",
+                        delta={"stop_reason": _STOP.get(finish.value, "end_turn"), "stop_sequence": None},
+                        usage=usage,
                     )
                     chunk += _event("message_stop")
                 await response.write(chunk)

@@ -1,4 +1,5 @@
-"""Responses: vLLM 0.33's ``/v1/responses`` routes on a generative server (`vllm/entrypoints/openai/responses/`).
+"""Responses: vLLM's ``/v1/responses`` routes on a generative server (`vllm/entrypoints/openai/responses/`; 0.32
+measured by the differential suite, 0.33 read).
 
 * ``POST /v1/responses``: ``input`` (a string, or a list of ``{role, content}`` message items) after
   ``instructions`` as a system message; ``max_output_tokens``; ``previous_response_id`` puts the stored
@@ -12,8 +13,9 @@
 * An unknown id (GET, cancel or ``previous_response_id``) is a 404 "Response with id '<id>' not found."
 * Streams are ``event: <type>\\ndata: <json>\\n\\n`` with ``sequence_number`` from 0 and no ``[DONE]``:
   ``response.created``, ``response.in_progress``, ``response.output_item.added``, ``response.content_part.added``,
-  one ``response.output_text.delta`` per engine step, ``response.output_text.done``, ``response.content_part.done``,
-  ``response.output_item.done``, ``response.completed``. An engine failure mid-way sends an ``error`` event.
+  one ``response.output_text.delta`` per token, ``response.output_text.done``, ``response.content_part.done``,
+  ``response.output_item.done``, ``response.completed`` (also for an ``incomplete`` response, as 0.32 sends it).
+  An engine failure mid-way sends an ``error`` event. Ids are vLLM's: ``resp_`` and ``msg_`` with 16 hex digits.
 
 * A background response made with ``stream: true`` answers its events as they come, and ``GET
   /v1/responses/{id}?stream=true&starting_after=N`` replays them after event N and follows it to its end.
@@ -27,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ from aiohttp import web
 from engine_sim.engine import TokenStream, collect
 from engine_sim.errors import RequestError
 from engine_sim.protocol import GenerationRequest, dumps, parse_generation_request
-from engine_sim.responses_wire import MessageEvents, ResponseShape, bad, input_messages, not_found
+from engine_sim.responses_wire import MessageEvents, ResponseShape, bad, input_messages, new_id, not_found
 from engine_sim.tokenizer import SimTokenizer
 
 __all__ = ["STORE_ENV", "ResponsesApi", "store_enabled"]
@@ -197,15 +198,18 @@ class ResponsesApi:
             if body.get(theirs) is not None:
                 chat[ours] = body[theirs]
         gen = parse_generation_request(chat, "chat", self.served_names, self.max_model_len, self.tokenizer)
-        run_id = f"resp_{uuid.uuid4().hex}"
+        run_id = new_id("resp")
         shape = ResponseShape(run_id, gen.model, body, gen.max_tokens, str(previous) if previous else None)
         kept = [m for m in history + new if m["role"] != "system"]
         return _Run(run_id, gen, shape, kept, store and self.store_on, background)
 
-    def _finish(self, run: _Run, stream: TokenStream, tokens: list[int], finish: str) -> dict[str, Any]:
+    def _finish(
+        self, run: _Run, stream: TokenStream, tokens: list[int], finish: str, message_id: str | None = None
+    ) -> dict[str, Any]:
         text = self.tokenizer.filler_text(tokens)
         req = stream.request
-        response = run.shape.final(text, finish, req.num_prompt_tokens, len(tokens), max(0, req.num_cached_tokens))
+        prompt, cached = req.num_prompt_tokens, max(0, req.num_cached_tokens)
+        response = run.shape.final(text, finish, prompt, len(tokens), cached, message_id)
         if run.store:
             messages = [*run.messages, {"role": "assistant", "content": text}]
             held = self.stored.get(run.id)
@@ -253,7 +257,7 @@ class ResponsesApi:
             chunk = events.deltas([self.tokenizer.token_text(token) for token in batch])
             tokens.extend(batch)
             if finish is not None:
-                chunk += events.closing(self._finish(run, stream, tokens, finish.value))
+                chunk += events.closing(self._finish(run, stream, tokens, finish.value, events.item_id))
             if chunk:
                 yield chunk
             if finish is not None:

@@ -1,13 +1,16 @@
-"""Responses wire: the request's input as chat messages, and the response object and stream events vLLM 0.33's
-``/v1/responses`` answers with (`vllm/entrypoints/openai/responses/protocol.py`, ``streaming_events.py``).
+"""Responses wire: the request's input as chat messages, and the response object and stream events vLLM's
+``/v1/responses`` answers with (`vllm/entrypoints/openai/responses/protocol.py`, ``streaming_events.py``; 0.32
+measured by the differential suite, 0.33 read).
 
 * `input_messages`: ``input`` as a string (one user message) or a list of ``{role, content}`` message items, the
   content a string or text parts; other item types are not simulated (400).
-* `ResponseShape`: the response object, every field present with nulls kept as vLLM dumps it; ``status``
-  ``incomplete`` with ``incomplete_details.reason`` ``max_output_tokens`` when the output ran to its limit; the
-  usage in ``input_tokens`` / ``output_tokens``.
+* `ResponseShape`: the response object, every field present with nulls kept as vLLM dumps it (the sampling
+  penalties, ``kv_transfer_params``, ``ec_transfer_params``, ``input_messages`` and ``output_messages`` among them);
+  ``status`` ``incomplete`` with ``incomplete_details.reason`` ``max_output_tokens`` when the output ran to its
+  limit; the usage in ``input_tokens`` / ``output_tokens`` with vLLM's details (cache writes, tool output and the
+  per-turn lists, all zero or empty for one plain turn). A message item carries ``phase: null`` and no ``summary``.
 * `MessageEvents`: one streamed message as ``event: <type>\ndata: <json>\n\n`` numbered from 0, its item under a
-  bare uuid (vLLM's), and the completed response rebuilt at the end with a new ``msg_`` id, as vLLM does.
+  ``msg_`` id that the completed response at the end keeps, as vLLM does.
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from typing import Any
 from engine_sim.errors import RequestError
 from engine_sim.protocol import dumps
 
-__all__ = ["MessageEvents", "ResponseShape", "bad", "input_messages", "not_found"]
+__all__ = ["MessageEvents", "ResponseShape", "bad", "input_messages", "new_id", "not_found"]
+
+
+def new_id(prefix: str) -> str:
+    """vLLM's ids: a prefix and 16 hex digits (``random_uuid()``)."""
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
 def bad(message: str, param: str | None = None, type_: str = "invalid_request_error") -> RequestError:
@@ -74,27 +82,43 @@ class ResponseShape:
             "max_output_tokens": self.max_output_tokens, "max_tool_calls": None,
             "previous_response_id": self.previous_response_id, "prompt": None, "reasoning": None,
             "service_tier": "auto", "status": status, "text": None, "top_logprobs": None, "truncation": "disabled",
-            "usage": usage, "user": None,
+            "usage": usage, "user": None, "presence_penalty": _penalty(b, "presence_penalty"),
+            "frequency_penalty": _penalty(b, "frequency_penalty"), "kv_transfer_params": None,
+            "ec_transfer_params": None, "input_messages": None, "output_messages": None,
         }  # fmt: skip
 
-    def final(self, text: str, finish: str, prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    def final(
+        self, text: str, finish: str, prompt: int, completion: int, cached: int, message_id: str | None = None
+    ) -> dict[str, Any]:
+        """The finished response; ``message_id`` is a streamed message's (else a new one)."""
         content: list[dict[str, Any]] = (
             [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}] if text else []
         )
-        message = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "status": "completed",
-                   "content": content}  # fmt: skip
+        message = message_item(message_id or new_id("msg"), "completed", content)
         usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached},
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0, "input_tokens_per_turn": [],
+                                     "cached_tokens_per_turn": []},
             "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0, "output_tokens_per_turn": [],
+                                      "tool_output_tokens_per_turn": []},
             "total_tokens": prompt + completion,
-        }
+        }  # fmt: skip
         incomplete = finish == "length"
         response = self.object("incomplete" if incomplete else "completed", [message], usage)
         if incomplete:
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         return response
+
+
+def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant message output item (``phase`` is vLLM's, null outside a multi-phase answer)."""
+    return {"id": item_id, "type": "message", "role": "assistant", "content": content, "status": status, "phase": None}
+
+
+def _penalty(body: dict[str, Any], name: str) -> float:
+    value = body.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 class MessageEvents:
@@ -104,7 +128,7 @@ class MessageEvents:
         """``log``: every event emitted is also appended there (a background response's, for its replays)."""
         self.log = log
         self.sequence = 0
-        self.item_id = uuid.uuid4().hex  # vLLM streams its message item under a bare uuid
+        self.item_id = new_id("msg")
         self.where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
         self.texts: list[str] = []
 
@@ -116,15 +140,14 @@ class MessageEvents:
             self.log.append(framed)
         return framed
 
-    def _item(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.item_id, "type": "message", "role": "assistant", "content": content, "status": status}
-
     def opening(self, started: dict[str, Any]) -> bytes:
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         return (
             self.emit("response.created", response=started)
             + self.emit("response.in_progress", response=started)
-            + self.emit("response.output_item.added", output_index=0, item=self._item("in_progress", []))
+            + self.emit(
+                "response.output_item.added", output_index=0, item=message_item(self.item_id, "in_progress", [])
+            )
             + self.emit("response.content_part.added", **self.where, part=part)
         )
 
@@ -135,7 +158,7 @@ class MessageEvents:
     def closing(self, final: dict[str, Any]) -> bytes:
         text = "".join(self.texts)
         part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
-        item = {**self._item("completed", [part]), "summary": []}
+        item = message_item(self.item_id, "completed", [part])
         return (
             self.emit("response.output_text.done", **self.where, text=text, logprobs=[])
             + self.emit("response.content_part.done", **self.where, part=part)

@@ -4,6 +4,7 @@ streamed), retrieve, follow-ups and cancel, the store switch and the errors."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import openai
 import pytest
@@ -160,3 +161,35 @@ async def test_a_streamed_background_response_replays_after_any_event_to_its_end
     assert [e.sequence_number for e in seen] == list(range(len(seen)))
     assert [e.sequence_number for e in tail] == list(range(4, len(seen)))  # after event 3, to the end
     assert tail[-1].type == "response.completed"
+
+
+async def test_the_response_object_carries_every_field_vllm_dumps(start_sim: StartSim) -> None:
+    """vLLM 0.32's fields beyond OpenAI's (null or zero for one plain turn), as the differential suite recorded."""
+    sim = await start_sim()
+    body = {"input": "hi", "max_output_tokens": 3, "presence_penalty": 0.5}
+    answer = (await sim.client.post("/v1/responses", json=body)).json()
+    assert answer["presence_penalty"] == 0.5 and answer["frequency_penalty"] == 0.0
+    nulls = ("kv_transfer_params", "ec_transfer_params", "input_messages", "output_messages")
+    assert all(name in answer and answer[name] is None for name in nulls)
+    usage = answer["usage"]
+    assert usage["input_tokens_details"] == {
+        "cached_tokens": 0, "cache_write_tokens": 0, "input_tokens_per_turn": [], "cached_tokens_per_turn": []
+    }  # fmt: skip
+    assert usage["output_tokens_details"] == {
+        "reasoning_tokens": 0, "tool_output_tokens": 0, "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []
+    }  # fmt: skip
+    (item,) = answer["output"]
+    assert item["phase"] is None and "summary" not in item and item["id"].startswith("msg_") and len(item["id"]) == 20
+
+
+async def test_a_streamed_message_keeps_its_item_id_into_the_completed_response(start_sim: StartSim) -> None:
+    sim = await start_sim()
+    body = {"input": "hi", "stream": True, "max_output_tokens": 2}
+    raw = await sim.client.post("/v1/responses", json=body)
+    events = [json.loads(block.split("data: ", 1)[1]) for block in raw.text.split("\n\n") if block]
+    by_type = {event["type"]: event for event in events}
+    added, done = by_type["response.output_item.added"], by_type["response.output_item.done"]
+    final = events[-1]["response"]
+    assert added["item"]["id"] == done["item"]["id"] == final["output"][0]["id"]
+    assert added["item"]["phase"] is None and "summary" not in done["item"]
+    assert final["presence_penalty"] == 0.0 and final["output_messages"] is None
