@@ -1,9 +1,19 @@
 """Metrics: vLLM V1's Prometheus metrics (names, types, labels, bucket edges) fed by the scheduler.
 
-Names and buckets follow ``vllm/v1/metrics/loggers.py`` at 0.33: every series carries ``model_name`` (the
-first served name) and ``engine`` ("0"); counters are exposed as ``<name>_total``. Latencies are in the
+Names and buckets follow ``vllm/v1/metrics/loggers.py`` (0.32 measured by the differential suite, 0.33 read):
+every series carries ``model_name`` (the first served name) and ``engine`` ("0"), but ``admission_rejections``
+(``model_name`` and ``reason`` only, as in vLLM); counters are exposed as ``<name>_total``. Latencies are in the
 model's clock (seconds of simulated engine time), so ``--time-scale`` changes how fast they accrue, not
 their values. Each engine owns its registry: nothing is global.
+
+The prompt's tokens by source: ``prompt_tokens_by_source{source=local_compute|local_cache_hit}`` and
+``prompt_tokens_cached`` count each request once, at its first token, from the prefix hit it was first admitted
+with (vLLM's ``PromptTokenStats``); ``prompt_tokens_cached_by_source{source=device}`` follows
+``prefix_cache_hits``. What the simulator has no such thing for exists at zero, as on a vLLM without it: the
+external (KV connector) and multi-modal caches, ``external_kv_transfer`` and the host/p2p/disk tiers, waiting
+requests ``deferred`` (the simulator defers none: all wait for ``capacity``), admission rejections (no queue
+limits), the ``estimated_*_per_gpu`` counters (vLLM fills them only with ``--enable-mfu-metrics``) and
+``finished_reason="repetition"``.
 
 Simulator-only series use the ``llmfleet_sim_`` prefix: ``llmfleet_sim_behind_seconds_total`` is how much
 model time the real-time driver dropped because the host could not keep up.
@@ -42,6 +52,9 @@ ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 81
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 N_BUCKETS = (1, 2, 5, 10, 20)
 _LABELS = ("model_name", "engine")  # on every series
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats
+CACHE_TIERS = ("device", "host", "p2p", "disk", "external_unspecified")  # vLLM's CacheHitSource
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM's FinishReason
 
 
 def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
@@ -65,7 +78,9 @@ class EngineMetricsRecorder:
         self._values = (model_name, engine)
         self._lora: Gauge | None = None  # only with --enable-lora, as in vLLM
         self._lora_labels: tuple[str, str, str] | None = None
+        self._plain: list[Gauge | Counter | Histogram] = []  # the families labelled (model_name, engine) only
         # Registered in vLLM's order, which is the exposition's order.
+        self._add_perf_counters()
         self._add_load_series()
         self._add_latency_histograms()
         self._add_request_histograms(max_model_len)
@@ -89,32 +104,66 @@ class EngineMetricsRecorder:
         return self._values
 
     def _gauge(self, name: str, doc: str) -> Gauge:
-        return Gauge(name, doc, _LABELS, registry=self.registry)
+        self._plain.append(gauge := Gauge(name, doc, _LABELS, registry=self.registry))
+        return gauge
 
     def _counter(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-        return Counter(name, doc, [*_LABELS, *extra], registry=self.registry)
+        counter = Counter(name, doc, [*_LABELS, *extra], registry=self.registry)
+        if not extra:
+            self._plain.append(counter)
+        return counter
 
     def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        return Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
+        self._plain.append(histogram := Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry))
+        return histogram
+
+    def _add_perf_counters(self) -> None:
+        """vLLM's model-FLOPs-utilization counters, registered always and filled only with --enable-mfu-metrics."""
+        for what in ("flops", "read_bytes", "write_bytes"):
+            self._counter(f"vllm:estimated_{what}_per_gpu", f"Estimated number of {what} per GPU.")
 
     def _add_load_series(self) -> None:
         """The batch and KV gauges and the token, cache, preemption and finished-request counters."""
-        gauge, counter = self._gauge, self._counter
+        gauge, counter, v = self._gauge, self._counter, self._values
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        by_reason = Gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason.",
+                          [*_LABELS, "reason"], registry=self.registry)  # fmt: skip
+        self.waiting_capacity, _ = by_reason.labels(*v, "capacity"), by_reason.labels(*v, "deferred")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.prefix_queries = counter(
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
         )
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        for name, doc in (
+            ("external_prefix_cache_queries", "External prefix cache queries from KV connector."),
+            ("external_prefix_cache_hits", "External prefix cache hits from KV connector."),
+            ("mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."),
+            ("mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        ):
+            counter(f"vllm:{name}", doc)  # no KV connector, no multi-modal inputs: always 0
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        by_source = counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",))
+        self.prompt_computed, self.prompt_hit, _ = (by_source.labels(*v, source) for source in PROMPT_SOURCES)
+        self.prompt_cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        by_tier = counter(
+            "vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied them.",
+            ("source",),
+        )  # fmt: skip
+        self.cached_device, *_ = (by_tier.labels(*v, tier) for tier in CACHE_TIERS)
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.success = counter(
             "vllm:request_success", "Count of successfully processed requests.", ("finished_reason",)
         )
-        for reason in ("stop", "length", "abort", "error"):
-            self.success.labels(*self._values, reason)
+        for reason in FINISHED_REASONS:
+            self.success.labels(*v, reason)
+        rejections = Counter(
+            "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"], registry=self.registry,
+        )  # fmt: skip
+        for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):  # the simulator has no queue limits
+            rejections.labels(v[0], reason)
 
     def _add_latency_histograms(self) -> None:
         """Per-token (TTFT, ITL) and per-request phase latencies, in model seconds."""
@@ -154,6 +203,11 @@ class EngineMetricsRecorder:
         self.req_gen = histogram(
             "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
         )
+        self.req_max_gen = histogram(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            token_buckets,
+        )
         self.req_max_tokens = histogram(
             "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", token_buckets
         )
@@ -163,6 +217,11 @@ class EngineMetricsRecorder:
         self.req_preemptions = histogram(
             "vllm:request_num_preemptions", "Number of preemptions per request.", tuple(map(float, PREEMPTION_BUCKETS))
         )
+        self.req_prefill_kv = histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            token_buckets,
+        )
         self.iteration_tokens = histogram(
             "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
             tuple(map(float, ITERATION_TOKEN_BUCKETS)),
@@ -171,9 +230,8 @@ class EngineMetricsRecorder:
     def _bind(self) -> None:
         v = self._values
         # Create every series up front so a fresh engine exposes zeros rather than missing metrics.
-        for metric in vars(self).values():
-            if isinstance(metric, Gauge | Counter | Histogram) and metric is not self.success:
-                metric.labels(*v)
+        for metric in self._plain:
+            metric.labels(*v)
         self._g = (self.running.labels(*v), self.waiting.labels(*v), self.kv_usage.labels(*v))
         self._ttft, self._itl = self.ttft.labels(*v), self.itl.labels(*v)
         self._iter = self.iteration_tokens.labels(*v)
@@ -183,6 +241,7 @@ class EngineMetricsRecorder:
         running, waiting, usage = self._g
         running.set(sched.num_running)
         waiting.set(sched.num_waiting)
+        self.waiting_capacity.set(sched.num_waiting)
         usage.set(sched.kv_usage)
         self._sync_counters(sched.stats)
         if result is None:
@@ -190,7 +249,20 @@ class EngineMetricsRecorder:
         self._iter.observe(result.plan.work.num_tokens)
         ttft, itl = self._ttft, self._itl
         for event in result.events:
-            (ttft if event.first else itl).observe(event.latency)
+            if event.first:
+                ttft.observe(event.latency)
+                self._count_prompt(event.request)
+            else:
+                itl.observe(event.latency)
+
+    def _count_prompt(self, request: SimRequest) -> None:
+        """A request's prompt by source, once, at its first token (with the hit it was first admitted with)."""
+        prompt = request.num_prompt_tokens
+        cached = min(prompt, max(0, request.num_cached_tokens))
+        self.prompt_computed.inc(prompt - cached)
+        if cached:
+            self.prompt_hit.inc(cached)
+            self.prompt_cached.labels(*self._values).inc(cached)
 
     def on_lora(self, max_lora: int, running: set[str], waiting: set[str]) -> None:
         """``vllm:lora_requests_info``: one series whose labels name the adapters of running and waiting requests
@@ -221,6 +293,8 @@ class EngineMetricsRecorder:
             if delta:
                 metric.labels(*v).inc(delta)
                 setattr(seen, name, getattr(stats, name))
+                if metric is self.prefix_hits:
+                    self.cached_device.inc(delta)  # every local hit comes from the device's (the only) tier
 
     def on_finished(self, request: SimRequest) -> None:
         v = self._values
@@ -230,6 +304,8 @@ class EngineMetricsRecorder:
         self.e2e.labels(*v).observe(max(0.0, end - arrival))
         self.req_prompt.labels(*v).observe(request.num_prompt_tokens)
         self.req_gen.labels(*v).observe(request.num_output_tokens)
+        self.req_max_gen.labels(*v).observe(request.num_output_tokens)  # n=1: the one sequence's count
+        self.req_prefill_kv.labels(*v).observe(request.num_prompt_tokens - max(0, request.num_cached_tokens))
         self.req_max_tokens.labels(*v).observe(request.max_tokens)
         self.req_n.labels(*v).observe(1)
         self.req_preemptions.labels(*v).observe(request.num_preemptions)

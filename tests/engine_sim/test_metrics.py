@@ -37,6 +37,20 @@ FAMILIES = [
     ("vllm:request_num_preemptions", "histogram"),
     ("vllm:iteration_tokens_total", "histogram"),
     ("vllm:cache_config_info", "gauge"),
+    # Exported by vLLM 0.32 (the differential suite's scrape) with nothing or zeros behind them in the simulator.
+    ("vllm:estimated_flops_per_gpu_total", "counter"),
+    ("vllm:estimated_read_bytes_per_gpu_total", "counter"),
+    ("vllm:estimated_write_bytes_per_gpu_total", "counter"),
+    ("vllm:num_requests_waiting_by_reason", "gauge"),
+    ("vllm:external_prefix_cache_queries_total", "counter"),
+    ("vllm:external_prefix_cache_hits_total", "counter"),
+    ("vllm:mm_cache_queries_total", "counter"),
+    ("vllm:mm_cache_hits_total", "counter"),
+    ("vllm:prompt_tokens_by_source_total", "counter"),
+    ("vllm:prompt_tokens_cached_total", "counter"),
+    ("vllm:prompt_tokens_cached_by_source_total", "counter"),
+    ("vllm:request_max_num_generation_tokens", "histogram"),
+    ("vllm:request_prefill_kv_computed_tokens", "histogram"),
 ]
 
 TTFT = [
@@ -131,3 +145,32 @@ def test_cache_config_info_publishes_the_kv_capacity(scraped: str) -> None:
 
 def test_token_buckets_follow_the_1_2_5_series() -> None:
     assert buckets_1_2_5(100) == (1, 2, 5, 10, 20, 50, 100)
+
+
+def _by(samples: dict[str, list[promtext.Sample]], name: str, label: str) -> dict[str, float]:
+    return {sample.labels[label]: sample.value for sample in samples[name]}
+
+
+def test_prompt_tokens_split_by_source_as_vllm_counts_them(scraped: str) -> None:
+    """Two 40-token prompts, the second admitted with a 32-token prefix hit: computed 48, cached 32 (device)."""
+    samples = promtext.parse(scraped)
+    by_source = _by(samples, "vllm:prompt_tokens_by_source_total", "source")
+    assert by_source == {"local_compute": 48, "local_cache_hit": 32, "external_kv_transfer": 0}
+    assert samples["vllm:prompt_tokens_cached_total"][0].value == 32
+    tiers = _by(samples, "vllm:prompt_tokens_cached_by_source_total", "source")
+    assert tiers == {"device": 32, "host": 0, "p2p": 0, "disk": 0, "external_unspecified": 0}
+    assert samples["vllm:request_prefill_kv_computed_tokens_sum"][0].value == 48
+    assert samples["vllm:request_max_num_generation_tokens_sum"][0].value == 8
+
+
+def test_label_values_are_vllms_and_what_never_happens_is_zero(scraped: str) -> None:
+    samples = promtext.parse(scraped)
+    assert set(_by(samples, "vllm:request_success_total", "finished_reason")) == {
+        "stop", "length", "abort", "error", "repetition"
+    }  # fmt: skip
+    assert _by(samples, "vllm:num_requests_waiting_by_reason", "reason") == {"capacity": 0, "deferred": 0}
+    rejections = samples["vllm:admission_rejections_total"]
+    assert {s.labels["reason"] for s in rejections} == {"max_num_queued_reqs", "max_num_queued_tokens"}
+    assert all(set(s.labels) == {"model_name", "reason"} and s.value == 0 for s in rejections)  # no engine label
+    for name in ("vllm:external_prefix_cache_hits_total", "vllm:mm_cache_queries_total"):
+        assert [s.value for s in samples[name]] == [0]
