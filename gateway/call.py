@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import secrets
 import uuid
 
 from aiohttp import web
@@ -130,8 +131,12 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
 
 
 def upstream_headers(request: web.Request, request_id: str, engine_api_key: str | None) -> dict[str, str]:
-    """The headers each engine receives: the request id, the gateway's engine key, the forwarded client ones."""
-    headers = {"Content-Type": "application/json", "x-request-id": request_id}
+    """The headers each engine receives: the request id, the gateway's engine key, the forwarded client ones.
+
+    vLLM takes ``X-Request-Id`` as the base of its own request id, so the engine gets the request's id with a
+    suffix the gateway draws: a client's id (it may send one) still prefixes the engine's for tracing, but cannot
+    name another request's, another tenant's included, on the engine."""
+    headers = {"Content-Type": "application/json", "x-request-id": f"{request_id}-{secrets.token_hex(4)}"}
     if engine_api_key:  # engines refuse anyone else: the gateway is the only way in
         headers["Authorization"] = f"Bearer {engine_api_key}"
     for name in FORWARDED_HEADERS[1:]:

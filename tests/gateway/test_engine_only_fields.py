@@ -85,3 +85,11 @@ def test_engine_headers_a_client_sends_never_reach_the_engine(header: str) -> No
     sent = upstream_headers(request, "rid", "sk-engines")
     assert {name.lower() for name in sent} == {"content-type", "x-request-id", "authorization", "traceparent"}
     assert sent["Authorization"] == "Bearer sk-engines"  # the gateway's key, never the client's
+
+
+def test_a_clients_request_id_prefixes_the_engines_and_never_is_it() -> None:
+    """vLLM bases its request id on X-Request-Id: two requests that send the same id (two tenants, say) still get
+    distinct ids on the engine, each beginning with the id the client sent (for tracing)."""
+    request = make_mocked_request("POST", "/v1/chat/completions", headers=CIMultiDict({"X-Request-Id": "mine"}))
+    first, second = (upstream_headers(request, "mine", None)["x-request-id"] for _ in range(2))
+    assert first != second and first.startswith("mine-") and second.startswith("mine-")

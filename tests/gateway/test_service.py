@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from unittest import mock
@@ -160,7 +161,8 @@ async def test_an_answer_comes_back_from_the_engine_that_received_the_served_nam
         assert response.headers["x-llmfleet-replica"] == sent.replica
         assert sent.path == "/v1/chat/completions"
         assert sent.body["model"] == MODEL and sent.body["user"] == "u1"
-        assert sent.headers["x-request-id"] == "req-0"
+        # The request's id prefixes the engine's, with a suffix the gateway draws (a client cannot name its id).
+        assert re.fullmatch(r"req-0-[0-9a-f]{8}", sent.headers["x-request-id"])
         assert "Authorization" not in sent.headers  # the client's key never reaches an engine
         (record,) = p.log.records
         assert (record["status"], record["tenant"], record["pool"], record["attempts"]) == (200, "gold", POOL, 1)
