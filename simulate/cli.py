@@ -6,6 +6,7 @@
     llmfleet simulate --stack prod --trace azure-llm-2023-code.csv --rate-scale 4 --compare oracle --frontier
     llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --routing p2c+kv,oracle-kv --fixed 5,8
     llmfleet simulate --stack prod --trace mooncake.jsonl --max-model-len 32768 --tenants 8
+    llmfleet simulate --stack prod --trace azure-llm-2023-code.csv --compare pd --pd-threshold 512,2048 --fixed 6
 
 The trace formats are in `simulate.trace`. ``--rate-scale X`` replays X times the requests per second with the
 trace's time shape, ``--time-scale Y`` multiplies the timestamps (0.25: an hour in 15 minutes, 4x the rate);
@@ -24,6 +25,10 @@ the trace once for each day of a week with engines as old as they would be at ``
 ``--degradation-per-72h`` of their speed per 72 h up, with and without the pool's restart windows (`simulate.week`).
 ``--tenants N`` splits the trace among N tenants and runs each row twice, with one shared prefix cache and with a
 cache per tenant (the gateway's per-tenant ``cache_salt``), and prints what isolation costs (`simulate.tenants`).
+``--compare pd`` replays the trace through the aggregated pool and through prefill/decode disaggregated pools of as
+many replicas (the plan's count, or each ``--fixed`` size), one per ``--pd-threshold``, with TTFT and inter-token
+latency both in the SLO (`simulate.pd`; ``--pd-link-gbps`` and ``--pd-handshake-s`` override the node group's EFA
+share and the 5 s first contact).
 A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
 
@@ -36,11 +41,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from fleet.capacity.disagg import DEFAULT_THRESHOLD_TOKENS, HANDSHAKE_S
+from fleet.capacity.disagg_plan import pool_link
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
+from fleet.spec.stack import FleetSpec
 from llmfleet.registries import all_registries
 from simulate.configs import ROUTINGS, SCALINGS, Config, stack_config
 from simulate.frontier import compare, frontier_configs, frontier_table, parse_sizes, point
+from simulate.pd import pd_report
 from simulate.replay import BOUND_INTERVAL_S, Prepared, prepare, run_all
 from simulate.report import (
     ORACLE_ROUTING,
@@ -72,10 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help="override the pool's engine maxModelLen")
     parser.add_argument(
         "--compare",
-        choices=("routing", "scaling", "all", "seed", "oracle"),
+        choices=("routing", "scaling", "all", "seed", "oracle", "pd"),
         default=None,
         help="routers x the stack's scaler, the stack's router x scalers, every pair, random / threshold beside "
-        "the stack's pair (seed), or the oracle beside it (oracle)",
+        "the stack's pair (seed), the oracle beside it (oracle), or aggregated against prefill/decode "
+        "disaggregated pools of as many replicas (pd: simulate/pd.py)",
     )
     parser.add_argument(
         "--frontier", action="store_true", help="also run every fixed size and print the paid-GPU frontier"
@@ -108,6 +118,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
+    _add_pd_arguments(parser)
+
+
+def _add_pd_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--compare pd``'s options (`simulate.pd`)."""
+    parser.add_argument(
+        "--pd-threshold",
+        default=str(DEFAULT_THRESHOLD_TOKENS),
+        help="--compare pd: uncached prompt tokens above which a request prefills remotely, a comma list to sweep "
+        f"(default {DEFAULT_THRESHOLD_TOKENS})",
+    )
+    parser.add_argument(
+        "--pd-link-gbps", type=float, default=None, help="--compare pd: a prefill replica's Gbit/s (default: its EFA)"
+    )
+    parser.add_argument(
+        "--pd-handshake-s", type=float, default=HANDSHAKE_S, help=f"--compare pd: first contact ({HANDSHAKE_S:g})"
+    )
 
 
 def configs_for(
@@ -115,6 +142,8 @@ def configs_for(
 ) -> list[Config]:
     """The rows: routers (``routings``, else those ``compare`` picks) x scalings (fixed pools of the ``fixed``
     sizes, size by size, else those ``compare`` picks)."""
+    if compare == "pd":  # its rows are `simulate.pd`'s
+        return [own]
     if compare in ("seed", "oracle"):
         if routings or fixed:
             raise ValueError(f"--compare {compare} picks its own rows: drop --routing and --fixed, or it")
@@ -190,6 +219,12 @@ def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[in
         raise ValueError(f"--jobs {args.jobs}: give 1 or more processes")
     if args.week and not (0.0 <= args.week_hour < 24.0 and 0.0 <= args.degradation_per_72h <= 0.9):
         raise ValueError("--week-hour: give 0 to 24 (not 24); --degradation-per-72h: give 0 to 0.9")
+    if args.compare == "pd":
+        _thresholds(args.pd_threshold)
+        if args.pd_handshake_s < 0 or (args.pd_link_gbps is not None and args.pd_link_gbps <= 0):
+            raise ValueError("--pd-handshake-s: give 0 or more; --pd-link-gbps: give a positive rate")
+        if args.week or args.frontier or args.tenants is not None or args.routing:
+            raise ValueError("--compare pd runs its own rows: drop --week, --frontier, --tenants and --routing")
     if args.kv_delay_ms < 0:
         raise ValueError(f"--kv-delay-ms {args.kv_delay_ms:g}: give 0 or more")
     routings = [r for r in (args.routing or "").split(",") if r]
@@ -239,6 +274,25 @@ def _print_tenants(args: argparse.Namespace, shared: Prepared, configs: list[Con
     print("\n".join(cost_lines(rows["shared"], rows["isolated"])))
 
 
+def _thresholds(text: str) -> list[int]:
+    """``--pd-threshold``'s comma list; ValueError naming what is allowed."""
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0:
+        raise ValueError(f"--pd-threshold {text}: give token counts of 0 or more, comma-separated")
+    return values
+
+
+def _print_pd(args: argparse.Namespace, spec: FleetSpec, prepared: Prepared, own: Config) -> None:
+    """``--compare pd``: aggregated against disaggregated at each total size (``--fixed``, else the plan's)."""
+    sizes = parse_sizes(prepared.pool, args.fixed) if args.fixed else [prepared.fixed_replicas]
+    thresholds = _thresholds(args.pd_threshold)
+    link = pool_link(spec, prepared.pool, args.pd_link_gbps, args.pd_handshake_s)
+    print(pd_report(prepared, own.routing, [max(2, n) for n in sizes], thresholds, link, args.seed, args.jobs))
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
@@ -251,6 +305,10 @@ def run(args: argparse.Namespace) -> int:
     print(_header(args, prepared, replayed), flush=True)
     if args.tenants is not None:
         _print_tenants(args, prepared, configs)
+        print(f"wall: {time.perf_counter() - started:.0f}s")
+        return 0
+    if args.compare == "pd":
+        _print_pd(args, spec, prepared, own)
         print(f"wall: {time.perf_counter() - started:.0f}s")
         return 0
     if args.week:

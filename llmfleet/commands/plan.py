@@ -2,10 +2,11 @@
 
 Per pool: memory, per-replica QPS, replicas and how busy they are at peak. Per node group: nodes, paid and used
 GPUs, paid-GPU utilisation, node-hours and monthly cost at the pools' min and at peak; under the 70% target,
-the options that would raise it. On aws, the fixed monthly charges (control plane, NAT gateways, endpoints:
-`fleet.capacity.fixed_costs`), and the totals with them. Prices are the catalogue's list prices
-(`fleet.capacity.catalog`), unless
-the stack sets ``cost.gpuHourUsd``. Warnings come in plain words.
+the options that would raise it. Per pool, whether prefill/decode disaggregation would pay for its declared traffic
+at ``--pd-threshold`` and why, or why not (`fleet.capacity.disagg_plan`). On aws, the fixed monthly charges
+(control plane, NAT gateways, endpoints: `fleet.capacity.fixed_costs`), and the totals with them. Prices are the
+catalogue's list prices (`fleet.capacity.catalog`), unless the stack sets ``cost.gpuHourUsd``.
+Warnings come in plain words.
 
 ``--trace T`` prints instead, for each pool, the frontier on that traffic: every fixed fleet size from the pool's
 ``replicas.min`` to its ``replicas.max`` (``--sizes`` to choose), replayed through `llmfleet simulate`'s
@@ -22,9 +23,11 @@ import json
 import sys
 from dataclasses import asdict
 
+from fleet.capacity.disagg import DEFAULT_THRESHOLD_TOKENS
+from fleet.capacity.disagg_plan import pool_verdict
 from fleet.capacity.fixed_costs import fixed_costs
 from fleet.capacity.paid import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
-from fleet.capacity.plan import PoolPlan, plan_pool
+from fleet.capacity.plan import PoolPlan, output_tokens, plan_pool
 from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
 from llmfleet.registries import all_registries
@@ -36,12 +39,19 @@ from simulate.trace import TraceError, TraceRequest, read_trace, scale_trace
 
 TRACE_FORMATS = "a .csv Azure LLM trace, or a .jsonl Mooncake or llmfleet trace"
 
-__all__ = ["add_arguments", "render_plan", "run"]
+__all__ = ["add_arguments", "render_pd", "render_plan", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<name>.yaml) or a file")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--pd-threshold",
+        type=int,
+        default=DEFAULT_THRESHOLD_TOKENS,
+        help="uncached prompt tokens above which a disaggregated pool would prefill remotely "
+        f"(default {DEFAULT_THRESHOLD_TOKENS})",
+    )
     trace = parser.add_argument_group("the frontier on a trace")
     trace.add_argument("--trace", default=None, help=f"print each pool's frontier on this trace: {TRACE_FORMATS}")
     trace.add_argument("--rate-scale", type=float, default=1.0, help="x requests per second, same time shape")
@@ -67,9 +77,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"stack {loaded.name} ({loaded.spec.target}, {', '.join(loaded.spec.availability_zones)})")
     print(render_plan(plans, groups, loaded.spec, today))
+    print(render_pd(loaded.spec, args.pd_threshold))
     for warning in loaded.warnings:
         print(f"warning: {warning.path}: {warning.message}")
     return 0
+
+
+def render_pd(spec: FleetSpec, threshold: int) -> str:
+    """Per generating pool: whether prefill/decode disaggregation pays for its declared traffic, why, and the
+    figures behind it."""
+    lines = []
+    for pool in spec.pools:
+        if output_tokens(pool) == 0:
+            continue  # a pooling engine (embeddings) only prefills: nothing to split
+        _, found = pool_verdict(spec, pool, threshold)
+        lines.append(f"\nprefill/decode disaggregation, pool {pool.name} (threshold {threshold} uncached tokens):")
+        lines += [f"  {reason}" for reason in found.reasons]
+    return "\n".join(lines)
 
 
 def _read(args: argparse.Namespace) -> list[TraceRequest]:
