@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from engine_sim.block_hash import chain_hashes, external_hash, none_hash
-from engine_sim.cli import ServeOptions, add_serve_arguments, build
+from engine_sim.cli import ServeOptions, add_serve_arguments, build, main
 from engine_sim.config import num_gpu_blocks
 from engine_sim.engine import Engine
 from engine_sim.errors import ConfigError
@@ -184,3 +184,9 @@ def test_the_gpu_profiles_keep_the_roofline() -> None:
     assert sched.timer.cpu is None
     work = StepWork(8, 8 * 100, 0.0)
     assert sched.timer.base_seconds(work, 8) == config.step_model.step_seconds(8, 8 * 100, 0.0)
+
+
+def test_llmfleet_sim_serve_exits_1_naming_the_refusal_as_vllm_does(caplog: pytest.LogCaptureFixture) -> None:
+    argv = ["serve", "qwen2.5-7b-instruct", "--gpu-profile", "cpu-tiny", *TINY_FLAGS, "--block-size", "16"]
+    assert main(argv) == 1
+    assert "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])." in caplog.text
