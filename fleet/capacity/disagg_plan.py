@@ -7,8 +7,9 @@ the inter-token target):
 * **prefill** replicas = ``required_replicas(remote rate, rho / S, buffer)``, ``S`` the idle prefill of the mean
   remote prompt (`fleet.capacity.perf.StepTimeModel.prefill_seconds`) and ``rho`` the utilisation at which an M/D/1
   queue's mean wait, ``rho S / (2 (1 - rho))``, is a quarter of the TTFT slack (target - S - the KV's wire time - a
-  decode step): its tail runs a few means long. At most 0.9, and 0.9 when the mean remote prompt misses the target
-  even alone (then it misses it aggregated too: no queue is worth keeping short).
+  decode step): its tail runs a few means long. Between 0.3 (a slack near zero would otherwise ask for a replica
+  per request) and 0.9, and 0.9 when the mean remote prompt misses the target even alone (then it misses it
+  aggregated too: no queue is worth keeping short).
 * **decode** replicas = the capacity plan's own rule (`fleet.capacity.plan.per_replica_qps` at the inter-token
   target) with the remote prompts' prefill taken off the decode replicas (as a cached fraction).
 * **aggregated** replicas at the same targets = the larger of the plan's rule and the count that keeps prefill
@@ -53,6 +54,7 @@ __all__ = [
 
 P99_WAIT_FACTOR = 4.0  # an M/D/1 queue's p99 wait, in means, near the loads the cap allows (rough, on purpose)
 MAX_PREFILL_UTILISATION = 0.9
+MIN_PREFILL_UTILISATION = 0.3
 TAIL_SHARE = 0.01  # a step share above this sets the p99
 
 
@@ -135,7 +137,8 @@ def size_roles(
         )
     wait = slack / P99_WAIT_FACTOR
     # a target the mean remote prompt misses even alone (slack <= 0) is missed aggregated too: no queue to keep short
-    rho = MAX_PREFILL_UTILISATION if slack <= 0 else min(MAX_PREFILL_UTILISATION, 2 * wait / (prefill_s + 2 * wait))
+    rho = 2 * wait / (prefill_s + 2 * wait) if slack > 0 else MAX_PREFILL_UTILISATION
+    rho = min(MAX_PREFILL_UTILISATION, max(MIN_PREFILL_UTILISATION, rho))
     prefill = required_replicas(remote_rate, rho / prefill_s, mix.buffer) if remote_rate > 0 else 0
     local = (1 - mix.remote_share) * mix.local_uncached
     qps = _decode_qps(steps, mix, itl_s, concurrency, local)
