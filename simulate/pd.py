@@ -27,6 +27,8 @@ from simulate.replay import Prepared, _spec
 from simulate.report import Row
 from simulate.result import quantile
 
+DRAW = 0.01  # good shares this close are a draw: a seed moves them as much
+
 __all__ = [
     "PdConfig",
     "pd_configs",
@@ -227,11 +229,17 @@ def pd_report(
         if best is None:
             continue
         gain = float(best["good"]) - float(base["good"])
-        word = "pays" if gain > 0 else "does not pay"
+        word = "pays" if gain > DRAW else "does not pay" if gain < -DRAW else "is a draw (within a point)"
+        paid, base_paid = float(best["paid_gpu_h"]), float(base["paid_gpu_h"])
+        longer = (
+            f"; its backlog ran past the trace: {paid:.2f} GPU-h against {base_paid:.2f}"
+            if paid > base_paid * 1.01
+            else ""
+        )
         lines.append(
             f"at {n} replicas disaggregation {word}: best split {best['configuration']} {float(best['good']):.1%} "
             f"good against aggregated {float(base['good']):.1%} (ITL p99 {_ms(float(best['itl_p99']))} against "
             f"{_ms(float(base['itl_p99']))}, TTFT p99 {_ms(float(best['ttft_p99']))} against "
-            f"{_ms(float(base['ttft_p99']))})"
+            f"{_ms(float(base['ttft_p99']))}{longer})"
         )
     return "\n".join(lines)
