@@ -181,7 +181,7 @@ def verdict(sizing: RoleSizing, mix: Mix, itl_s: float, threshold: int) -> Verdi
         return Verdict(False, (why, *s.notes))
     if split < s.aggregated:
         why = (
-            f"pays: {split} GPUs split meet both targets where aggregated needs {s.aggregated}: prefill chunks of "
+            f"pays: {split} replicas split meet both targets where aggregated needs {s.aggregated}: prefill chunks of "
             f"{mix.remote_uncached:.0f}-token prompts stall decode steps, which only spare replicas hide"
         )
         return Verdict(True, (why, figures, *s.notes))
