@@ -223,8 +223,8 @@ def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[in
         _thresholds(args.pd_threshold)
         if args.pd_handshake_s < 0 or (args.pd_link_gbps is not None and args.pd_link_gbps <= 0):
             raise ValueError("--pd-handshake-s: give 0 or more; --pd-link-gbps: give a positive rate")
-        if args.week or args.frontier or args.tenants is not None or args.routing:
-            raise ValueError("--compare pd runs its own rows: drop --week, --frontier, --tenants and --routing")
+        if args.week or args.frontier or args.tenants is not None or args.routing or args.plot is not None:
+            raise ValueError("--compare pd runs its own rows: drop --week, --frontier, --tenants, --routing and --plot")
     if args.kv_delay_ms < 0:
         raise ValueError(f"--kv-delay-ms {args.kv_delay_ms:g}: give 0 or more")
     routings = [r for r in (args.routing or "").split(",") if r]

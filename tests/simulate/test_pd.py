@@ -104,3 +104,5 @@ def test_simulate_compare_pd_prints_both_pools_and_the_verdict(
     assert "at 4 replicas disaggregation" in out
     assert main([*args[:-1], "12x"]) == 2
     assert "--pd-threshold 12x: give token counts" in capsys.readouterr().err
+    assert main([*args, "--plot", str(tmp_path / "pd.png")]) == 2
+    assert "--compare pd runs its own rows" in capsys.readouterr().err
