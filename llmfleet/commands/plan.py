@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.pd_threshold < 0:
+        print(f"llmfleet plan: --pd-threshold {args.pd_threshold}: give 0 or more uncached tokens", file=sys.stderr)
+        return 2
     loaded = load_or_report(args.stack, registries=all_registries())
     if loaded is None:
         return 1

@@ -41,3 +41,8 @@ def test_a_threshold_above_the_prompts_keeps_them_aggregated(
     stack = write_stack(tmp_path / "Pulumi.long-prompts.yaml", "prod", **{"pools.0.workload": workload})
     assert main(["plan", "--stack", str(stack), "--pd-threshold", "4096"]) == 0
     assert _verdict(capsys.readouterr().out)[0].startswith("does not pay: no prompt's uncached tokens (2000")
+
+
+def test_a_negative_threshold_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "prod", "--pd-threshold", "-1"]) == 2
+    assert "--pd-threshold -1: give 0 or more" in capsys.readouterr().err
