@@ -27,7 +27,8 @@ Answers = dict[str, Exchange]
 SLEEP = (("is_sleeping before", "GET", "/is_sleeping"), ("sleep level 1", "POST", "/sleep?level=1"),
          ("is_sleeping asleep", "GET", "/is_sleeping"), ("wake up", "POST", "/wake_up"),
          ("is_sleeping awake", "GET", "/is_sleeping"))  # fmt: skip
-LONG = 1800  # tokens of the stream in flight at SIGTERM: several seconds on either engine, past the 5 s timeout
+LONG = 1800  # tokens of each stream in flight at SIGTERM
+STREAMS = 4  # together about five seconds of decoding on either engine: the drain outlasts the probes made in it
 
 
 def collect_all(engine: Engine) -> Answers:
@@ -62,43 +63,49 @@ def _kv_events(engine: Engine) -> Exchange:
 
 
 def collect_sigterm(engine: Engine) -> Answers:
-    """SIGTERM with a long stream in flight: the stream's end, a new request and ``/health`` during the drain,
-    and the exit code. The engine is gone afterwards."""
+    """SIGTERM with long streams in flight: the first stream's end, a new request and ``/health`` during the
+    drain, and the exit code. The engine is gone afterwards.
+
+    The drain lasts as long as its streams: `STREAMS` of `LONG` tokens keep either engine busy for seconds after
+    the SIGTERM, so the probes made during it (the first refused request, then ``/health`` at once) never race
+    the engine's exit."""
     long = {"model": MODEL, "prompt": PROMPT, "max_tokens": LONG, "stream": True, "ignore_eos": True}
     stream = Probe("stream in flight at SIGTERM", "POST", "/v1/completions", long)
     late = Probe("new request while draining", "POST", "/v1/completions",
                  {"model": MODEL, "prompt": PROMPT, "max_tokens": 4})  # fmt: skip
     health = Probe("health while draining", "GET", "/health", auth=False)
     answers: Answers = {}
-    started = threading.Event()
-
-    def read() -> None:
-        with httpx.Client(timeout=120) as client:
-            started.set()
-            answers[stream.name] = send(client, engine.url, stream, {}, KEY)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    started.wait(5)
-    wait_for(lambda: _running(engine), timeout_s=30, what=f"{engine.name} running the long stream")
+    readers = [threading.Thread(target=_read, args=(engine, stream, answers, i), daemon=True) for i in range(STREAMS)]
+    for reader in readers:
+        reader.start()
+    wait_for(lambda: _running(engine) >= STREAMS, timeout_s=30, what=f"{engine.name} running the long streams")
     os.kill(engine.child.process.pid, signal.SIGTERM)
-    wait_for(lambda: _refusing(engine, late), timeout_s=10, what=f"{engine.name} draining")
+    refused = wait_for(lambda: _refused(engine, late), timeout_s=10, what=f"{engine.name} draining")
+    answers[late.name] = refused
     with httpx.Client(timeout=10) as client:
-        answers[late.name] = send(client, engine.url, late, {}, KEY)
         answers[health.name] = send(client, engine.url, health, {}, KEY)
-    reader.join(60)
+    for reader in readers:
+        reader.join(60)
     code = engine.child.process.wait(timeout=60)
     answers["exit code"] = Exchange("exit code", 0, "", "json", code)
     return answers
 
 
-def _running(engine: Engine) -> bool:
+def _read(engine: Engine, stream: Probe, answers: Answers, index: int) -> None:
+    with httpx.Client(timeout=120) as client:
+        answer = send(client, engine.url, stream, {}, KEY)
+    if index == 0:  # the others only keep the engine draining
+        answers[stream.name] = answer
+
+
+def _running(engine: Engine) -> float:
     text = httpx.get(engine.url + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=5).text
     running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
-    return any(not line.endswith(" 0.0") for line in running)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in running)
 
 
-def _refusing(engine: Engine, probe: Probe) -> bool:
-    """The engine answers new requests with an error now: its SIGTERM handler has run."""
+def _refused(engine: Engine, probe: Probe) -> Exchange | None:
+    """The engine's answer to a new request once it refuses them (its SIGTERM handler has run); None before."""
     with httpx.Client(timeout=10) as client:
-        return send(client, engine.url, probe, {}, KEY).status != 200
+        answer = send(client, engine.url, probe, {}, KEY)
+    return answer if answer.status != 200 else None

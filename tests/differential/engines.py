@@ -2,7 +2,7 @@
 ``images/vllm-cpu.sh``) and ``llmfleet sim serve`` with the CPU build's profile.
 
 Both serve the tiny model's folder under the served name the stacks use, with the tokenizer folder the agent
-passes (so both count the same tokens), prefix caching, KV events on the same topic, an API key, a 5 s shutdown
+passes (so both count the same tokens), prefix caching, KV events on the same topic, an API key, a 30 s shutdown
 timeout, the Responses store and vLLM's development routes. `start` records what ``/health`` answered while the
 engine started (the readiness the agent relies on) and returns once it answers 200.
 """
@@ -31,7 +31,7 @@ MODEL_DIR = VLLM_DIR / "models" / "tiny-qwen"
 TOKENIZER = ROOT / "models" / "llmfleet-tiny-tokenizer"
 KEY = "sk-differential"
 TOPIC = f"kv@differential@{MODEL}"
-SHUTDOWN_S = 5
+SHUTDOWN_S = 30  # longer than any drain here: the streams in flight at SIGTERM end by their length, never aborted
 FACTS = {"parameters": 840448, "layers": 2, "hidden_size": 128, "kv_heads": 2, "head_dim": 32, "vocab_size": 4253,
          "tied_embeddings": True, "max_position": 4096}  # fmt: skip
 # The simulator's own flags: the CPU build's profile (its version, block size, sleep routes and speed), the tiny
