@@ -291,8 +291,11 @@ async def serve(opts: ServeOptions) -> int:
         opts.config.gpu.name,
         opts.startup_seconds,
     )
-    if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), stop, log, opts.config.platform):
+    platform = opts.config.platform
+    interrupt = stop if platform.stops_while_starting else asyncio.Event()  # the CPU build ignores it
+    if await run_startup(StartupPhases.split(opts.startup_seconds, opts.config), interrupt, log, platform):
         return 0  # terminated while starting
+    stop.clear()  # a SIGTERM the start ignored is lost, as on the CPU build
     engine = Engine(opts.config, time_scale=opts.time_scale)
     publisher = await _start_publisher(opts.config, engine)
     engine.start()

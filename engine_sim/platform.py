@@ -19,6 +19,8 @@ step time                     roofline (`fleet.capacity.perf`)  ``hypot(fixed, p
                                                                docs/engine-simulator.md)
 start log                     load, torch.compile, graphs      load, "Warming up model for the compilation..." /
                                                                "Warming up done." (no CUDA graphs)
+SIGTERM while starting        ends the start (exit 0)          ignored: the start goes on, the engine serves
+                                                               until the next SIGTERM
 ============================  ===============================  ==================================================
 
 A refused value fails at start with vLLM's own words (`Platform.check`), so a launcher that passes a flag the
@@ -79,6 +81,10 @@ class Platform:
     attention_backend: str  # named in vLLM's refusal of another block size
     sleep_mode: bool  # --enable-sleep-mode starts (False: refused, and a dev-mode sleep frees nothing)
     cuda_graphs: bool = True  # the start captures CUDA graphs (the CPU build only warms up and compiles)
+    # SIGTERM while starting ends the start (the GPU release, as the simulator has always played it); the CPU build
+    # ignores it: the start goes on and the engine serves until the next SIGTERM (measured: REPORT.md, and the
+    # differential suite checks it).
+    stops_while_starting: bool = True
     step_costs: CpuStepCosts | None = None  # None: the GPU roofline of `fleet.capacity.perf.StepTimeModel`
 
     def check(self, block_size: int, enable_sleep_mode: bool) -> None:
@@ -104,6 +110,7 @@ CPU = Platform(
     "CPU_ATTN",
     sleep_mode=False,
     cuda_graphs=False,
+    stops_while_starting=False,
     step_costs=CpuStepCosts(
         fixed_s=1.95e-3, per_sequence_s=0.21e-3, per_token_s=4.9e-6, per_attention_s=5.9e-9, prefill_s=3.8e-3
     ),

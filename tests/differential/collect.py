@@ -2,7 +2,8 @@
 
 The same functions run against the real engine and the simulator, so the two answer the same questions in the
 same order: the readiness seen during the start, the first KV-event batch for a 3-block prompt, the corpus,
-``/metrics`` after it, sleep and wake, and a SIGTERM with a long stream in flight (which ends the engine).
+``/metrics`` after it, sleep and wake, a SIGTERM with long streams in flight (which ends the engine), and, on a
+second engine, a SIGTERM while it starts.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import time
 import httpx
 
 from tests.differential.corpus import CORPUS, MODEL, PROMPT, Probe
-from tests.differential.engines import KEY, Engine
+from tests.differential.engines import KEY, Engine, wait_ready
 from tests.differential.exchange import Exchange, send
 from tests.differential.surfaces import kv_frame, metrics_exchange
 from tests.support.wait import wait_for
 
-__all__ = ["Answers", "collect_all", "collect_sigterm"]
+__all__ = ["Answers", "collect_all", "collect_sigterm", "collect_sigterm_while_starting"]
 
 Answers = dict[str, Exchange]
 
@@ -109,3 +110,28 @@ def _refused(engine: Engine, probe: Probe) -> Exchange | None:
     with httpx.Client(timeout=10) as client:
         answer = send(client, engine.url, probe, {}, KEY)
     return answer if answer.status != 200 else None
+
+
+WARMING_UP = "Warming up model for the compilation"  # the CPU build's warm-up line (the simulator's too)
+
+
+def collect_sigterm_while_starting(engine: Engine, timeout_s: float) -> Answers:
+    """A SIGTERM sent while the (just launched) engine warms up: whether it goes on to serve, and the exit code
+    after a second SIGTERM once it does (or its own, when the first ended it). The engine is gone afterwards."""
+    wait_for(
+        lambda: WARMING_UP in engine.child.log.read_text(errors="replace") or None,
+        timeout_s=timeout_s,
+        what=f"{engine.name} warming up",
+        diagnostics=lambda: engine.child.tail(20),
+    )
+    os.kill(engine.child.process.pid, signal.SIGTERM)
+    try:
+        wait_ready(engine, timeout_s)
+        served = True
+    except AssertionError:  # it exited (or never served): the start ended
+        served = False
+    if served:
+        os.kill(engine.child.process.pid, signal.SIGTERM)
+    code = engine.child.process.wait(timeout=60)
+    found = {"serves after a SIGTERM while starting": served, "exit code after a SIGTERM while starting": code}
+    return {name: Exchange(name, 0, "", "json", value) for name, value in found.items()}

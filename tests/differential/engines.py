@@ -23,7 +23,7 @@ from fleet.protocol.ports import free_port
 from llmfleet.local.procs import Child
 from tests.differential.corpus import MODEL
 
-__all__ = ["ENV", "KEY", "SIM_FLAGS", "Engine", "start_real", "start_sim"]
+__all__ = ["ENV", "KEY", "SIM_FLAGS", "Engine", "launch_real", "launch_sim", "start_real", "start_sim", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_DIR = Path(os.environ.get("VLLM_DIR", ROOT / ".build" / "vllm"))
@@ -78,22 +78,35 @@ def flags(port: int, kv_port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def start_sim(folder: Path, timeout_s: float) -> Engine:
+def start_sim(folder: Path, timeout_s: float, name: str = "sim") -> Engine:
+    """Start the simulator and wait (up to ``timeout_s``) until it serves."""
+    return wait_ready(launch_sim(folder, name), timeout_s)
+
+
+def start_real(folder: Path, timeout_s: float, name: str = "vllm") -> Engine:
+    """Start the real engine and wait (up to ``timeout_s``) until it serves."""
+    return wait_ready(launch_real(folder, name), timeout_s)
+
+
+def launch_sim(folder: Path, name: str = "sim") -> Engine:
     port, kv = free_port(), free_port()
-    return _start("sim", folder, None, ["sim", "serve", *flags(port, kv), *SIM_FLAGS], port, kv, timeout_s)
+    return _launch(name, folder, None, ["sim", "serve", *flags(port, kv), *SIM_FLAGS], port, kv)
 
 
-def start_real(folder: Path, timeout_s: float) -> Engine:
+def launch_real(folder: Path, name: str = "vllm") -> Engine:
     port, kv = free_port(), free_port()
-    vllm = [str(VLLM_DIR / "bin" / "vllm")]
-    return _start("vllm", folder, vllm, ["serve", *flags(port, kv)], port, kv, timeout_s)
+    return _launch(name, folder, [str(VLLM_DIR / "bin" / "vllm")], ["serve", *flags(port, kv)], port, kv)
 
 
-def _start(
-    name: str, folder: Path, program: list[str] | None, argv: list[str], port: int, kv: int, timeout_s: float
-) -> Engine:
+def _launch(name: str, folder: Path, program: list[str] | None, argv: list[str], port: int, kv: int) -> Engine:
     child = Child(name, argv, folder / f"{name}.log", env=ENV, program=program)
-    engine = Engine(name, child, f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv}")
+    return Engine(name, child, f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv}")
+
+
+def wait_ready(engine: Engine, timeout_s: float) -> Engine:
+    """Poll ``/health`` until it answers 200, recording each new answer in ``ready_states``; fails when the engine
+    exits or the deadline passes (the engine is then stopped)."""
+    name, child = engine.name, engine.child
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:

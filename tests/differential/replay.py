@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.differential.collect import collect_all, collect_sigterm
+from tests.differential.collect import collect_all, collect_sigterm, collect_sigterm_while_starting
 from tests.differential.compare import compare
-from tests.differential.engines import start_sim
+from tests.differential.engines import launch_sim, start_sim
 from tests.differential.exchange import Exchange
 from tests.differential.known import REAL_ANSWERS, check, entry_for
 
@@ -36,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
             sim = {**collect_all(engine), **collect_sigterm(engine)}
         finally:
             engine.child.stop(timeout_s=10)
-    found = [d for name in real for d in compare(real[name], sim[name])]
+        second = launch_sim(Path(folder), "sim-2")
+        try:
+            sim.update(collect_sigterm_while_starting(second, timeout_s=60))
+        finally:
+            second.child.stop(timeout_s=10)
+    found = [d for name in real if name in sim for d in compare(real[name], sim[name])]
     for d in found if args.all else [d for d in found if entry_for(d) is None]:
         print(f"{d.key}: vLLM {d.real!r}, simulator {d.sim!r}")
     problems = check(found)

@@ -59,6 +59,27 @@ def test_port_refuses_connections_while_loading_then_serves(spawn_sim: SpawnSim)
     assert response.json()["usage"]["completion_tokens"] == 3
 
 
+TINY_FACTS = json.dumps({"parameters": 840448, "layers": 2, "hidden_size": 128, "kv_heads": 2, "head_dim": 32,
+                         "vocab_size": 4253, "tied_embeddings": True, "max_position": 4096})  # fmt: skip
+
+
+@pytest.mark.parametrize(("profile", "serves"), [("a100-80gb", False), ("cpu-tiny", True)])
+def test_a_sigterm_while_starting_ends_the_start_except_on_the_cpu_build(
+    spawn_sim: SpawnSim, profile: str, serves: bool
+) -> None:
+    """The GPU release's start ends at a SIGTERM (exit 0); vLLM's CPU build ignores it and serves (measured, and held
+    by the differential suite), until the next SIGTERM drains it."""
+    sim = spawn_sim("--startup-seconds", "1.5", "--gpu-profile", profile, "--model-facts", TINY_FACTS)
+    sim.wait_log("Loading weights" if profile != "cpu-tiny" else "Warming up model", timeout_s=20)
+    sim.send(signal.SIGTERM)
+    if not serves:
+        assert sim.process.wait(timeout=10) == 0
+        return
+    sim.wait_http("/health", timeout_s=20, interval_s=0.05)
+    sim.send(signal.SIGTERM)
+    assert sim.process.wait(timeout=10) == 0
+
+
 def test_sigterm_with_a_shutdown_timeout_lets_in_flight_streams_finish(spawn_sim: SpawnSim) -> None:
     # Slow enough (a few seconds) that the stream is still running while the checks below are made.
     sim = spawn_sim("--startup-seconds", "0", "--time-scale", "0.5", "--shutdown-timeout", "20")

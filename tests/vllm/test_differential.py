@@ -3,8 +3,9 @@
 A real ``vllm serve`` (the CPU build) and ``llmfleet sim serve`` start with the same flags
 (`tests.differential.engines`) and answer the same questions (`tests.differential.collect`: readiness during the
 start, KV events, the corpus of every route the gateway uses or relays and its error cases, ``/metrics``, sleep and
-wake, SIGTERM under load). Every difference (`tests.differential.compare`) must be one the simulator documents
-(`tests.differential.known`): a new one fails the suite, and so does a listed one that no longer occurs.
+wake, SIGTERM under load, and SIGTERM while starting on a second engine of each). Every difference
+(`tests.differential.compare`) must be one the simulator documents (`tests.differential.known`): a new one fails
+the suite, and so does a listed one that no longer occurs.
 
 The real engine's answers are written to ``.build/differential/real.json``, so the simulator can be compared with
 them again in seconds, without vLLM (``python -m tests.differential.replay``). ``LLMFLEET_WRITE_DIFFERENTIAL=1``
@@ -19,9 +20,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.differential.collect import Answers, collect_all, collect_sigterm
+from tests.differential.collect import Answers, collect_all, collect_sigterm, collect_sigterm_while_starting
 from tests.differential.compare import Difference, compare
-from tests.differential.engines import Engine, start_real, start_sim
+from tests.differential.engines import Engine, launch_real, launch_sim, start_real, start_sim
 from tests.differential.known import DOCS, REAL_ANSWERS, check, documented_keys, render_section, update_docs
 from tests.support.procs import Procs
 from tests.vllm.conftest import START_S
@@ -55,6 +56,18 @@ def test_both_engines_drain_on_sigterm(engines: tuple[Engine, Engine], answers: 
     for engine in engines:
         answers[engine.name].update(collect_sigterm(engine))
     assert answers["vllm"]["exit code"].body == 0, "vLLM exits 0 after a drain"
+
+
+def test_both_engines_answer_a_sigterm_while_starting_alike(module_procs: Procs, answers: dict[str, Answers]) -> None:
+    """A second engine of each kind, one at a time, SIGTERMed while it warms up."""
+    for launch, timeout_s in ((launch_sim, 60.0), (launch_real, START_S)):
+        engine = launch(module_procs.folder, f"{launch.__name__[7:]}-2")
+        try:
+            answers["vllm" if launch is launch_real else "sim"].update(
+                collect_sigterm_while_starting(engine, timeout_s)
+            )
+        finally:
+            engine.child.stop(timeout_s=10)
 
 
 def test_every_difference_is_listed(answers: dict[str, Answers]) -> None:
