@@ -17,7 +17,7 @@ import httpx
 
 from tests.differential.corpus import CORPUS, MODEL, PROMPT, Probe
 from tests.differential.engines import KEY, Engine, wait_ready
-from tests.differential.exchange import Exchange, send
+from tests.differential.exchange import Exchange, parse_sse, send
 from tests.differential.surfaces import kv_frame, metrics_exchange
 from tests.support.wait import wait_for
 
@@ -76,10 +76,16 @@ def collect_sigterm(engine: Engine) -> Answers:
                  {"model": MODEL, "prompt": PROMPT, "max_tokens": 4})  # fmt: skip
     health = Probe("health while draining", "GET", "/health", auth=False)
     answers: Answers = {}
-    readers = [threading.Thread(target=_read, args=(engine, stream, answers, i), daemon=True) for i in range(STREAMS)]
+    streaming = [threading.Event() for _ in range(STREAMS)]
+    readers = [
+        threading.Thread(target=_read, args=(engine, stream, answers, i, streaming[i]), daemon=True)
+        for i in range(STREAMS)
+    ]
     for reader in readers:
         reader.start()
-    wait_for(lambda: _running(engine) >= STREAMS, timeout_s=30, what=f"{engine.name} running the long streams")
+    # Each stream's first chunk says it runs (a CPU engine busy streaming answers /metrics seconds late).
+    for event in streaming:
+        assert event.wait(30), f"{engine.name}: a long stream sent no chunk within 30 s"
     os.kill(engine.child.process.pid, signal.SIGTERM)
     refused = wait_for(lambda: _refused(engine, late), timeout_s=10, what=f"{engine.name} draining")
     answers[late.name] = refused
@@ -92,17 +98,22 @@ def collect_sigterm(engine: Engine) -> Answers:
     return answers
 
 
-def _read(engine: Engine, stream: Probe, answers: Answers, index: int) -> None:
-    with httpx.Client(timeout=120) as client:
-        answer = send(client, engine.url, stream, {}, KEY)
+def _read(engine: Engine, stream: Probe, answers: Answers, index: int, streaming: threading.Event) -> None:
+    """Stream ``stream`` to its end, setting ``streaming`` at its first chunk; the first reader's is the answer."""
+    lines: list[str] = []
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream(
+            "POST", engine.url + stream.path, json=stream.body, headers={"authorization": f"Bearer {KEY}"}
+        ) as response,
+    ):
+        for line in response.iter_lines():
+            lines.append(line)
+            streaming.set()
+        status, media = response.status_code, response.headers.get("content-type", "").split(";")[0].strip()
+    streaming.set()
     if index == 0:  # the others only keep the engine draining
-        answers[stream.name] = answer
-
-
-def _running(engine: Engine) -> float:
-    text = httpx.get(engine.url + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=5).text
-    running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in running)
+        answers[stream.name] = Exchange(stream.name, status, media, "sse", parse_sse("\n".join(lines)))
 
 
 def _refused(engine: Engine, probe: Probe) -> Exchange | None:

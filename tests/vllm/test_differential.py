@@ -73,6 +73,7 @@ def test_both_engines_answer_a_sigterm_while_starting_alike(module_procs: Procs,
 def test_every_difference_is_listed(answers: dict[str, Answers]) -> None:
     """The run's differences are exactly those the simulator documents, and the docs list is this run's."""
     real, sim = answers["vllm"], answers["sim"]
+    assert real.keys() == sim.keys(), "both engines must have answered every question (an earlier test failed?)"
     REAL_ANSWERS.parent.mkdir(parents=True, exist_ok=True)
     REAL_ANSWERS.write_text(json.dumps({k: v.to_json() for k, v in real.items()}, indent=1))
     found: list[Difference] = [d for name in real for d in compare(real[name], sim[name])]
