@@ -48,6 +48,7 @@ RESPONSES_STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"  # vLLM keeps /v1/respon
 
 GPU_MEMORY_FLAG = "--gpu-memory-utilization"
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM on CPU: GiB of host memory for the KV cache (read with int())
 
 _OUTPUT_TAIL_S = 2.0  # after the engine exits, how long `wait` gives its last output to reach the log
 
@@ -222,6 +223,22 @@ class Launcher(abc.ABC):
         if self.pool.engine.responses_store:
             env[RESPONSES_STORE_ENV] = "1"  # read as bool(int(...)), like the dev mode's
         return {**env, **self.config.env}
+
+    def cpu_dropped_flags(self, engine: str, kv_cache: str) -> dict[str, str]:
+        """The flags a CPU build of vLLM (``engine`` names it in the reasons) cannot take, and why: the GPU memory
+        share (``kv_cache``: what the KV cache gets instead) and, when the pool asks for it, sleep mode."""
+        dropped = {GPU_MEMORY_FLAG: f"{engine} reserves that share of the host's memory; the KV cache gets {kv_cache}"}
+        if self.pool.engine.sleep_mode:
+            dropped[SLEEP_MODE_FLAG] = (
+                f"{engine} refuses to start with it; /sleep and /wake_up still answer (dev mode) but free nothing"
+            )
+        return dropped
+
+    def with_cpu_kv_cache(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with ``engine.cpuKvCacheGib`` as the CPU build's KV-cache size, unless ``env`` already sets one."""
+        if not env.get(CPU_KV_CACHE_ENV):
+            env[CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+        return env
 
     async def start(self, on_line: Callable[[str], None] | None = None) -> EngineProcess:
         """Start the engine in a new session (its own process group), its output appended to ``log_path`` and each

@@ -25,11 +25,9 @@ import dataclasses
 import json
 import sys
 
-from agent.launchers.base import GPU_MEMORY_FLAG, SLEEP_MODE_FLAG, Launcher, _num
+from agent.launchers.base import CPU_KV_CACHE_ENV, Launcher, _num
 from fleet.capacity.catalog import CPU_BUILD_GPUS
 from fleet.capacity.plan import model_facts
-
-_CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the simulated CPU build reads it as vLLM's does (GiB, int())
 
 __all__ = ["SimLauncher"]
 
@@ -57,19 +55,8 @@ class SimLauncher(Launcher, name="sim"):
     def dropped_flags(self) -> dict[str, str]:
         if not self._cpu_build:
             return {}
-        dropped = {
-            GPU_MEMORY_FLAG: f"the simulated CPU build reserves that share of the host's memory; the KV cache gets "
-            f"{_CPU_KV_CACHE_ENV} GiB instead"
-        }
-        if self.pool.engine.sleep_mode:
-            dropped[SLEEP_MODE_FLAG] = (
-                "the simulated CPU build refuses to start with it; /sleep and /wake_up still answer (dev mode) but "
-                "free nothing"
-            )
-        return dropped
+        return self.cpu_dropped_flags("the simulated CPU build", f"{CPU_KV_CACHE_ENV} GiB instead")
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        if self._cpu_build and not env.get(_CPU_KV_CACHE_ENV):
-            env[_CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
-        return env
+        return self.with_cpu_kv_cache(env) if self._cpu_build else env

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import shutil
 
-from agent.launchers.base import GPU_MEMORY_FLAG, SLEEP_MODE_FLAG, Launcher
+from agent.launchers.base import CPU_KV_CACHE_ENV, Launcher
 
 __all__ = ["CPU_BIND_ENV", "CPU_KV_CACHE_ENV", "VllmLauncher"]
 
-CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM on CPU: GiB of host memory for the KV cache (read with int())
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM on CPU: auto (pin to the first cores), nobind, or a core list
 
 
@@ -55,21 +54,12 @@ class VllmLauncher(Launcher, name="vllm"):
         if self.config.device != "cpu":
             return {}
         gib, source = self._cpu_kv_cache()
-        dropped = {
-            GPU_MEMORY_FLAG: f"vLLM on CPU reserves that share of the host's memory; the KV cache gets "
-            f"{CPU_KV_CACHE_ENV}={gib} GiB instead, {source}"
-        }
-        if self.pool.engine.sleep_mode:
-            dropped[SLEEP_MODE_FLAG] = (
-                "vLLM on CPU refuses to start with it; /sleep and /wake_up still answer (dev mode) but free nothing"
-            )
-        return dropped
+        return self.cpu_dropped_flags("vLLM on CPU", f"{CPU_KV_CACHE_ENV}={gib} GiB instead, {source}")
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
         if self.config.device == "cpu":
-            if not env.get(CPU_KV_CACHE_ENV):
-                env[CPU_KV_CACHE_ENV] = str(self.pool.engine.cpu_kv_cache_gib)
+            self.with_cpu_kv_cache(env)
             env.setdefault(CPU_BIND_ENV, "nobind")  # see the module docstring
         return env
 
