@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import httpx
+import zmq
 
 from tests.differential.corpus import CORPUS, MODEL, PROMPT, Probe
 from tests.differential.engines import KEY, Engine, wait_ready
@@ -47,20 +47,26 @@ def collect_all(engine: Engine) -> Answers:
 
 
 def _kv_events(engine: Engine) -> Exchange:
-    """The first batch the engine publishes for the first request it serves: a prompt of three full blocks."""
-    stop = threading.Event()
-    thread = engine.subscribe(stop)
-    # A SUB socket misses what is published before its subscription reaches the publisher, and ZMQ says nothing
-    # when that happens: give the (local) subscription time to arrive before the first block is stored.
-    time.sleep(0.5)
+    """The first batch the engine publishes, for the first request it serves (a prompt of three full blocks), read
+    back from its replay socket from sequence number 0: no subscription that could miss it."""
     body = {"model": MODEL, "prompt": PROMPT * 40, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
     answer = httpx.post(engine.url + "/v1/completions", json=body, headers={"authorization": f"Bearer {KEY}"},
                         timeout=120)  # fmt: skip
     assert answer.status_code == 200, answer.text
-    wait_for(lambda: engine.frames or None, timeout_s=10, what=f"{engine.name}'s first KV-event batch")
-    stop.set()
-    thread.join(5)
-    return Exchange("kv events", 0, "", "json", kv_frame(engine.frames[0]))
+    frames = wait_for(lambda: _replayed(engine), timeout_s=10, what=f"{engine.name}'s first KV-event batch")
+    return Exchange("kv events", 0, "", "json", kv_frame(frames))
+
+
+def _replayed(engine: Engine) -> list[bytes] | None:
+    """The replay's first reply from sequence number 0 as ``[topic, seq, payload]``; None while it holds none."""
+    with zmq.Context.instance().socket(zmq.DEALER) as replay:
+        replay.setsockopt(zmq.LINGER, 0)
+        replay.connect(engine.replay)
+        replay.send_multipart([b"", (0).to_bytes(8, "big")])
+        if not replay.poll(2000):
+            return None
+        _, *frames = replay.recv_multipart()
+    return frames if frames[-1] else None  # the end marker's payload is empty: nothing published yet
 
 
 def collect_sigterm(engine: Engine) -> Answers:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import zmq
 
 from fleet.protocol.ports import free_port
 from llmfleet.local.procs import Child
@@ -47,29 +45,13 @@ class Engine:
     name: str
     child: Child
     url: str
-    kv: str
+    replay: str  # the KV-event publisher's replay socket (ROUTER): its batches from any sequence number on
     ready_states: list[str] = field(default_factory=list)
-    frames: list[list[bytes]] = field(default_factory=list)
-
-    def subscribe(self, stop: threading.Event) -> threading.Thread:
-        """Collect every KV-event frame from now on, in a thread, until ``stop``."""
-
-        def run() -> None:
-            sub: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
-            sub.setsockopt(zmq.SUBSCRIBE, b"")
-            sub.connect(self.kv)
-            while not stop.is_set():
-                if sub.poll(100):
-                    self.frames.append(sub.recv_multipart())
-            sub.close(linger=0)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
 
 
-def flags(port: int, kv_port: int) -> list[str]:
-    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_port}", "topic": TOPIC}
+def flags(port: int, replay_port: int) -> list[str]:
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}",
+              "replay_endpoint": f"tcp://*:{replay_port}", "topic": TOPIC}  # fmt: skip
     return [
         str(MODEL_DIR), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL,
         "--max-model-len", "2048", "--max-num-seqs", "64", "--dtype", "bfloat16", "--enable-prefix-caching",
@@ -98,9 +80,9 @@ def launch_real(folder: Path, name: str = "vllm") -> Engine:
     return _launch(name, folder, [str(VLLM_DIR / "bin" / "vllm")], ["serve", *flags(port, kv)], port, kv)
 
 
-def _launch(name: str, folder: Path, program: list[str] | None, argv: list[str], port: int, kv: int) -> Engine:
+def _launch(name: str, folder: Path, program: list[str] | None, argv: list[str], port: int, replay: int) -> Engine:
     child = Child(name, argv, folder / f"{name}.log", env=ENV, program=program)
-    return Engine(name, child, f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{kv}")
+    return Engine(name, child, f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay}")
 
 
 def wait_ready(engine: Engine, timeout_s: float) -> Engine:
