@@ -53,8 +53,9 @@ def metrics_exchange(text: str) -> Exchange:
 
 
 def kv_frame(frames: list[bytes]) -> dict[str, Any]:
-    """One batch as the replay socket returns it, ``[topic, seq, payload]`` (the published frames): the topic, the sequence number (8 bytes big-endian) and the
-    msgpack batch ``[ts, events, dp_rank]``, each event a map (or vLLM's tagged array) turned into a map."""
+    """One batch as the replay socket returns it, ``[topic, seq, payload]`` (the published frames): the topic, the
+    sequence number (8 bytes big-endian) and the msgpack batch ``[ts, events, dp_rank]``, each event a map (or
+    vLLM's tagged array) turned into a map."""
     topic, seq, payload = frames
     batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     ts, events, *rest = batch
