@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import time
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from fleet.spec.base import _REVISION, Name, Spec
+from fleet.spec.disagg import PREFILL_SUFFIX, DisaggregationSpec
 
 __all__ = [
     "DRAIN_MARGIN_S",
@@ -283,6 +284,45 @@ class PoolSpec(Spec):
     adapters: list[AdapterSpec] = Field(default_factory=list)
     """LoRA adapters served on the base model (vLLM `--enable-lora --lora-modules`); a request names one as its
     `model`."""
+    disaggregation: DisaggregationSpec | None = None
+    """Prefill long prompts on other engines (`fleet.spec.disagg`): this pool's replicas then decode, and its
+    `<name>-prefill` role pool prefills. Unset: every replica prefills and decodes its own requests."""
+    _role: Literal["serving", "prefill"] = PrivateAttr(default="serving")
+
+    @property
+    def role(self) -> Literal["aggregated", "decode", "prefill"]:
+        """What the pool's engines do: `aggregated` (a pool without `disaggregation`), `decode` (one with it), or
+        `prefill` (the role pool `prefill_pool` derives)."""
+        if self._role == "prefill":
+            return "prefill"
+        return "aggregated" if self.disaggregation is None else "decode"
+
+    def prefill_pool(self) -> PoolSpec | None:
+        """The pool of this pool's prefill replicas, ``<name>-prefill``: the same model and engine but for the
+        prefill role's replicas, tensor parallelism, version and static replicas, with no adapters, restart
+        window of its own or further disaggregation. None for a pool without `disaggregation`."""
+        pd = self.disaggregation
+        if pd is None or self._role == "prefill":
+            return None
+        role = pd.prefill
+        engine = self.engine.model_copy(
+            update={
+                "tensor_parallel_size": role.tensor_parallel_size or self.engine.tensor_parallel_size,
+                "version": role.version or self.engine.version,
+            }
+        )
+        replicas = self.replicas.model_copy(update={"min": role.replicas.min, "max": role.replicas.max})
+        derived = self.model_copy(
+            update={
+                "name": self.name + PREFILL_SUFFIX,
+                "engine": engine,
+                "replicas": replicas,
+                "static_replicas": list(role.static_replicas),
+                "resume_streams": False,
+            }
+        )
+        derived._role = "prefill"
+        return derived
 
     @property
     def served_name(self) -> str:

@@ -27,6 +27,7 @@ from fleet.spec.cluster import (
     ObservabilitySpec,
 )
 from fleet.spec.control import AutoscalingSpec, ControlPlaneSpec
+from fleet.spec.disagg import DisaggregationSpec, PrefillRoleSpec
 from fleet.spec.gateway import (
     GatewaySpec,
     GatewayTlsSpec,
@@ -61,6 +62,7 @@ __all__ = [
     "ControlPlaneSpec",
     "CostSpec",
     "CpuNodeGroupSpec",
+    "DisaggregationSpec",
     "DrainSpec",
     "EngineSpec",
     "FleetSpec",
@@ -74,6 +76,7 @@ __all__ = [
     "ObservabilitySpec",
     "PluginRef",
     "PoolSpec",
+    "PrefillRoleSpec",
     "QueueSpec",
     "QuotaRedisSpec",
     "ReplicasSpec",
@@ -115,12 +118,20 @@ class FleetSpec(Spec):
     aliases: dict[AliasName, AliasSpec] = Field(default_factory=dict)
     """Model names served by several pools by weight (canary rollouts), with a fallback pool."""
 
+    @property
+    def engine_pools(self) -> list[PoolSpec]:
+        """Every pool whose replicas run engines: each of `pools`, then the prefill role pool of each disaggregated
+        one (`PoolSpec.prefill_pool`). Agents, the control plane and gateways' endpoint sets work on these; models
+        resolve to `pools` only."""
+        derived = [p.prefill_pool() for p in self.pools]
+        return list(self.pools) + [p for p in derived if p is not None]
+
     def pool(self, name: str) -> PoolSpec:
-        """The pool called ``name``; KeyError lists the pools that exist."""
-        for pool in self.pools:
+        """The pool called ``name``, a prefill role pool included; KeyError lists the pools that exist."""
+        for pool in self.engine_pools:
             if pool.name == name:
                 return pool
-        raise KeyError(f"no pool {name!r}; pools: {', '.join(p.name for p in self.pools)}")
+        raise KeyError(f"no pool {name!r}; pools: {', '.join(p.name for p in self.engine_pools)}")
 
     def node_group(self, name: str) -> GpuNodeGroupSpec:
         for group in self.gpu_node_groups:

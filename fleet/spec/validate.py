@@ -4,7 +4,8 @@
 file in one pass. Each problem names the full key path and what is allowed. The checks live by concern: plugins
 here, pools in `fleet.spec.validate_pool`, zones, node groups, cost, images and cluster access in
 `fleet.spec.validate_cluster`, tenants and the gateway in `fleet.spec.validate_gateway`, timing in
-`fleet.spec.validate_timing`, names, aliases and adapters in `fleet.spec.validate_models`.
+`fleet.spec.validate_timing`, prefill/decode pairs in `fleet.spec.validate_disagg`, names, aliases and adapters
+in `fleet.spec.validate_models`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fleet.spec.plugins import (
 )
 from fleet.spec.stack import FleetSpec
 from fleet.spec.validate_cluster import check_cluster_access, check_cost, check_images, check_zones_and_groups
+from fleet.spec.validate_disagg import check_disaggregation
 from fleet.spec.validate_gateway import check_gateway, check_tenants
 from fleet.spec.validate_models import check_adapter_routing, check_aliases, check_kv_routing, check_unique_names
 from fleet.spec.validate_pool import check_pool
@@ -54,6 +56,7 @@ def check_spec(spec: FleetSpec, registries: Sequence[Registry[Any]] = ()) -> lis
     problems += check_aliases(spec)
     problems += check_adapter_routing(spec)
     problems += check_kv_routing(spec)
+    problems += check_disaggregation(spec)
     return problems
 
 

@@ -357,7 +357,7 @@ def test_stack_file_on_disk_reports_its_path(tmp_path: Path) -> None:
 
 
 def test_unknown_stack_name_lists_the_stacks() -> None:
-    with pytest.raises(SpecError, match="stacks: dev, local, local-canary, local-vllm, prod, prod-two-models, staging"):
+    with pytest.raises(SpecError, match="stacks: dev, local, local-canary, local-pd, local-vllm, local-vllm-pd, prod, prod-two-models, staging"):
         load_spec("qa")
 
 
