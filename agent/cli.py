@@ -31,8 +31,9 @@ from pathlib import Path
 import httpx
 
 from agent.launchers import REGISTRY as LAUNCHERS, LaunchConfig, make_launcher
+from agent.launchers.kv_transfer import SideChannel
 from agent.model_store import StoreOptions
-from agent.node import Agent, AgentOptions
+from agent.node import Agent, AgentOptions, reachable
 from agent.restarts import RestartPolicy
 from agent.supervisor import SupervisorSettings
 from fleet.protocol.control_auth import (
@@ -52,7 +53,9 @@ from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["POD_IP_ENV", "add_arguments", "run", "side_channel"]
+
+POD_IP_ENV = "POD_IP"  # the pod's address, from the downward API (status.podIP) on a cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-port", type=int, help="engine port (default: a free port)")
     parser.add_argument("--kv-events-port", type=int, help="engine.kvEvents: the events' port (default: a free port)")
     parser.add_argument("--engine-host", help="engine interface (default: same as --host)")
+    side = "P/D pools: NIXL's handshake port (default: a free one locally, else disaggregation.sideChannelPort)"
+    parser.add_argument("--side-channel-port", type=int, help=side)
     parser.add_argument("--advertise-host", help="host name others use to reach this node's engine and agent")
     parser.add_argument("--log-dir", type=Path, help="engine log folder (default: a temp folder per replica)")
     parser.add_argument(
@@ -170,7 +175,23 @@ def build_options(args: argparse.Namespace, spec: FleetSpec) -> AgentOptions:
         model_store=store_options(args, spec),
         kv_events_port=args.kv_events_port
         or (free_port("127.0.0.1") if spec.pool(args.pool).engine.kv_events else None),
+        side_channel=side_channel(args, spec, os.environ),
     )
+
+
+def side_channel(args: argparse.Namespace, spec: FleetSpec, env: Mapping[str, str]) -> SideChannel | None:
+    """A prefill or decode pool's NIXL side channel: the pod's address (``$POD_IP``, which pods get from the
+    downward API, else the address the agent advertises the engine at) and ``--side-channel-port``, else a free port
+    on a local stack (its engines share one host), else the stack's ``sideChannelPort``. None for an aggregated
+    pool."""
+    pool = spec.pool(args.pool)
+    if pool.disaggregation is None:
+        return None
+    host = env.get(POD_IP_ENV) or reachable(args.engine_host or args.host, args.advertise_host)
+    port = args.side_channel_port
+    if port is None:
+        port = free_port("127.0.0.1") if spec.target == "local" else pool.disaggregation.side_channel_port
+    return SideChannel(host, port)
 
 
 def store_options(args: argparse.Namespace, spec: FleetSpec) -> StoreOptions | None:

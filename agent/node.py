@@ -26,6 +26,7 @@ from agent.control import ControlClient
 from agent.engine_client import HttpEngineClient, version_matches
 from agent.gpus import device_of, query_gpus
 from agent.launchers import EngineProcess, LaunchConfig, make_launcher
+from agent.launchers.kv_transfer import SideChannel
 from agent.metrics import AgentMetrics
 from agent.model_store import FetchResult, ModelFetcher, StoreOptions
 from agent.reporter import Load, Reporter
@@ -40,7 +41,7 @@ from fleet.protocol.model_manifest import ModelKeys
 from fleet.protocol.wire import LoadReport
 from fleet.spec.stack import PoolSpec
 
-__all__ = ["Agent", "AgentOptions"]
+__all__ = ["Agent", "AgentOptions", "reachable"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class AgentOptions:
     report_backoff_max_s: float = 10.0
     model_store: StoreOptions | None = None  # None: the engine loads the model itself (local stacks)
     kv_events_port: int | None = None  # engine.kvEvents: where the engine publishes its KV-cache events
+    side_channel: SideChannel | None = None  # a prefill or decode pool's engine: its NIXL handshake listener
 
 
 def _launch_config(pool: PoolSpec, options: AgentOptions) -> LaunchConfig:
@@ -71,10 +73,12 @@ def _launch_config(pool: PoolSpec, options: AgentOptions) -> LaunchConfig:
         extra_args=tuple(options.engine_args),
         kv_events_port=options.kv_events_port if pool.engine.kv_events else None,
         replica=options.replica,
+        side_channel=options.side_channel if pool.role != "aggregated" else None,
     )
 
 
-def _reachable(host: str, advertise: str | None) -> str:
+def reachable(host: str, advertise: str | None) -> str:
+    """How others reach what binds ``host``: the advertised name, else ``host`` unless a wildcard (the hostname)."""
     if advertise:
         return advertise
     return socket.gethostname() if host in ("0.0.0.0", "::", "") else host
@@ -112,8 +116,8 @@ class Agent:
         self.engine_client = HttpEngineClient(
             http, f"http://{local_host}:{options.engine_port}", pool.served_name, probe_timeout_s=5.0
         )
-        self.engine_url = f"http://{_reachable(options.engine_host, options.advertise_host)}:{options.engine_port}"
-        self.agent_url = f"http://{_reachable(options.host, options.advertise_host)}:{options.port}"
+        self.engine_url = f"http://{reachable(options.engine_host, options.advertise_host)}:{options.engine_port}"
+        self.agent_url = f"http://{reachable(options.host, options.advertise_host)}:{options.port}"
         self.control = ControlClient(http, options.control_plane)
         self.supervisor = Supervisor(
             pool,
@@ -204,6 +208,8 @@ class Agent:
             engine_url=self.engine_url,
             agent_url=self.agent_url,
             kv_events_url=self.kv_events_url,
+            role=self.pool.role,
+            side_channel=self.side_channel,
             state=sup.state.value,
             waiting=load.waiting,
             running=load.running,
@@ -224,10 +230,14 @@ class Agent:
         """Where the engine publishes its KV-cache events (engine.kvEvents), as others reach it; else None."""
         port = self.launch_config.kv_events_port
         return (
-            None
-            if port is None
-            else f"tcp://{_reachable(self.options.engine_host, self.options.advertise_host)}:{port}"
+            None if port is None else f"tcp://{reachable(self.options.engine_host, self.options.advertise_host)}:{port}"
         )
+
+    @property
+    def side_channel(self) -> str | None:
+        """Where a prefill or decode engine's NIXL handshake is reached (``host:port``); None for an aggregated one."""
+        channel = self.launch_config.side_channel
+        return None if channel is None else str(channel)
 
     @property
     def engine_version(self) -> str:
@@ -245,6 +255,8 @@ class Agent:
             replica=self.options.replica,
             pool=self.pool.name,
             model=self.pool.served_name,
+            role=self.pool.role,
+            side_channel=self.side_channel,
             engine=EngineInfo(
                 kind=self.pool.engine.kind,
                 version=self.engine_version,

@@ -90,6 +90,12 @@ class AgentStatus(Body):
     replica: str
     pool: str
     model: str
+    role: Literal["aggregated", "decode", "prefill"] = Field(
+        default="aggregated", description="what the engine does in its pool (`PoolSpec.role`)"
+    )
+    side_channel: str | None = Field(
+        default=None, description="a prefill or decode engine's NIXL handshake listener, host:port; None otherwise"
+    )
     engine: EngineInfo
     engine_url: str
     engine_pid: int | None

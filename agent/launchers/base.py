@@ -15,6 +15,8 @@ read like ``--api-key``; the key never appears on a command line or in the log. 
 gets ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (exactly ``1``: vLLM reads it as ``bool(int(...))``),
 without which vLLM 0.33 serves no ``/sleep`` or ``/wake_up`` (docs/agent.md cites the source lines). With
 ``engine.responsesStore`` it gets ``VLLM_ENABLE_RESPONSES_API_STORE=1``, without which vLLM keeps no response.
+A prefill or decode pool's engine (``PoolSpec.role``) gets ``--kv-transfer-config`` and NIXL's side channel in its
+environment (`agent.launchers.kv_transfer`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from agent.gpus import Device
+from agent.launchers.kv_transfer import SideChannel, kv_transfer_env, kv_transfer_flags
 from agent.launchers.output import EngineOutput
 from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV, ENGINE_API_KEY_ENV
 from fleet.spec.plugins import ENGINE_KIND, Registry
@@ -88,6 +91,7 @@ class LaunchConfig:
     kv_events_port: int | None = None  # engine.kvEvents: the PUB socket's port
     replica: str = ""  # in the KV events' topic
     device: Device = "gpu"  # decided once when the agent starts (`agent.gpus.device_of`); see `dropped_flags`
+    side_channel: SideChannel | None = None  # a P/D pool's engines: NIXL's handshake listener (`kv_transfer`)
 
 
 class EngineProcess:
@@ -150,6 +154,11 @@ class Launcher(abc.ABC):
         """The spec's flags this kind leaves out on this launch's device, each with the reason: none by default."""
         return {}
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the engine runs (or plays an engine that runs) on a CPU: the launch's device by default."""
+        return self.config.device == "cpu"
+
     def common_flags(self) -> list[str]:
         """The ``vllm serve`` flags every kind shares, from the pool spec (0.33 names), less `dropped_flags`."""
         engine, cfg, dropped = self.pool.engine, self.config, self.dropped_flags()
@@ -177,7 +186,7 @@ class Launcher(abc.ABC):
             flags.append(SLEEP_MODE_FLAG)
         if engine.tokenizer is not None:  # the folder gateways tokenize with too (kv-cache)
             flags += ["--tokenizer", engine.tokenizer]
-        return flags + self.kv_events_flags() + self.lora_flags()
+        return flags + self.kv_events_flags() + self.lora_flags() + kv_transfer_flags(self.pool, self.on_cpu)
 
     def kv_events_flags(self) -> list[str]:
         """``--kv-events-config`` (engine.kvEvents): a ZMQ PUB socket bound on every interface (vLLM binds an
@@ -222,6 +231,7 @@ class Launcher(abc.ABC):
             env[DEV_MODE_ENV] = "1"
         if self.pool.engine.responses_store:
             env[RESPONSES_STORE_ENV] = "1"  # read as bool(int(...)), like the dev mode's
+        env.update(kv_transfer_env(self.pool, self.on_cpu, self.config.side_channel, env))
         return {**env, **self.config.env}
 
     def cpu_dropped_flags(self, engine: str, kv_cache: str) -> dict[str, str]:

@@ -14,6 +14,9 @@ agent leaves both out as it does for vLLM on a CPU (`agent.launchers.vllm`) and 
 ``engine.cpuKvCacheGib`` GiB as ``VLLM_CPU_KVCACHE_SPACE``, unless its own environment sets it. So the same pool
 runs on the real CPU engine and on the simulator with the same flags.
 
+A prefill or decode pool's simulated engine gets the ``--kv-transfer-config`` and the NIXL side channel's
+environment vLLM's would (`agent.launchers.kv_transfer`), ``kv_buffer_device: cpu`` when its profile is a CPU build's.
+
 Example pool (``engine.kind: sim``)::
 
     engine: {kind: sim, sim: {gpuProfile: a100-80gb, timeScale: 10, startupSeconds: 1}}
@@ -49,14 +52,15 @@ class SimLauncher(Launcher, name="sim"):
         return [*head, *self.common_flags(), *flags, *self.extra_flags()]
 
     @property
-    def _cpu_build(self) -> bool:
+    def on_cpu(self) -> bool:
+        """The simulator plays the engine of its GPU profile: a CPU build's (``cpu-tiny``), wherever it runs."""
         return self.pool.engine.sim.gpu_profile in CPU_BUILD_GPUS
 
     def dropped_flags(self) -> dict[str, str]:
-        if not self._cpu_build:
+        if not self.on_cpu:
             return {}
         return self.cpu_dropped_flags("the simulated CPU build", f"{CPU_KV_CACHE_ENV} GiB instead")
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        return self.with_cpu_kv_cache(env) if self._cpu_build else env
+        return self.with_cpu_kv_cache(env) if self.on_cpu else env

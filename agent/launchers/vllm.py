@@ -30,6 +30,10 @@ And on CPU the engine gets ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless the agent
 host. With two replicas on a two-core host, a restarting engine's worker, pinned to the core its busy twin was
 pinned to, took 3 min 45 s to import where the first start took under a minute (the real-engine tier's restart
 window); unbound, the kernel spreads them.
+
+A prefill or decode pool's engine also gets ``--kv-transfer-config`` (``kv_buffer_device: cpu`` on a CPU) and NIXL's
+side channel, with UCX held to TCP over loopback on a CPU host whose side channel is local
+(`agent.launchers.kv_transfer`).
 """
 
 from __future__ import annotations

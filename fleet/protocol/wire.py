@@ -114,6 +114,12 @@ class LoadReport(Wire):
     engine_url: Text
     agent_url: Text | None = None
     kv_events_url: Text | None = Field(default=None, description="the engine's KV-cache event socket (kvEvents)")
+    role: Literal["aggregated", "decode", "prefill"] = Field(
+        default="aggregated", description="what the engine does in its pool: prefill and decode pools run P/D"
+    )
+    side_channel: Text | None = Field(
+        default=None, description="a prefill or decode engine's NIXL handshake listener, host:port"
+    )
     state: AgentState
     waiting: Count | None = None
     running: Count | None = None
