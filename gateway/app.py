@@ -184,7 +184,8 @@ def build_gateway(
     def capacity_changed(pool: str) -> None:
         routable = endpoints.routable(pool)
         capacity = admission_capacity(routable, spec.pool(pool).engine.max_num_seqs, queue.per_replica_threshold)
-        admission[pool].set_capacity(shares.capacity(pool, capacity))
+        if pool in admission:  # a prefill role pool admits nothing: its pool's requests were admitted
+            admission[pool].set_capacity(shares.capacity(pool, capacity))
         metrics.child(metrics.ready, pool).set(routable)
         upstream.changed(pool)
 
@@ -199,7 +200,7 @@ def build_gateway(
         clock=clock,
         on_change=capacity_changed,
     )
-    endpoints = EndpointSet(spec.pools, clock, on_change=capacity_changed, on_eject=ejected)
+    endpoints = EndpointSet(spec.engine_pools, clock, on_change=capacity_changed, on_eject=ejected)
     upstream = _upstream(settings, endpoints, session, metrics, clock)
     kv_feed = KvEventFeed({name: kv_scorers(router) for name, router in upstream.routers.items()})
     metrics.watch_kv(kv_feed)
@@ -270,7 +271,7 @@ def _routers(settings: GatewaySettings, metrics: GatewayMetrics) -> dict[str, Ro
     timing = metrics.plugin
     return {
         p.name: Router.from_refs(filters, routing.scorers, picker, lambda n, s: timing.labels(n).observe(s))
-        for p in settings.spec.pools
+        for p in settings.spec.engine_pools  # a prefill role pool's leg is routed by the same plugins
     }
 
 
@@ -292,7 +293,7 @@ def _refresher(
     return Refresher(
         endpoints,
         session,
-        {p.name: settings.replicas_of(p.name) for p in settings.spec.pools},
+        {p.name: settings.replicas_of(p.name) for p in settings.spec.engine_pools},
         settings.control_plane,
         interval_s,
         timeout_s=max(0.25, min(2.0, interval_s * 2)),

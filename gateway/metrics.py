@@ -1,27 +1,27 @@
 """Metrics: the gateway's Prometheus series and its JSON access log.
 
 Series (prefix ``llmfleet_gateway_``), labelled by tenant, model, status and replica where it makes sense:
-requests_total, ttft_seconds (streamed answers only: a whole answer has no first token to time) and e2e_seconds
-(as seen by the gateway), tokens_total{direction=in|out},
-queue_depth / queue_wait_seconds, retries_total{reason}, ejections_total, routed_total (routing decisions),
-alias_routed_total{alias,pool} (requests for an alias, by the pool that took them),
-routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream time excluded),
-in_flight{replica}, prefill_tokens{pool,replica} and context_tokens{pool,replica} (this gateway's open requests'
-prompt tokens not yet answered, less the cached share expected, and those answered: the ``least-work`` picker's
-counts), ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up (1/0) and
-quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
-resumed_streams_total{model,outcome=completed|failed} (streams broken mid-way that were to be resumed on another
-replica: completed seamlessly, or failed and ended with the error event); for pools routed by ``kv-cache``
-(`gateway.kv_events`): kv_event_streams{pool,state=up|down} (a replica's stream down: its entries dropped, the
-load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total, kv_event_gaps_total,
-kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt blocks routed, and of
-those the ones the chosen replica's engine held: the index's hit rate), kv_blocks_skipped_total{pool,reason} (stored
-blocks the index did not take: reason parent, medium, block_size or malformed, `gateway.routing.kv_index`),
-kv_block_size{pool} (the tokens per block prompts are hashed with: pinned, or learned from the events; 0 until
-learned), prompt_tokens_available{pool} (1: the
-gateway has the pool's tokenizer; 0: it has none, from its folder or the model store, and kv-cache scores nothing
-for the pool); client_errors_total{kind} (requests a client got wrong or abandoned, `CLIENT_ERROR_KINDS`, each
-also one log line on ``llmfleet.gateway.client``: never a traceback, as none is the gateway's fault).
+requests_total, ttft_seconds (streamed answers only: a whole answer has no first token to time) and e2e_seconds (as
+seen by the gateway), tokens_total{direction=in|out}, queue_depth / queue_wait_seconds, retries_total{reason},
+ejections_total, routed_total (routing decisions), alias_routed_total{alias,pool} (requests for an alias, by the
+pool that took them), routing_plugin_seconds{plugin}, overhead_seconds (time spent in the gateway itself, upstream
+time excluded), in_flight{replica}, prefill_tokens{pool,replica} and context_tokens{pool,replica} (this gateway's
+open requests' prompt tokens not yet answered, less the cached share expected, and those answered: the
+``least-work`` picker's counts), ready_replicas{pool}; with a shared quota store (`watch_quota`), quota_store_up
+(1/0) and quota_store_down_requests_total{decision=local|refused} (requests decided without the store);
+pd_requests_total{model,path} (requests to a disaggregated pool: two legs, aggregated by the decision, or done
+aggregated after a leg failed, `gateway.two_legs`); resumed_streams_total{model,outcome=completed|failed} (streams
+broken mid-way that were to be resumed on another replica: completed seamlessly, or failed and ended with the error
+event); for pools routed by ``kv-cache`` (`gateway.kv_events`): kv_event_streams{pool,state=up|down} (a replica's
+stream down: its entries dropped, the load scorers decide for it), kv_index_blocks{pool}, kv_event_batches_total,
+kv_event_gaps_total, kv_event_malformed_total, kv_prompt_blocks_total and kv_hit_blocks_total{pool} (full prompt
+blocks routed, and of those the ones the chosen replica's engine held: the index's hit rate),
+kv_blocks_skipped_total{pool,reason} (stored blocks the index did not take: reason parent, medium, block_size or
+malformed, `gateway.routing.kv_index`), kv_block_size{pool} (the tokens per block prompts are hashed with: pinned,
+or learned from the events; 0 until learned), prompt_tokens_available{pool} (1: the gateway has the pool's
+tokenizer; 0: it has none, from its folder or the model store, and kv-cache scores nothing for the pool);
+client_errors_total{kind} (requests a client got wrong or abandoned, `CLIENT_ERROR_KINDS`, each also one log line on
+``llmfleet.gateway.client``: never a traceback, as none is the gateway's fault).
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ class GatewayMetrics:
         )
         self.retries = Counter(p + "retries", "Retries on another replica", ["model", "reason"], registry=r)
         self.ejections = Counter(p + "ejections", "Replicas ejected", ["pool", "replica"], registry=r)
+        self.pd_requests = Counter(
+            p + "pd_requests", "Requests to disaggregated pools, by the path taken", ["model", "path"], registry=r
+        )
         self.routed = Counter(p + "routed", "Routing decisions", ["model", "replica"], registry=r)
         self.alias_routed = Counter(
             p + "alias_routed", "Requests for an alias, by the pool chosen", ["alias", "pool"], registry=r

@@ -61,6 +61,7 @@ from gateway.routing.base import RequestInfo
 from gateway.shares import CapacityShares
 from gateway.streams import Segment, StreamSession
 from gateway.tracing import RequestSpans, Tracing
+from gateway.two_legs import PrefillLeg, with_kv_transfer
 from gateway.upstream import Attempt, Upstream
 
 __all__ = ["Gateway"]
@@ -98,6 +99,11 @@ class Gateway:
     def cache_salts(self) -> CacheSalts:
         """The engines' ``cache_salt`` per tenant (`gateway.cache_salt`), keyed from the engines' key."""
         return CacheSalts.from_engine_key(self.engine_api_key)
+
+    @functools.cached_property
+    def two_legs(self) -> PrefillLeg:
+        """The prefill leg of requests to disaggregated pools (`gateway.two_legs`)."""
+        return PrefillLeg(self.upstream)
 
     @property
     def endpoints(self) -> EndpointSet:
@@ -292,20 +298,37 @@ class Gateway:
                     raise _client_error(exc) from exc
 
     async def _answer(self, call: Call, attempt: Attempt, retry_reason: str | None) -> web.StreamResponse:
-        """One attempt's answer: a whole one, or a stream handed to a `StreamSession` once its first event came."""
+        """One attempt's answer: a whole one, or a stream handed to a `StreamSession` once its first event came.
+
+        In a disaggregated pool the prefill leg runs first when the decision says so (`gateway.two_legs`); a decode
+        leg that fails before anything reached the client is done again on the same replica, aggregated."""
         up, out, ep, spans = self.upstream, call.out, attempt.ep, call.spans
+        kv = await self.two_legs.run(call, attempt.uncached) if self.two_legs.applies(call) else None
         if call.parsed.stream:
             deadline = asyncio.get_running_loop().time() + up.timeouts.total_s
             session = StreamSession(call, up, self._rewriter(call, ep.id))
             with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
                 headers = spans.headers_for(span, call.headers)
                 hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
-                relay, first = await up.open(ep, call.path, session.body, headers, hide, ends)
+                relay, first = await up.open(ep, call.path, with_kv_transfer(session.body, kv), headers, hide, ends)
+                if kv is not None and relay.error_code is not None and relay.error_code >= 500:
+                    # The decode engine could not load the KV cache (its first event is the error): nothing
+                    # reached the client, so the same replica prefills it itself.
+                    relay.resp.close()
+                    self.two_legs.counted(call, "decode_failed")
+                    relay, first = await up.open(ep, call.path, session.body, headers, hide, ends)
             attempt.answered()
             # From here on bytes reach the client: the session owns the attempt, no retry.
             return await session.run(Segment(attempt, relay, first), deadline)
         with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
-            answer = await up.send(ep, call.path, call.body, spans.headers_for(span, call.headers))
+            headers = spans.headers_for(span, call.headers)
+            try:
+                answer = await up.send(ep, call.path, with_kv_transfer(call.body, kv), headers)
+            except UpstreamStatus as exc:
+                if kv is None or exc.status < 500:
+                    raise
+                self.two_legs.counted(call, "decode_failed")  # as for a stream: aggregated on the same replica
+                answer = await up.send(ep, call.path, call.body, headers)
         up.succeeded(ep)
         out.prompt_tokens = answer.usage.prompt_tokens
         out.completion_tokens = answer.usage.completion_tokens

@@ -66,6 +66,11 @@ class Attempt:
         out.replica = self.ep.id
         metrics.child(metrics.routed, pool.served_name, self.ep.id).inc()
 
+    @property
+    def uncached(self) -> int:
+        """The prompt tokens the replica is expected to prefill: those its router did not expect it to hold."""
+        return self._uncached
+
     def answered(self) -> None:
         """The replica has answered (a stream's first event): the prompt is prefilled and its context decodes."""
         if not self._answered and self._started is not None:

