@@ -84,7 +84,8 @@ def node_lead(spec: FleetSpec, pool: PoolSpec) -> float:
 
 
 class ControlLoop:
-    """One control loop over every pool of ``spec``, built complete: ``restarting(pool, now)`` names the replicas
+    """One control loop over every engine pool of ``spec`` (a disaggregated pool's prefill role pool is scaled like a
+    pool, within its own bounds), built complete: ``restarting(pool, now)`` names the replicas
     holding a restart lease (their agents drain them for a planned restart, so they come back: counted as capacity
     on its way, never replaced or removed); ``rollouts`` are the canary rollouts judged each tick (a baseline
     promoted away from may be sized down to no replica); ``decisions`` is the decision log, shared with whoever
@@ -107,8 +108,8 @@ class ControlLoop:
         self.spec = spec
         self.registry = registry
         self.gateways = gateways or GatewayRegistry(registry.stale_after_s, registry.forget_after_s)
-        self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.pools}
-        self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.pools}
+        self.per_replica_qps = {p.name: planned_qps(spec, p) for p in spec.engine_pools}
+        self.node_lead_s = {p.name: node_lead(spec, p) for p in spec.engine_pools}
         self.actuator = actuator
         self.clock = clock
         self.policy = make_policy(spec.autoscaling.policy.name, spec.autoscaling.policy.params)
@@ -207,7 +208,7 @@ class ControlLoop:
         if self.rollouts is not None:
             self.rollouts.tick(when)
             await self.rollouts.save()
-        for pool in self.spec.pools:
+        for pool in self.spec.engine_pools:
             decision = await self.decide(pool, when)
             if self.record(decision) and not isinstance(decision, Hold):
                 log.info(

@@ -64,10 +64,10 @@ class ControlPlane:
     granted: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, gateway) -> last admission share
     freezes_logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (pool, change) -> last logged
     starts: StartLedger = field(default_factory=StartLedger)  # measured replica starts per pool
-    pools: dict[str, PoolSpec] = field(init=False, repr=False)  # the stack's pools by name
+    pools: dict[str, PoolSpec] = field(init=False, repr=False)  # the stack's engine pools by name
 
     def __post_init__(self) -> None:
-        self.pools = {p.name: p for p in self.spec.pools}
+        self.pools = {p.name: p for p in self.spec.engine_pools}
 
     @classmethod
     def build(
@@ -86,7 +86,7 @@ class ControlPlane:
         ``budget_source`` (None: the ``local`` source); pools held for ``startup_hold_s`` after a start
         (`control_plane.startup`)."""
         cp = spec.control_plane
-        pools = {p.name: p for p in spec.pools}
+        pools = {p.name: p for p in spec.engine_pools}
         registry = ReplicaRegistry(cp.stale_after_s, cp.forget_after)
         gateways = GatewayRegistry(cp.stale_after_s, cp.forget_after)
         leases = LeaseTable(lambda pool: pools[pool].restart_window.max_unavailable, cp.lease_ttl_s, store=store)

@@ -72,7 +72,7 @@ class ControlPlaneMetrics:
     def observe(self, cp: ControlPlane) -> None:
         """Set the gauges from ``cp`` as it is now."""
         now = cp.clock.time()
-        for pool in cp.spec.pools:
+        for pool in cp.spec.engine_pools:
             seen = cp.registry.seen(pool.name, now)
             for state in REPORTED_GAUGE_STATES:
                 self.replicas.labels(pool.name, state).set(sum(1 for s in seen if s.report.state == state))

@@ -53,9 +53,9 @@ def _summary(cp: ControlPlane, pool: PoolSpec, now: float) -> PoolSummary:
 
 @router.get("/v1/pools", response_model=PoolsResponse, responses=errors(401))
 async def get_pools(cp: ControlPlane = control_plane) -> PoolsResponse:
-    """Every pool: bounds, replica counts and the last decision."""
+    """Every pool, prefill role pools included: bounds, replica counts and the last decision."""
     now = cp.clock.time()
-    return PoolsResponse(pools=[_summary(cp, pool, now) for pool in cp.spec.pools], generated_at=now)
+    return PoolsResponse(pools=[_summary(cp, pool, now) for pool in cp.spec.engine_pools], generated_at=now)
 
 
 @router.get("/v1/pools/{pool}/budget", response_model=PoolBudget, responses=errors(401, 404))

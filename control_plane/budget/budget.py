@@ -9,7 +9,8 @@ Counts are read for every pool at once, at most every ``refresh_s``: on each lea
 them older, and in the background on gateway reports (about once a second per gateway), so the local source
 scrapes at a steady pace while gateways serve. A source that fails keeps the last budgets and records its error;
 with none computed yet a change is allowed and the reason says the budget is unknown: an unreadable metric
-store must not stop the fleet's maintenance.
+store must not stop the fleet's maintenance. A prefill role pool has a budget of its own, read with its model's
+counts as its decode pool's is (the sources count by model): restarting either role risks the same answers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class ErrorBudgets:
         self.spec = spec
         self.source = source
         self.refresh_s = refresh_s
-        self.latest: dict[str, PoolBudgets] = {p.name: PoolBudgets(None) for p in spec.pools}
+        self.latest: dict[str, PoolBudgets] = {p.name: PoolBudgets(None) for p in spec.engine_pools}
         self._gateways: dict[str, tuple[str, float]] = {}  # gateway -> (admin metrics URL, last report)
         self._read_at = -math.inf
         self._lock = asyncio.Lock()
@@ -70,7 +71,7 @@ class ErrorBudgets:
             if now - self._read_at < self.refresh_s:
                 return  # another caller read them while this one waited
             self._read_at = now
-            for pool in self.spec.pools:
+            for pool in self.spec.engine_pools:
                 try:
                     observed = await self.source.observe(self.query(pool.name, now))
                 except BudgetSourceError as exc:
