@@ -4,6 +4,7 @@ discover its replicas, operators see it, and the loop scales it within its own b
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -38,7 +39,7 @@ async def served() -> AsyncIterator[Served]:
     await server.stop()
 
 
-async def post(s: Served, replica: str, pool: str, **load: object) -> None:
+async def post(s: Served, replica: str, pool: str, **load: Any) -> None:
     role = "prefill" if pool == PREFILL else "decode"
     body = report(replica, pool=pool, ts=s.clock.now, role=role, side_channel="127.0.0.1:5600", **load)
     response = await s.http.post("/v1/reports", json=body.model_dump(mode="json"))
