@@ -39,11 +39,13 @@ class AnsweredRequest(Protocol):
 def whole_answer(
     request: AnsweredRequest, tokens: Sequence[int], finish: str, head: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """``head``: the answer's ``id``, ``created``, ``fingerprint`` and ``usage``."""
+    """``head``: the answer's ``id``, ``created``, ``fingerprint``, ``usage`` and (a P/D prefill leg's)
+    ``kv_transfer_params``."""
     text = request.tokenizer.filler_text(tokens)
     ids = list(tokens) if request.return_token_ids else None
     prompt_ids = request.prompt_token_ids if request.return_token_ids else None
     common = {"id": head["id"], "created": head["created"], "model": request.model}
+    kv = head.get("kv_transfer_params")
     if request.kind == "chat":
         message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
                    "function_call": None, "reasoning": None}  # fmt: skip
@@ -52,14 +54,14 @@ def whole_answer(
                   "stop_reason": None, "token_ids": ids, "routed_experts": None}  # fmt: skip
         return {**common, "object": "chat.completion", "choices": [choice], "service_tier": None,
                 "system_fingerprint": head["fingerprint"], "usage": head["usage"], "prompt_logprobs": None,
-                "prompt_token_ids": prompt_ids, "prompt_text": None, "kv_transfer_params": None,
+                "prompt_token_ids": prompt_ids, "prompt_text": None, "kv_transfer_params": kv,
                 "ec_transfer_params": None, "metrics": None}  # fmt: skip
     logprobs = None if request.logprobs is None else _completion_logprobs(request.tokenizer, tokens, request.logprobs)
     choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": None,
               "token_ids": ids, "prompt_logprobs": None, "prompt_token_ids": prompt_ids,
               "routed_experts": None}  # fmt: skip
     return {**common, "object": "text_completion", "choices": [choice], "service_tier": None,
-            "system_fingerprint": head["fingerprint"], "usage": head["usage"], "kv_transfer_params": None,
+            "system_fingerprint": head["fingerprint"], "usage": head["usage"], "kv_transfer_params": kv,
             "ec_transfer_params": None, "metrics": None}  # fmt: skip
 
 

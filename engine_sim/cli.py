@@ -13,8 +13,10 @@ fail as vLLM does (``error: unrecognized arguments``), so a launcher that passes
 by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) when set, and the CPU engine's measured step times.
 ``--kv-events-config`` publishes vLLM's KV-cache
 events over ZMQ (`engine_sim.kv_events`, `engine_sim.kv_publisher`), hashed with ``$PYTHONHASHSEED`` and
-``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them. ``--tokenizer PATH`` is vLLM's flag ("Name or path
-of the Hugging Face tokenizer to use"), here a local folder only (``tokenizer.json`` and a chat template,
+``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` as vLLM reads them. ``--kv-transfer-config`` configures vLLM's NixlConnector
+(`engine_sim.kv_transfer`): its side channel listens on ``VLLM_NIXL_SIDE_CHANNEL_HOST:PORT`` and requests' P/D
+``kv_transfer_params`` are played (`engine_sim.nixl`, `engine_sim.pd_legs`). ``--tokenizer PATH`` is vLLM's flag
+("Name or path of the Hugging Face tokenizer to use"), here a local folder only (``tokenizer.json`` and a chat template,
 `fleet.tokenizer`): prompt ids are then the ones vLLM computes with that tokenizer, and without it the
 approximate tokenizer counts them (`engine_sim.tokenizer`).
 
@@ -48,7 +50,9 @@ from engine_sim.errors import ConfigError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.kv_events import KVEventsConfig, KVEventSettings
 from engine_sim.kv_publisher import ZmqKVEventPublisher
+from engine_sim.kv_transfer import KVTransferSettings, settings_from
 from engine_sim.lora import LoraSettings, parse_lora_modules
+from engine_sim.nixl import NixlConnector, kv_link
 from engine_sim.platform import platform_of
 from engine_sim.responses import store_enabled
 from engine_sim.server import ServerSettings, create_app
@@ -91,6 +95,7 @@ class ServeOptions:
     sleep_routes: bool = False  # --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1 (the CPU build: dev mode alone)
     dev_routes: bool = False  # VLLM_SERVER_DEV_MODE=1
     runner: str = "generate"  # --runner (auto: the simulated models generate)
+    kv_transfer: KVTransferSettings | None = None  # --kv-transfer-config with a connector, and its side channel
 
 
 def build(args: argparse.Namespace) -> ServeOptions:
@@ -105,6 +110,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
     platform = platform_of(args.gpu_profile)
     platform.check(args.block_size or platform.default_block_size, args.enable_sleep_mode)
     config = _engine_config(args, facts, names)
+    kv_transfer = settings_from(args.kv_transfer_config, os.environ, platform.name, args.enable_sleep_mode)
     num_gpu_blocks(config)  # fail before "loading weights", as vLLM does at KV allocation
     settings = ServerSettings(
         model=args.model,
@@ -130,6 +136,7 @@ def build(args: argparse.Namespace) -> ServeOptions:
         sleep_routes=dev_mode and (args.enable_sleep_mode or not platform.sleep_mode),
         dev_routes=dev_mode,
         runner="pooling" if args.runner == "pooling" else "generate",
+        kv_transfer=kv_transfer,
     )
 
 
@@ -265,6 +272,29 @@ async def _start_publisher(config: EngineConfig, engine: Engine) -> ZmqKVEventPu
     return publisher
 
 
+async def _start_nixl(opts: ServeOptions, engine: Engine) -> NixlConnector | None:
+    """The NixlConnector and its side channel, bound (None without ``--kv-transfer-config``); ConfigError when the
+    side channel's address cannot be bound."""
+    settings = opts.kv_transfer
+    if settings is None:
+        return None
+    if settings.role == "kv_both":
+        log.warning(
+            "kv_role='kv_both' is deprecated and will be removed; set kv_role='kv_producer' for prefill instances "
+            "and kv_role='kv_consumer' for decode instances"
+        )
+    config = opts.config
+    link = kv_link(config.gpu_profile, config.tensor_parallel_size, config.platform.step_costs is not None)
+    nixl = NixlConnector(settings, engine, link)
+    try:
+        await nixl.start()
+    except OSError as exc:
+        raise ConfigError(
+            f"NIXL side channel {settings.side_channel_host}:{settings.side_channel_port} cannot be bound: {exc}"
+        ) from None
+    return nixl
+
+
 async def _drain(engine: Engine, timeout_s: float) -> None:
     """The clean shutdown: refuse new requests, let in-flight ones finish for up to ``timeout_s``, abort the rest."""
     log.info("[shutdown] API server: shutdown triggered (timeout %.1f s)", timeout_s)
@@ -298,6 +328,7 @@ async def serve(opts: ServeOptions) -> int:
     stop.clear()  # a SIGTERM the start ignored is lost, as on the CPU build
     engine = Engine(opts.config, time_scale=opts.time_scale)
     publisher = await _start_publisher(opts.config, engine)
+    nixl = await _start_nixl(opts, engine)
     engine.start()
     blocks = engine.scheduler.kv.pool.num_blocks
     log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * opts.config.block_tokens, blocks)
@@ -311,7 +342,15 @@ async def serve(opts: ServeOptions) -> int:
     policy = FaultPolicy(opts.faults, seed=opts.config.seed)
     sleep = _sleep_controller(opts, engine)
     app = create_app(
-        engine, opts.settings, policy, on_crash, _die_now, sleep, dev_routes=opts.dev_routes, runner=opts.runner
+        engine,
+        opts.settings,
+        policy,
+        on_crash,
+        _die_now,
+        sleep,
+        dev_routes=opts.dev_routes,
+        runner=opts.runner,
+        nixl=nixl,
     )
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
@@ -334,6 +373,8 @@ async def serve(opts: ServeOptions) -> int:
     await engine.stop()
     if publisher is not None:
         await publisher.close()
+    if nixl is not None:
+        await nixl.close()
     return exit_code
 
 

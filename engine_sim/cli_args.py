@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from engine_sim.kv_events import parse_kv_events_config
+from engine_sim.kv_transfer import parse_kv_transfer_config
 from fleet.capacity.catalog import GPUS
 
 __all__ = ["add_arguments", "add_serve_arguments"]
@@ -59,6 +60,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--max-cpu-loras", type=int, default=None)
     v.add_argument("--enable-sleep-mode", action="store_true", help="sleep/wake endpoints (VLLM_SERVER_DEV_MODE=1)")
     v.add_argument("--kv-events-config", type=parse_kv_events_config, default=None, help="KVEventsConfig JSON")
+    v.add_argument(
+        "--kv-transfer-config", type=parse_kv_transfer_config, default=None, help="KVTransferConfig JSON (NIXL P/D)"
+    )
     s = p.add_argument_group("simulator flags")
     s.add_argument(
         "--gpu-profile", default="a100-80gb", choices=sorted(GPUS), help="cpu-tiny: vLLM's CPU build on two cores"

@@ -194,6 +194,11 @@ class Engine:
             stream.close(FinishReason.ABORT)
         self._check_idle()
 
+    def release_held(self, request_id: str) -> None:
+        """Free the blocks a finished prefill leg held for a remote decode (`engine_sim.nixl`)."""
+        if self.scheduler.release_held(request_id):
+            self._observe(None)
+
     def abort_all(self) -> None:
         for request_id in list(self.streams):
             self.abort(request_id)

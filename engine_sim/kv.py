@@ -226,6 +226,25 @@ class KVCacheManager:
             events.stored(state.hashes[k:end], digests[k:end], parent, run, state.salt)
             k = end
 
+    def cached_prefix_tokens(self, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
+        """The tokens of ``token_ids`` a request would find cached now (`computed_blocks`' count), changing nothing."""
+        if not self.pool.enable_caching:
+            return 0
+        hits = 0
+        for block_hash in self._hashes(_RequestKV(salt=cache_salt), token_ids)[
+            : (len(token_ids) - 1) // self.block_size
+        ]:
+            if self.pool.lookup(block_hash) is None:
+                break
+            hits += 1
+        return hits * self.block_size
+
+    def detach(self, request_id: str) -> list[Block]:
+        """Drop the request's bookkeeping but keep its references: the caller owns the blocks until it hands them
+        to ``pool.release`` (a prefill leg's blocks held for a decode engine's pull, `engine_sim.nixl`)."""
+        state = self._requests.pop(request_id, None)
+        return [] if state is None else state.blocks
+
     def free(self, request_id: str) -> None:
         """Release all of the request's blocks, tail first; its hashes are kept for a later readmission."""
         state = self._requests.get(request_id)

@@ -6,14 +6,15 @@ every series carries ``model_name`` (the first served name) and ``engine`` ("0")
 model's clock (seconds of simulated engine time), so ``--time-scale`` changes how fast they accrue, not
 their values. Each engine owns its registry: nothing is global.
 
-The prompt's tokens by source: ``prompt_tokens_by_source{source=local_compute|local_cache_hit}`` and
-``prompt_tokens_cached`` count each request once, at its first token, from the prefix hit it was first admitted
-with (vLLM's ``PromptTokenStats``); ``prompt_tokens_cached_by_source{source=device}`` follows
-``prefix_cache_hits``. What the simulator has no such thing for exists at zero, as on a vLLM without it: the
-external (KV connector) and multi-modal caches, ``external_kv_transfer`` and the host/p2p/disk tiers, waiting
-requests ``deferred`` (the simulator defers none: all wait for ``capacity``), admission rejections (no queue
-limits), the ``estimated_*_per_gpu`` counters (vLLM fills them only with ``--enable-mfu-metrics``) and
-``finished_reason="repetition"``.
+The prompt's tokens by source: ``prompt_tokens_by_source{source=local_compute|local_cache_hit|external_kv_transfer}``
+and ``prompt_tokens_cached`` count each request once, at its first token, from the prefix hit it was first admitted
+with (vLLM's ``PromptTokenStats``; ``external_kv_transfer`` the tokens a P/D decode leg pulled, `engine_sim.nixl`);
+``prompt_tokens_cached_by_source{source=device}`` follows ``prefix_cache_hits``. With a NixlConnector the engine
+also has ``vllm:nixl_xfer_time_seconds`` (`engine_sim.nixl`). What the simulator has no such thing for exists at
+zero, as on a vLLM without it: the external (KV connector) prefix-cache counters and multi-modal caches, the
+host/p2p/disk tiers, waiting requests ``deferred`` (the simulator defers none: all wait for ``capacity``),
+admission rejections (no queue limits), the ``estimated_*_per_gpu`` counters (vLLM fills them only with
+``--enable-mfu-metrics``) and ``finished_reason="repetition"``.
 
 Simulator-only series use the ``llmfleet_sim_`` prefix: ``llmfleet_sim_behind_seconds_total`` is how much
 model time the real-time driver dropped because the host could not keep up.
@@ -145,7 +146,9 @@ class EngineMetricsRecorder:
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         by_source = counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",))
-        self.prompt_computed, self.prompt_hit, _ = (by_source.labels(*v, source) for source in PROMPT_SOURCES)
+        self.prompt_computed, self.prompt_hit, self.prompt_external = (
+            by_source.labels(*v, source) for source in PROMPT_SOURCES
+        )
         self.prompt_cached = counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
         by_tier = counter(
             "vllm:prompt_tokens_cached_by_source", "Prefix-cache hit tokens by the cache tier that supplied them.",
@@ -259,9 +262,13 @@ class EngineMetricsRecorder:
         """A request's prompt by source, once, at its first token (with the hit it was first admitted with)."""
         prompt = request.num_prompt_tokens
         cached = min(prompt, max(0, request.num_cached_tokens))
+        external = min(cached, request.num_external_computed_tokens)
         self.prompt_computed.inc(prompt - cached)
+        if cached - external:
+            self.prompt_hit.inc(cached - external)
+        if external:
+            self.prompt_external.inc(external)
         if cached:
-            self.prompt_hit.inc(cached)
             self.prompt_cached.labels(*self._values).inc(cached)
 
     def on_lora(self, max_lora: int, running: set[str], waiting: set[str]) -> None:

@@ -291,6 +291,7 @@ class ResponseFramer:
         self.prompt_details = prompt_details
         self._started = False
         self.completion_tokens = 0
+        self.kv_transfer_params: dict[str, Any] | None = None  # a prefill leg's, on its whole answer (P/D)
         head = dumps({"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion"})[:-1]
         self._head = f'data: {head},"created":{self.created},"model":{dumps(request.model)},"choices":['
 
@@ -358,5 +359,6 @@ class ResponseFramer:
         usage = _usage(prompt_tokens, len(tokens), cached_tokens if self.prompt_details else None)
         usage.setdefault("prompt_tokens_details", None)
         usage["completion_tokens_details"] = None
-        head = {"id": self.id, "created": self.created, "fingerprint": self.fingerprint, "usage": usage}
+        head = {"id": self.id, "created": self.created, "fingerprint": self.fingerprint, "usage": usage,
+                "kv_transfer_params": self.kv_transfer_params}  # fmt: skip
         return whole_answer(self.request, tokens, finish, head)

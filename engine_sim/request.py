@@ -43,11 +43,16 @@ class SimRequest:
     output_seed: int = 0
     tokenizer: SimTokenizer = APPROX  # whose filler words the request generates
     cache_salt: str | None = None  # its prefix-cache partition (vLLM's ``cache_salt``: block 0's extra key)
+    # P/D (`engine_sim.nixl`): a prefill leg's blocks are held at a length-capped finish for a decode engine's pull;
+    # a decode leg's first ``remote_tokens`` prompt tokens were pulled from the prefill engine (computed at admission).
+    kv_hold: bool = False
+    remote_tokens: int = 0
     # Scheduler state (times are in the scheduler's clock).
     status: RequestStatus = RequestStatus.WAITING
     token_ids: list[int] = field(default_factory=list)  # prompt + generated
     num_computed_tokens: int = 0
-    num_cached_tokens: int = -1  # prefix hit at first admission; -1 until admitted
+    num_cached_tokens: int = -1  # prefix hit at first admission (local + external); -1 until admitted
+    num_external_computed_tokens: int = 0  # of those, pulled from a remote prefill (vLLM's name)
     num_preemptions: int = 0
     arrival_time: float = 0.0
     scheduled_time: float | None = None

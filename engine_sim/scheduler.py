@@ -10,6 +10,10 @@ One step, as in ``vllm/v1/core/sched/scheduler.py``:
    allow: the prefix cache supplies their longest cached prefix, the rest is prefilled in chunks.
 3. When a request's computed tokens catch up with its tokens, it samples one output token.
 
+P/D (`engine_sim.nixl`): a decode leg's ``remote_tokens`` count as computed when it is first admitted (vLLM's
+external tokens: no prefill work, the last prompt token recomputed), and a length-capped prefill leg with
+``kv_hold`` keeps its blocks in ``held`` after it finishes, until `Scheduler.release_held`.
+
 The object never reads a clock or sleeps: ``schedule(now)`` returns a `StepPlan` with the step's duration
 and ``complete(plan)`` applies it at ``plan.end``. A real-time driver sleeps in between; a discrete-event
 simulator just adds the duration. ``abort`` may be called between the two and frees blocks at once. A
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine_sim.decode_run import DecodeRun
-from engine_sim.kv import KVCacheManager
+from engine_sim.kv import Block, KVCacheManager
 from engine_sim.request import FinishReason, RequestStatus, SimRequest
 from engine_sim.timing import StepTimer, StepWork
 
@@ -98,6 +102,7 @@ class Scheduler:
         self.running: list[SimRequest] = []
         self._requests: dict[str, SimRequest] = {}
         self._run: DecodeRun | None = None
+        self.held: dict[str, list[Block]] = {}  # finished prefill legs' blocks, until `release_held`
 
     # -- queries ---------------------------------------------------------------------------------------
     @property
@@ -221,22 +226,27 @@ class Scheduler:
         while self.waiting and budget > 0 and len(running) < self.config.max_num_seqs:
             request = self.waiting[0]
             hits, hit_tokens = kv.computed_blocks(request.request_id, request.token_ids, request.cache_salt)
-            num_new = self._chunk(request.num_tokens - hit_tokens, budget)
-            if not kv.allocate_slots(request.request_id, hit_tokens + num_new, hits):
+            external = self._external(request, hit_tokens)
+            computed = hit_tokens + external
+            num_new = self._chunk(request.num_tokens - computed, budget)
+            if not kv.allocate_slots(request.request_id, computed + num_new, hits):
                 break
             self.waiting.popleft()
             self.stats.prefix_queries += request.num_tokens
             self.stats.prefix_hits += hit_tokens
             if request.num_cached_tokens < 0:
-                request.num_cached_tokens = hit_tokens
+                request.num_cached_tokens = computed
+                request.num_external_computed_tokens = external
             if request.scheduled_time is None:
                 request.scheduled_time = now
-            request.num_computed_tokens = hit_tokens
+            request.num_computed_tokens = computed
+            if external:  # the pulled blocks are cached once loaded, as vLLM's scheduler caches them
+                kv.cache_computed(request.request_id, request.token_ids, computed, request.cache_salt)
             request.status = RequestStatus.RUNNING
             running.append(request)
             scheduled.append((request, num_new))
             tokens += num_new
-            end = hit_tokens + num_new
+            end = computed + num_new
             if num_new == 1 and end == request.num_tokens and request.num_output_tokens > 0:
                 decode_ctx += end
             else:
@@ -352,6 +362,23 @@ class Scheduler:
             remaining = threshold
         return min(remaining, budget)
 
+    @staticmethod
+    def _external(request: SimRequest, hit_tokens: int) -> int:
+        """Prompt tokens a decode leg takes from its remote prefill beyond its local hit, on its first admission
+        only (a preempted one recomputes: the prefill engine freed them). The last prompt token is always computed
+        here, as vLLM recomputes it for its logits."""
+        if not request.remote_tokens or request.num_preemptions:
+            return 0
+        return max(0, min(request.remote_tokens, request.num_tokens - 1) - hit_tokens)
+
+    def release_held(self, request_id: str) -> bool:
+        """Free the blocks a prefill leg held for a remote decode (pulled, or its lease over); False if none."""
+        blocks = self.held.pop(request_id, None)
+        if blocks is None:
+            return False
+        self.kv.pool.release(list(reversed(blocks)))
+        return True
+
     def _preempt(self, request: SimRequest) -> None:
         self.kv.free(request.request_id)
         request.status = RequestStatus.PREEMPTED
@@ -361,7 +388,10 @@ class Scheduler:
         self.waiting.appendleft(request)
 
     def _finish(self, request: SimRequest, reason: FinishReason, now: float) -> None:
-        self.kv.forget(request.request_id)
+        if request.kv_hold and reason is FinishReason.LENGTH:  # vLLM holds only a length-capped prefill leg's
+            self.held[request.request_id] = self.kv.detach(request.request_id)
+        else:
+            self.kv.forget(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.finish_time = now

@@ -9,7 +9,8 @@ Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (JSON or SSE), t
 Errors use vLLM's ``{"error": {message, type, param, code}}`` shape
 (`fleet.protocol.openai_error`, through `RequestError`) with vLLM's statuses; validation errors on a streaming request
 are plain JSON with a 4xx, errors after the first chunk arrive in-band followed by ``data: [DONE]``. A client
-that disconnects aborts its request (handler cancellation), which frees its KV blocks at once.
+that disconnects aborts its request (handler cancellation), which frees its KV blocks at once. With a NixlConnector
+(``--kv-transfer-config``) chat and completion requests play vLLM's P/D legs (`engine_sim.pd_legs`).
 
 aiohttp rather than FastAPI/uvicorn: one event loop writes several thousand SSE chunks a second with
 templated bytes and no per-chunk pydantic work.
@@ -36,6 +37,8 @@ from engine_sim.engine import ENGINE_DEAD_MESSAGE, Engine, EngineState, TokenStr
 from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.messages import MessagesApi
+from engine_sim.nixl import NixlConnector
+from engine_sim.pd_legs import PLAIN, Leg, failed_leg_events, prepare_leg
 from engine_sim.protocol import GenerationRequest, ResponseFramer, cache_salt_of, dumps, parse_generation_request
 from engine_sim.request import SimRequest
 from engine_sim.responses import ResponsesApi
@@ -94,8 +97,10 @@ class _Routes:
         on_crash: Callable[[], None],
         on_die: Callable[[], None],
         sleep: SleepController | None,
+        nixl: NixlConnector | None = None,
     ) -> None:
         self.engine = engine
+        self.nixl = nixl
         self.sleep = sleep
         self.settings = settings
         self.faults = faults
@@ -231,21 +236,33 @@ class _Routes:
         if s.enable_force_include_usage and gen.stream:
             gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
         framer = ResponseFramer(gen, s.enable_prompt_tokens_details, self.fingerprint)
+        leg = await prepare_leg(self.nixl, body, gen.prompt_token_ids, gen.cache_salt)
+        if leg.error is not None:
+            return await self._failed_leg(request, gen.stream, leg.error)
         try:
-            stream = await self.start(gen, framer.id)
+            stream = await self.start(gen, framer.id, leg)
         except RequestError as exc:
             return error_response(exc)
+        # vLLM's internal id of the request: the client's X-Request-Id when it sends one (a P/D proxy sends the
+        # same on both legs), else a random one; the prefill leg's kv_transfer_params name it.
+        client_id = request.headers.get("X-Request-Id")
+        base_id = framer.id if not client_id else ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + client_id
         try:
             if gen.stream:
-                return await self._stream(request, stream, framer)
-            return await self._collect(stream, framer)
+                response = await self._stream(request, stream, framer, leg)
+            else:
+                response = await self._collect(stream, framer, leg, base_id)
+            if leg.hold and gen.stream and self.nixl is not None:
+                self.nixl.offer(stream.request, gen.kind, base_id)  # leased; a stream does not carry the params
+            return response
         finally:
             if stream.finished is None:
                 self.engine.abort(framer.id)  # client went away (handler cancelled) or write failed
 
-    async def start(self, gen: GenerationRequest, request_id: str) -> TokenStream:
+    async def start(self, gen: GenerationRequest, request_id: str, leg: Leg = PLAIN) -> TokenStream:
         """Submit a validated generation as every generation route does: the fault policy first, the seed of
-        woken weights, the adapter it names once loaded. RequestError when it is refused."""
+        woken weights, the adapter it names once loaded, its P/D ``leg`` (`engine_sim.pd_legs`). RequestError when
+        it is refused."""
         if self.sleep is not None and self.sleep.seed_shift:  # woken with other weights: other tokens
             gen = GenerationRequest(**{**gen.__dict__, "seed": gen.seed + self.sleep.seed_shift})
         action = self.faults.on_request()
@@ -255,16 +272,32 @@ class _Routes:
             raise action.error
         adapter = gen.model if gen.model not in self.settings.served_model_names else None
         arrived = None if adapter is None else await self.engine.adapter_ready(adapter)
-        return self.engine.submit(gen.to_sim_request(request_id), arrived=arrived, adapter=adapter)
+        if leg.arrived is not None:  # a decode leg's pull came first: it counts in the request's TTFT
+            arrived = leg.arrived
+        return self.engine.submit(leg.apply(gen.to_sim_request(request_id)), arrived=arrived, adapter=adapter)
 
-    async def _collect(self, stream: TokenStream, framer: ResponseFramer) -> web.Response:
+    async def _collect(self, stream: TokenStream, framer: ResponseFramer, leg: Leg, base_id: str) -> web.Response:
         tokens, finish = await collect(stream)
         if stream.error is not None:
             return error_response(_engine_failed(stream.error))
         req = stream.request
-        return _json(framer.body(tokens, finish, req.num_prompt_tokens, max(0, req.num_cached_tokens)))
+        if leg.hold and self.nixl is not None:
+            framer.kv_transfer_params = self.nixl.offer(req, framer.request.kind, base_id)
+        return _json(framer.body(tokens, finish, req.num_prompt_tokens, leg.cached_tokens(req.num_cached_tokens)))
 
-    async def _stream(self, request: web.Request, stream: TokenStream, framer: ResponseFramer) -> web.StreamResponse:
+    async def _failed_leg(self, request: web.Request, stream: bool, error: RequestError) -> web.StreamResponse:
+        """A decode leg whose pull failed under policy ``fail``: 500, or a stream's 200 and one error event."""
+        if not stream:
+            return error_response(error)
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        await response.write(failed_leg_events(error))
+        await response.write_eof()
+        return response
+
+    async def _stream(
+        self, request: web.Request, stream: TokenStream, framer: ResponseFramer, leg: Leg
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
         req = stream.request
         prompt_tokens = req.num_prompt_tokens
@@ -278,7 +311,7 @@ class _Routes:
                     break
                 await response.write(framer.chunks(tokens, None if finish is None else finish.value, prompt_tokens))
                 if finish is not None:
-                    await response.write(framer.closing(prompt_tokens, max(0, req.num_cached_tokens)))
+                    await response.write(framer.closing(prompt_tokens, leg.cached_tokens(req.num_cached_tokens)))
                     break
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):
@@ -347,13 +380,16 @@ def create_app(
     sleep: SleepController | None = None,
     dev_routes: bool = False,
     runner: str = "generate",
+    nixl: NixlConnector | None = None,
 ) -> web.Application:
     """The aiohttp app; run it with ``web.AppRunner(app, handler_cancellation=True)`` so disconnects abort.
     ``sleep``: serve the sleep-mode routes over that controller (None: they do not exist, as without
     ``VLLM_SERVER_DEV_MODE=1``); ``dev_routes``: serve vLLM's other development route, ``/reset_prefix_cache``;
-    ``runner`` ``pooling``: serve ``/v1/embeddings`` and no generation route, as vLLM's ``--runner pooling``."""
+    ``runner`` ``pooling``: serve ``/v1/embeddings`` and no generation route, as vLLM's ``--runner pooling``;
+    ``nixl``: the engine's NixlConnector (``--kv-transfer-config``), which chat and completion requests'
+    ``kv_transfer_params`` drive (`engine_sim.pd_legs`)."""
     policy = faults or FaultPolicy(FaultSpec())
-    routes = _Routes(engine, settings, policy, on_crash, on_die, sleep)
+    routes = _Routes(engine, settings, policy, on_crash, on_die, sleep, nixl)
     app = web.Application(middlewares=_middlewares(settings, policy.spec), client_max_size=64 * 1024**2)
     app.router.add_get("/health", routes.health)
     app.router.add_route("*", "/ping", routes.health)
