@@ -3,6 +3,10 @@
     control plane (with the local actuator) -> it starts each pool's minimum agents, each supervising its
     simulated engine -> the gateway, discovering replicas from the control plane.
 
+A disaggregated pool's prefill role pool (``<pool>-prefill``, `fleet.spec.stack.FleetSpec.engine_pools`) is a pool
+here like any: ``llmfleet up --stack local-pd`` waits for its minimum prefill replicas and its minimum decode
+replicas, each engine launched with its role's ``--kv-transfer-config`` (`agent.launchers.kv_transfer`).
+
 Then it prints the gateway URL, the demo API key and ready-to-paste ``curl`` and ``openai`` examples. SIGINT or
 SIGTERM stops the gateway (in-flight requests finish), then the control plane (which drains and stops its
 agents), then sweeps any process left in the tree. Exit status: 0 after a clean stop, 1 when a part failed.
@@ -42,7 +46,7 @@ from fleet.protocol.control_auth import CONTROL_TOKEN_ENV, ENGINE_API_KEY_ENV, O
 from fleet.protocol.keys import DEMO_API_KEY, hash_api_key
 from fleet.slo.rules import rules_yaml
 from fleet.spec.loader import LoadedStack, load_or_report
-from fleet.spec.stack import FleetSpec
+from fleet.spec.stack import FleetSpec, PoolSpec
 from llmfleet.local.procs import Child, descendants, kill_tree, wait_http
 from llmfleet.local.prometheus import LocalPrometheus
 from llmfleet.local.watch import Watch, start_prometheus
@@ -87,7 +91,7 @@ def banner(
     key = DEMO_API_KEY if demo else "<one of your tenants' keys>"
     body = f'{{"model": "{model}", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
     return f"""
-llmfleet is up (stack {loaded.name}): {", ".join(f"{p.name} x{p.replicas.min}..{p.replicas.max}" for p in spec.pools)}
+llmfleet is up (stack {loaded.name}): {", ".join(_pool_line(p) for p in spec.engine_pools)}
   gateway        {gateway}   (readiness, metrics: {admin})
   control plane  {control_plane}
   prometheus     {prometheus}
@@ -117,12 +121,18 @@ Ctrl-C drains and stops everything.
 """.strip("\n")
 
 
+def _pool_line(pool: PoolSpec) -> str:
+    """``qwen-7b x1..4``, its role after it when the pool is disaggregated: ``qwen-7b (decode) x1..4``."""
+    role = "" if pool.role == "aggregated" else f" ({pool.role})"
+    return f"{pool.name}{role} x{pool.replicas.min}..{pool.replicas.max}"
+
+
 def _pools_ready(control_plane: str, loaded: LoadedStack, auth: OriginAuth | None) -> bool:
     try:
         pools = httpx.get(f"{control_plane}/v1/pools", timeout=1.0, auth=auth).json()["pools"]
     except (httpx.HTTPError, ValueError, KeyError):
         return False
-    wanted = {p.name: p.replicas.min for p in loaded.spec.pools}
+    wanted = {p.name: p.replicas.min for p in loaded.spec.engine_pools}
     return all(p["ready"] >= wanted.get(p["pool"], 0) for p in pools)
 
 
@@ -207,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if prometheus is not None and prometheus.child is not None:
             children.append(prometheus.child)  # stopped first, below: it has nothing to drain
-        _stop(children, grace_s=max(p.drain.grace_seconds for p in loaded.spec.pools) + 15.0)
+        _stop(children, grace_s=max(p.drain.grace_seconds for p in loaded.spec.engine_pools) + 15.0)
     return 1 if failed else 0
 
 
