@@ -39,7 +39,7 @@ __all__ = ["ControlPlane", "ControlPlaneArgs", "control_plane_pod_spec", "contro
 
 def control_plane_rules(spec: FleetSpec) -> list[k8s.rbac.v1.PolicyRuleArgsDict]:
     """Namespaced RBAC rules: scale own pool Deployments, patch pods, use leases."""
-    deployments = [contract.pool_deployment_name(p.name) for p in spec.pools]
+    deployments = [contract.pool_deployment_name(p.name) for p in spec.engine_pools]  # prefill role pools too
     return [
         {"api_groups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
         {

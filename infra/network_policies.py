@@ -4,7 +4,10 @@
   connection at all.
 * engines (``component: engine``): the vLLM port (8001) from gateway pods and the Prometheus scraper; the agent
   port (8000) from gateway pods, the control plane and the scraper; where a pool publishes KV-cache events
-  (``engine.kvEvents``), their port (5557) from gateway pods only.
+  (``engine.kvEvents``), their port (5557) from gateway pods only; where a pool runs prefill and decode apart
+  (``disaggregation``), NIXL's side channel (``disaggregation.sideChannelPort``) from engine pods: a decode engine
+  opens it on the prefill engine to fetch the KV cache's metadata (EFA's own traffic bypasses the kernel and is
+  governed by the EFA security group, `infra.efa_cloud`, not by NetworkPolicy).
 * the control plane: its port from agents (engine pods), gateways and the scraper.
 * the gateway: its port from anywhere, as the public entry that authenticates every request itself; its admin port
   (/readyz, /metrics) from the scraper only.
@@ -81,6 +84,10 @@ def network_policy_specs(spec: FleetSpec, in_cluster_redis: bool) -> dict[str, d
     }
     if any(pool.engine.kv_events for pool in spec.pools):  # the events' only readers are the gateways' indexes
         rule = {"from": [gateways], "ports": [_port(contract.KV_EVENTS_PORT)]}
+        specs["llmfleet-engine-ingress"]["ingress"].append(rule)
+    side_channels = sorted({p.disaggregation.side_channel_port for p in spec.pools if p.disaggregation is not None})
+    if side_channels:  # decode engines handshake with prefill engines (fleet.spec.disagg)
+        rule = {"from": [engines], "ports": [_port(port) for port in side_channels]}
         specs["llmfleet-engine-ingress"]["ingress"].append(rule)
     if in_cluster_redis:
         specs["llmfleet-quota-redis-ingress"] = {

@@ -11,7 +11,9 @@ Every group runs the cluster's Kubernetes version (``version``), so a version bu
 after the control plane; CoreDNS is a versioned managed add-on created once the CPU group can run it. The
 scaling config follows `infra.node_scaling`: a day-2 change of a group's bounds carries a desired size EKS
 accepts. Nodes may pull from ECR (``AmazonEC2ContainerRegistryPullOnly``) and are reachable with SSM Session
-Manager (``AmazonSSMManagedInstanceCore``; no SSH key, no open port) to debug nodeadm, the RAID or the GPUs.
+Manager (``AmazonSSMManagedInstanceCore``; no SSH key, no open port) to debug nodeadm, the RAID or the GPUs. A GPU
+group that runs a prefill/decode pool gets EFA interfaces in an EFA security group and a cluster placement group
+(`infra.efa_cloud`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from fleet.capacity.catalog import GPUS, INSTANCES
 from fleet.protocol import contract
 from fleet.spec.stack import FleetSpec, GpuNodeGroupSpec
 from infra.cluster import addon_version
+from infra.efa import EFA_DEVICES, EFA_NODE_LABEL, efa_node_groups
+from infra.efa_cloud import EfaSecurityGroup, efa_network_interfaces, placement_group_name
 from infra.iam import ServiceRole, service_role
 from infra.node_scaling import live_scaling, plan_scaling
 from infra.node_userdata import node_user_data
@@ -44,11 +48,14 @@ CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
 # PullOnly, not ReadOnly: nodes pull images and never list or describe repositories. SSM core: a shell on a node
 # through Session Manager, the only way onto a node (no SSH key, no inbound port).
+# An EFA group's launch template parts: its interfaces and its cluster placement group's name (None: none).
+_Efa = tuple[list[aws.ec2.LaunchTemplateNetworkInterfaceArgsDict], pulumi.Input[str] | None]
 NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"]
 
 
 def gpu_node_labels(spec: FleetSpec, group: GpuNodeGroupSpec) -> dict[str, str]:
-    """Node labels of a GPU group: role, group, GPU model, device-plugin opt-in and one label per pool."""
+    """Node labels of a GPU group: role, group, GPU model, device-plugin opt-ins (NVIDIA; EFA where the group runs a
+    P/D pool) and one label per pool whose replicas run engines there, the prefill role pools included."""
     gpu = GPUS[INSTANCES[group.instance_type].gpu]
     labels = {
         contract.LABEL_NODE_ROLE: "gpu",
@@ -58,7 +65,9 @@ def gpu_node_labels(spec: FleetSpec, group: GpuNodeGroupSpec) -> dict[str, str]:
         "nvidia.com/gpu.present": "true",  # the device plugin's node selector (no NFD needed)
         "llmfleet.io/nvme": "raid0",
     }
-    for pool in spec.pools:
+    if group.name in efa_node_groups(spec):
+        labels[EFA_NODE_LABEL] = "true"  # the EFA device plugin's node selector (`infra.efa_cloud`)
+    for pool in spec.engine_pools:
         if pool.node_group == group.name:
             labels[f"pool.llmfleet.io/{pool.name}"] = "true"
     return labels
@@ -71,16 +80,22 @@ class NodeGroupsArgs:
     private_subnet_ids: dict[str, pulumi.Output[str]]
     capacity_reservations: dict[str, str] = field(default_factory=dict)  # "<group>-<zone>" -> cr-...
     tags: dict[str, str] = field(default_factory=dict)
+    # What EFA groups (`infra.efa.efa_node_groups`) need: the VPC of their security group, and the cluster security
+    # group their interfaces name besides it. None: no group gets EFA.
+    vpc_id: pulumi.Input[str] | None = None
+    cluster_security_group_id: pulumi.Input[str] | None = None
 
 
 class NodeGroups(pulumi.ComponentResource):
-    """The node IAM role, the CPU node group and the per-zone GPU node groups."""
+    """The node IAM role, the CPU node group and the per-zone GPU node groups; for GPU groups running P/D pools, the
+    EFA security group, their EFA interfaces and cluster placement groups (`infra.efa_cloud`)."""
 
     gpu_groups: dict[str, list[aws.eks.NodeGroup]]  # zone -> GPU node groups in that zone
     gpu_group_arns: list[pulumi.Output[str]]
     gpu_group_names: dict[tuple[str, str], pulumi.Output[str]]  # (GPU group, zone) -> EKS node group name
     cpu_group: aws.eks.NodeGroup
     coredns_addon: aws.eks.Addon
+    efa_security_group: EfaSecurityGroup | None
 
     def __init__(self, name: str, args: NodeGroupsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("llmfleet:infra:NodeGroups", name, None, opts)
@@ -127,6 +142,11 @@ class NodeGroups(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cpu_group]),
         )
+        self.efa_security_group = None
+        if efa_node_groups(spec) and args.vpc_id is not None and args.cluster_security_group_id is not None:
+            self.efa_security_group = EfaSecurityGroup(
+                f"{name}-efa", args.vpc_id, tags, opts=pulumi.ResourceOptions(parent=self)
+            )
         self.gpu_groups = {}
         self.gpu_group_arns = []
         self.gpu_group_names = {}
@@ -151,6 +171,7 @@ class NodeGroups(pulumi.ComponentResource):
         tags: dict[str, str],
         reservation: str | None = None,
         model_cache: bool = False,
+        efa: _Efa | None = None,
     ) -> aws.ec2.LaunchTemplate:
         # A Capacity Block template names its instance type and its reservation.
         block = reservation is not None
@@ -183,6 +204,9 @@ class NodeGroups(pulumi.ComponentResource):
             instance_market_options=market,
             capacity_reservation_specification=capacity,
             instance_type=instance_type if block else None,
+            # EFA groups: their interfaces and cluster placement group (`_efa`).
+            network_interfaces=efa[0] if efa else None,
+            placement={"group_name": efa[1]} if efa and efa[1] else None,
             opts=pulumi.ResourceOptions(parent=self),
         )
 
@@ -206,8 +230,9 @@ class NodeGroups(pulumi.ComponentResource):
                 )
             reservation = args.capacity_reservations[key]
         group_tags = {**tags, contract.TAG_GPU_GROUP: group.name, contract.TAG_ZONE: zone}
+        efa = self._efa(f"{name}-{key}", args, group, zone, reservation, group_tags)
         template = self._launch_template(
-            f"{name}-{key}", group.instance_type, group.root_volume_gib, group_tags, reservation, model_cache=True
+            f"{name}-{key}", group.instance_type, group.root_volume_gib, group_tags, reservation, True, efa
         )
         scaling = plan_scaling(
             group.min_nodes_per_az, max(1, group.max_nodes_per_az), live_scaling(self._cluster, f"{name}-{key}")
@@ -231,3 +256,31 @@ class NodeGroups(pulumi.ComponentResource):
                 parent=self, ignore_changes=scaling.ignore_changes, depends_on=role.attachments
             ),
         )
+
+    def _efa(
+        self,
+        name: str,
+        args: NodeGroupsArgs,
+        group: GpuNodeGroupSpec,
+        zone: str,
+        reservation: str | None,
+        tags: dict[str, str],
+    ) -> _Efa | None:
+        """(EFA interfaces, cluster placement group name) of a group running a P/D pool, else None. A capacity block
+        gets no placement group: its reservation fixes where its instances run (`infra.efa_cloud`)."""
+        security = self.efa_security_group
+        if security is None or args.cluster_security_group_id is None or group.name not in efa_node_groups(args.spec):
+            return None
+        interfaces = efa_network_interfaces(
+            EFA_DEVICES[group.instance_type], [args.cluster_security_group_id, security.id]
+        )
+        if reservation is not None:
+            return interfaces, None
+        placement = aws.ec2.PlacementGroup(
+            f"{name}-placement",
+            name=placement_group_name(self._cluster, group.name, zone),
+            strategy="cluster",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return interfaces, placement.name

@@ -59,6 +59,7 @@ from fleet.protocol.marks import (
 )
 from fleet.spec.stack import FleetSpec, PoolSpec
 from infra.control_auth import auth_args, token_env, token_mount, token_volume
+from infra.efa import with_pd
 from infra.images import ImageRefs
 from infra.k8s_base import (
     ENGINE_API_KEY_FILE,
@@ -248,7 +249,7 @@ def _agent_container(
         "volume_mounts": mounts,
         "security_context": container_security_context(read_only_root=True),
     }
-    return container, volumes
+    return with_pd(spec, pool, container), volumes  # P/D pools: the side channel's host, EFA (`infra.efa`)
 
 
 def engine_pod_spec(

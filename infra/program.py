@@ -28,6 +28,8 @@ from infra.control_auth import TokenReviewAccess
 from infra.control_plane_tier import ControlPlane, ControlPlaneArgs
 from infra.dashboards.configmaps import DashboardConfigMaps, DashboardConfigMapsArgs
 from infra.device_plugin import DevicePlugin, DevicePluginArgs
+from infra.efa import efa_node_groups
+from infra.efa_cloud import EfaDevicePlugin, EfaDevicePluginArgs
 from infra.gateway_tier import Gateway, GatewayArgs
 from infra.iam import autoscaler_policy, irsa_role
 from infra.images import ImageRefs, ImageRepositories, ImageRepositoriesArgs, image_refs
@@ -167,6 +169,8 @@ def _aws(spec: FleetSpec, inputs: FleetInputs, tags: dict[str, str], outputs: di
             private_subnet_ids=network.private_subnet_ids,
             capacity_reservations=inputs.capacity_reservations,
             tags=tags,
+            vpc_id=network.vpc_id,
+            cluster_security_group_id=cluster.security_group_id,
         ),
         opts=pulumi.ResourceOptions(depends_on=[cluster.cni_addon]),
     )
@@ -256,14 +260,16 @@ def _lb_controller(
 
 
 def _cluster_addons(spec: FleetSpec, cloud: _Cloud, base: FleetBase, images: ImageRefs) -> list[pulumi.Resource]:
-    """Network policies, the device plugin (aws), metrics-server and the Prometheus Operator CRDs; returns what
-    the SLO rules wait for."""
+    """Network policies, the device plugins (aws: NVIDIA's, and EFA's for P/D pools), metrics-server and the
+    Prometheus Operator CRDs; returns what the SLO rules wait for."""
     on_k8s = pulumi.ResourceOptions(providers={"kubernetes": cloud.provider})
     after_base = pulumi.ResourceOptions(providers={"kubernetes": cloud.provider}, depends_on=[base])
     in_cluster_redis = provisions_redis(spec) and spec.target == "kubernetes"
     NetworkPolicies("network-policies", spec, in_cluster_redis, opts=after_base)
     if spec.target == "aws":
         DevicePlugin("nvidia", DevicePluginArgs(images.device_plugin), opts=on_k8s)
+    if spec.target == "aws" and efa_node_groups(spec):
+        EfaDevicePlugin("efa", EfaDevicePluginArgs(), opts=on_k8s)  # P/D pools' KV cache over EFA (`infra.efa`)
     if spec.cluster.install_metrics_server:
         # The chart makes a Service: it waits for the LB controller's webhook like the program's own Services.
         after_controller = pulumi.ResourceOptions(
@@ -291,7 +297,7 @@ def _fleet(spec: FleetSpec, inputs: FleetInputs, api_key: pulumi.Input[str], clo
         redis = QuotaRedisArgs(spec, inputs.redis_auth_token, cloud.redis_url, after=[base])
         quota = QuotaRedis("quota-redis", redis, opts=on_k8s)
         before_gateway += [*quota.ready, *cloud.redis_server]
-    for pool in spec.pools:
+    for pool in spec.engine_pools:  # a P/D pool's prefill role pool (`<pool>-prefill`) is deployed like any pool
         EnginePool(
             f"pool-{pool.name}",
             EnginePoolArgs(spec, pool, images, cloud.model_bucket, api_key, service_after=cloud.before_service),

@@ -1,5 +1,7 @@
 """Network rules: the gateway is the only Service reachable from outside the cluster, and inside the cluster
-engines take connections only from the gateway, the control plane and the metrics scraper."""
+engines take connections only from the gateway, the control plane and the metrics scraper; other engines reach an
+engine only on ports that are none of its API's, its agent's or its KV events' (NIXL's side channel, which a decode
+engine of a prefill/decode pool opens on a prefill engine: `infra.network_policies`)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 # Who may open connections to engine pods: pods of these components in the namespace, or a named namespace
 # (the Prometheus scraper's).
 ENGINE_CLIENTS = frozenset({contract.COMPONENT_GATEWAY, contract.COMPONENT_CONTROL_PLANE})
+# What another engine may never reach on an engine: vLLM's API, the agent, the KV events.
+ENGINE_OWN_PORTS = frozenset({contract.ENGINE_PORT, contract.AGENT_PORT, contract.KV_EVENTS_PORT})
 
 
 def _namespace(props: object) -> str:
@@ -83,6 +87,18 @@ def _is_default_deny(props: object) -> bool:
         and not sequence(selector.get("matchExpressions"))
         and "Ingress" in types
         and not sequence(get_path(props, "spec", "ingress"))
+    )
+
+
+def _engine_side_ports(peer: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
+    """Whether ``peer`` is engine pods admitted by ``rule`` on named ports that none of `ENGINE_OWN_PORTS` is."""
+    component = mapping(get_path(peer, "podSelector", "matchLabels")).get(contract.LABEL_COMPONENT)
+    ports = [mapping(p).get("port") for p in sequence(rule.get("ports"))]
+    return (
+        component == contract.COMPONENT_ENGINE
+        and bool(ports)
+        and all(isinstance(p, int | float) and int(p) not in ENGINE_OWN_PORTS for p in ports)
+        and not any(mapping(p).get("endPort") is not None for p in sequence(rule.get("ports")))
     )
 
 
@@ -111,7 +127,11 @@ def _engine_ingress_problems(policies: list[Any], pod_labels: Mapping[str, Any])
             peers = [mapping(p) for p in sequence(mapping(rule).get("from"))]
             if not peers:
                 problems.append(f"NetworkPolicy {name!r} admits any source")
-            problems += [f"NetworkPolicy {name!r} admits {why}" for p in peers if (why := _peer_problem(p))]
+            problems += [
+                f"NetworkPolicy {name!r} admits {why}"
+                for p in peers
+                if not _engine_side_ports(p, mapping(rule)) and (why := _peer_problem(p))
+            ]
     return problems
 
 
@@ -149,7 +169,7 @@ network_default_deny = StackValidationPolicy(
     name="network-default-deny",
     description=(
         "A namespace running engines denies ingress by default, and engines admit only gateways, the control "
-        "plane and the metrics scraper's namespace."
+        "plane and the metrics scraper's namespace (other engines: on none of the engine's own ports)."
     ),
     validate=network_default_deny_validator,
 )

@@ -18,6 +18,12 @@ from policies.availability import (
 )
 from policies.cluster import cluster_endpoint_restricted, imds_hop_limit_one
 from policies.cost import allowed_instance_types, monthly_cost_ceiling
+from policies.efa import (
+    efa_cluster_placement,
+    efa_device_plugin_installed,
+    efa_requested_by_pd_pods,
+    efa_security_group_allows_itself,
+)
 from policies.encryption import buckets_encrypted, cluster_secrets_encrypted, volumes_encrypted
 from policies.first_up import (
     custom_resources_after_crds,
@@ -90,4 +96,8 @@ POLICIES: list[Policy] = [
     request_timeout_fits_listener,
     gateway_drain_covers_deregistration,
     engine_grace_covers_longest_request,
+    efa_device_plugin_installed,
+    efa_security_group_allows_itself,
+    efa_requested_by_pd_pods,
+    efa_cluster_placement,
 ]

@@ -46,7 +46,8 @@ def test_every_cloud_stack_builds_namespace_spec_and_one_pool_deployment_per_poo
     run = stack_run(stack)
     spec = load_spec(stack).spec
     names = {r.props["metadata"]["name"] for r in engine_deployments(run)}
-    assert names == {contract.pool_deployment_name(p.name) for p in spec.pools}
+    # A P/D pool's prefill role pool (prod-long-prompt) is deployed like any pool.
+    assert names == {contract.pool_deployment_name(p.name) for p in spec.engine_pools}
     namespaces = [r.props["metadata"]["name"] for r in run.of_type("kubernetes:core/v1:Namespace")]
     dashboards = [spec.observability.prometheus_namespace] if spec.target == "aws" else []  # made on aws only
     assert sorted(namespaces) == sorted([spec.cluster.namespace, *dashboards])
@@ -253,7 +254,7 @@ def test_control_plane_role_scales_only_pool_deployments(prod: OfflineRun, prod_
     (role,) = prod.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
     rules = role.props["rules"]
     scale = [r for r in rules if r["resources"] == ["deployments/scale"]][0]
-    assert scale["resourceNames"] == [contract.pool_deployment_name(p.name) for p in prod_spec.pools]
+    assert scale["resourceNames"] == [contract.pool_deployment_name(p.name) for p in prod_spec.engine_pools]
     assert "patch" in [r for r in rules if r["resources"] == ["pods"]][0]["verbs"]
     [leases] = [r for r in rules if r["resources"] == ["leases"]]  # the control plane's restart-lease store
     assert leases["apiGroups"] == ["coordination.k8s.io"] and "resourceNames" not in leases

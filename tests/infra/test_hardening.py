@@ -8,6 +8,7 @@ import pytest
 
 from fleet.protocol import contract
 from fleet.spec.loader import list_stacks, load_spec
+from infra.efa import EFA_RESOURCE
 from infra.network_policies import NAMESPACE_NAME_LABEL
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run
@@ -72,7 +73,10 @@ def test_engines_admit_only_gateways_the_control_plane_and_the_scraper(stack: st
     # KV-cache events (staging's engines publish them): the gateways' indexes are their only readers.
     events = any(pool.engine.kv_events for pool in spec.pools)
     assert _peers(rules, contract.KV_EVENTS_PORT) == ([gateway] if events else [])
-    ports = {contract.ENGINE_PORT, contract.AGENT_PORT} | ({contract.KV_EVENTS_PORT} if events else set())
+    # NIXL's side channel (prod-long-prompt's P/D pool): decode engines open it on prefill engines.
+    side = {p.disaggregation.side_channel_port for p in spec.pools if p.disaggregation is not None}
+    assert all(_peers(rules, port) == [_component(contract.COMPONENT_ENGINE)] for port in side)
+    ports = {contract.ENGINE_PORT, contract.AGENT_PORT} | ({contract.KV_EVENTS_PORT} if events else set()) | side
     assert {p["port"] for rule in rules for p in rule["ports"]} == ports
     assert evaluate([r for r in run.resources if r.custom], [network_default_deny]) == []
 
@@ -175,9 +179,12 @@ def test_engine_pods_run_as_the_images_non_root_user_without_privileges(stack: s
             "seccompProfile": {"type": "RuntimeDefault"},
         }
         assert "initContainers" not in pod
+        # Pods with EFA devices add IPC_LOCK, as llm-d's AWS overlay (`infra.efa`); no other capability.
+        added = ["IPC_LOCK"] if EFA_RESOURCE in pod["containers"][0]["resources"]["limits"] else []
         for container in pod["containers"]:
             context = container["securityContext"]
-            assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"], **({"add": added} if added else {})}
             assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
 
 

@@ -16,6 +16,7 @@ from infra.stack_run import offline_run
 from policies.pack import POLICIES
 from policies.runner import evaluate
 from tests.policies.conftest import stack_run
+from tests.policies.pd_graph import MISSING as BY_PD_EDIT  # the EFA rules: edits of a P/D stack's graph
 from tests.support.stacks import stack_document
 
 Graph = list[RecordedResource]
@@ -289,8 +290,8 @@ def test_the_hardening_policies_fail_the_old_settings_and_pass_the_shipped_graph
 
 
 def test_every_policy_has_a_way_to_trip_it_from_a_stack_or_the_program() -> None:
-    assert set(BY_STACK) | set(BY_PROGRAM_EDIT) == {p.name for p in POLICIES}
-    assert not set(BY_STACK) & set(BY_PROGRAM_EDIT)
+    assert set(BY_STACK) | set(BY_PROGRAM_EDIT) | set(BY_PD_EDIT) == {p.name for p in POLICIES}
+    assert not set(BY_STACK) & set(BY_PROGRAM_EDIT) and not (set(BY_STACK) | set(BY_PROGRAM_EDIT)) & set(BY_PD_EDIT)
 
 
 @pytest.mark.parametrize("name", sorted(BY_STACK))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 
@@ -47,6 +48,7 @@ from tests.policies.builders import (
     sse,
     waiting_for,
 )
+from tests.policies.pd_graph import MISSING as PD_MISSING, Graph, pd_graph
 from tests.support.stacks import stack_document
 
 Case = Callable[[], list[Res]]
@@ -318,6 +320,15 @@ CASES: dict[str, tuple[Case, Case]] = {
         lambda: [spec_configmap(document=stack_document("prod")), *(gpu_group(z) for z in ZONES)],
     ),
 }
+
+
+def _pd_case(apply: Callable[[Graph], Graph] | None) -> Case:
+    """The P/D stack's graph from the mocked program (`tests.policies.pd_graph`), edited by ``apply`` if given: the
+    EFA rules check what the program builds across many resources, which a hand-built case would only restate."""
+    return lambda: cast(list[Res], apply(pd_graph()) if apply else pd_graph())
+
+
+CASES.update({name: (_pd_case(None), _pd_case(apply)) for name, (_, apply) in PD_MISSING.items()})
 
 BY_NAME = {p.name: p for p in POLICIES}
 
