@@ -26,8 +26,9 @@ the trace once for each day of a week with engines as old as they would be at ``
 ``--tenants N`` splits the trace among N tenants and runs each row twice, with one shared prefix cache and with a
 cache per tenant (the gateway's per-tenant ``cache_salt``), and prints what isolation costs (`simulate.tenants`).
 ``--compare pd`` replays the trace through the aggregated pool and through prefill/decode disaggregated pools of as
-many replicas (the plan's count, or each ``--fixed`` size), one per ``--pd-threshold``, with TTFT and inter-token
-latency both in the SLO (`simulate.pd`; ``--pd-link-gbps`` and ``--pd-handshake-s`` override the node group's EFA
+many replicas (the plan's count, or each ``--fixed`` size), one per ``--pd-threshold`` (default: a disaggregated
+pool's ``thresholdTokens``; its ``prefill.replicas`` bound the split), with TTFT and inter-token latency both in the
+SLO (`simulate.pd`; ``--pd-link-gbps`` and ``--pd-handshake-s`` override the node group's EFA
 share and the 5 s first contact).
 A simulation prints, it never asserts; it exits 2 on a bad trace or option.
 """
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from fleet.capacity.disagg import DEFAULT_THRESHOLD_TOKENS, HANDSHAKE_S
 from fleet.capacity.disagg_plan import pool_link
+from fleet.capacity.disagg_split import stack_threshold
 from fleet.spec.errors import SpecError
 from fleet.spec.loader import load_spec
 from fleet.spec.stack import FleetSpec
@@ -125,9 +127,9 @@ def _add_pd_arguments(parser: argparse.ArgumentParser) -> None:
     """``--compare pd``'s options (`simulate.pd`)."""
     parser.add_argument(
         "--pd-threshold",
-        default=str(DEFAULT_THRESHOLD_TOKENS),
+        default=None,
         help="--compare pd: uncached prompt tokens above which a request prefills remotely, a comma list to sweep "
-        f"(default {DEFAULT_THRESHOLD_TOKENS})",
+        f"(default: the pool's disaggregation.thresholdTokens, else {DEFAULT_THRESHOLD_TOKENS})",
     )
     parser.add_argument(
         "--pd-link-gbps", type=float, default=None, help="--compare pd: a prefill replica's Gbit/s (default: its EFA)"
@@ -220,7 +222,8 @@ def _load(args: argparse.Namespace, own: Config) -> tuple[Prepared, int, list[in
     if args.week and not (0.0 <= args.week_hour < 24.0 and 0.0 <= args.degradation_per_72h <= 0.9):
         raise ValueError("--week-hour: give 0 to 24 (not 24); --degradation-per-72h: give 0 to 0.9")
     if args.compare == "pd":
-        _thresholds(args.pd_threshold)
+        if args.pd_threshold is not None:
+            _thresholds(args.pd_threshold)
         if args.pd_handshake_s < 0 or (args.pd_link_gbps is not None and args.pd_link_gbps <= 0):
             raise ValueError("--pd-handshake-s: give 0 or more; --pd-link-gbps: give a positive rate")
         if args.week or args.frontier or args.tenants is not None or args.routing or args.plot is not None:
@@ -288,7 +291,8 @@ def _thresholds(text: str) -> list[int]:
 def _print_pd(args: argparse.Namespace, spec: FleetSpec, prepared: Prepared, own: Config) -> None:
     """``--compare pd``: aggregated against disaggregated at each total size (``--fixed``, else the plan's)."""
     sizes = parse_sizes(prepared.pool, args.fixed) if args.fixed else [prepared.fixed_replicas]
-    thresholds = _thresholds(args.pd_threshold)
+    given = args.pd_threshold
+    thresholds = _thresholds(given) if given is not None else [stack_threshold(prepared.pool)]
     link = pool_link(spec, prepared.pool, args.pd_link_gbps, args.pd_handshake_s)
     print(pd_report(prepared, own.routing, [max(2, n) for n in sizes], thresholds, link, args.seed, args.jobs))
 

@@ -3,8 +3,10 @@ GPU-hours), each at a decision threshold, with TTFT and inter-token latency both
 
 ``llmfleet simulate --compare pd`` (`simulate.cli`). For each total size ``N`` (the plan's count for the trace, or
 each of ``--fixed``) the rows are ``aggregated N`` and, per ``--pd-threshold``, ``P prefill + D decode`` with
-``P + D = N``: the split `fleet.capacity.disagg_plan.size_roles` gives for the trace's traffic (prefill replicas
-from the TTFT target, decode replicas from the inter-token target) scaled to ``N``, at least one of each. The
+``P + D = N``: `fleet.capacity.disagg_split.split_roles` of the counts `fleet.capacity.disagg_plan.size_roles` gives
+for the trace's traffic at its peak (prefill replicas from the TTFT target, decode replicas from the inter-token
+target), in their proportion, within the pool's ``disaggregation.prefill.replicas`` where the stack sets it, at least
+one of each. The split is chosen once per trace and threshold: no scaler moves the roles during the replay. The
 router is the stack's own over the decode replicas (`simulate.pd_sim`). The SLO is the pool's: TTFT p99 and
 ``decodeTokensPerSP99`` as an inter-token target of ``1 / decodeTokensPerSP99`` seconds; a request is *good* when
 its TTFT and its mean time per output token (TPOT) both meet them (DistServe's goodput; rejections count as misses).
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from fleet.capacity.disagg import KvLink
 from fleet.capacity.disagg_plan import Mix, RoleSizing, size_roles
+from fleet.capacity.disagg_split import SplitContext, prefill_bounds, split_roles
 from fleet.capacity.perf import kv_bytes_per_token
 from fleet.capacity.plan import model_facts, step_model
 from simulate.configs import make_router
@@ -91,15 +94,21 @@ def sizing(prepared: Prepared, threshold: int, link: KvLink) -> RoleSizing:
     )
 
 
-def pd_configs(routing: str, sizes: Sequence[int], splits: Sequence[tuple[int, RoleSizing]]) -> list[PdConfig]:
-    """Per total size: the aggregated pool, then each threshold's split of that many replicas."""
+def pd_configs(
+    routing: str,
+    sizes: Sequence[int],
+    splits: Sequence[tuple[int, RoleSizing]],
+    bounds: tuple[int, int | None] = (1, None),
+) -> list[PdConfig]:
+    """Per total size: the aggregated pool, then each threshold's split of that many replicas (`split_roles`, the
+    prefill role within ``bounds``: at least one of each role)."""
     out = []
     for n in sizes:
         out.append(PdConfig(routing, n))
         for threshold, s in splits:
-            share = s.prefill / (s.prefill + s.decode) if s.prefill + s.decode else 0.5
-            prefill = min(n - 1, max(1, round(n * share)))
-            out.append(PdConfig(routing, n - prefill, prefill, threshold))
+            ctx = SplitContext(s.prefill, s.decode, n, max(1, bounds[0]), bounds[1])
+            split = split_roles(ctx)
+            out.append(PdConfig(routing, split.decode, split.prefill, threshold))
     return out
 
 
@@ -215,7 +224,13 @@ def pd_report(
             f"{mix.remote_uncached:.0f} tokens); sized for the peak: {s.prefill} prefill (TTFT) + {s.decode} decode "
             f"(inter-token) against {s.aggregated} aggregated" + "".join(f"; {n}" for n in s.notes)
         )
-    configs = pd_configs(routing, sizes, splits)
+    bounds = prefill_bounds(prepared.pool)
+    if prepared.pool.disaggregation is not None:
+        lines.append(
+            f"  the stack's pools[].disaggregation: prefill.replicas {bounds[0]}..{bounds[1]} bound each split; "
+            f"thresholdTokens {prepared.pool.disaggregation.threshold_tokens}"
+        )
+    configs = pd_configs(routing, sizes, splits, bounds)
     rows = [pd_row(r, prepared) for r in run_pd_all(prepared, configs, seed, link, jobs)]
     lines.append(pd_table(rows))
     lines.append(
@@ -223,6 +238,13 @@ def pd_report(
         "gap; TPOT: a request's mean gap; TTFT ok / TPOT ok / good: shares of all requests meeting the TTFT target, "
         "the inter-token target, both; remote: prefilled on a prefill replica; xfer: handshake + link queue + wire"
     )
+    lines += _verdicts(rows, configs, sizes)
+    return "\n".join(lines)
+
+
+def _verdicts(rows: Sequence[Row], configs: Sequence[PdConfig], sizes: Sequence[int]) -> list[str]:
+    """Per total size, which pool served more requests within both targets, by how much, and the tails behind it."""
+    lines: list[str] = []
     for n in sizes:
         group = [r for r, c in zip(rows, configs, strict=True) if c.prefill + c.decode == n]
         base, best = group[0], max(group[1:], key=lambda r: float(r["good"]), default=None)
@@ -242,4 +264,4 @@ def pd_report(
             f"{_ms(float(base['itl_p99']))}, TTFT p99 {_ms(float(best['ttft_p99']))} against "
             f"{_ms(float(base['ttft_p99']))}{longer})"
         )
-    return "\n".join(lines)
+    return lines

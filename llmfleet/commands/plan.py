@@ -3,7 +3,8 @@
 Per pool: memory, per-replica QPS, replicas and how busy they are at peak. Per node group: nodes, paid and used
 GPUs, paid-GPU utilisation, node-hours and monthly cost at the pools' min and at peak; under the 70% target,
 the options that would raise it. Per pool, whether prefill/decode disaggregation would pay for its declared traffic
-at ``--pd-threshold`` and why, or why not (`fleet.capacity.disagg_plan`). On aws, the fixed monthly charges
+at ``--pd-threshold`` (default: the pool's ``disaggregation.thresholdTokens``) and why, or why not, with the figures
+(`llmfleet.commands.plan_pd`; ``--json`` carries them under ``disaggregation``). On aws, the fixed monthly charges
 (control plane, NAT gateways, endpoints: `fleet.capacity.fixed_costs`), and the totals with them. Prices are the
 catalogue's list prices (`fleet.capacity.catalog`), unless the stack sets ``cost.gpuHourUsd``.
 Warnings come in plain words.
@@ -24,12 +25,12 @@ import sys
 from dataclasses import asdict
 
 from fleet.capacity.disagg import DEFAULT_THRESHOLD_TOKENS
-from fleet.capacity.disagg_plan import pool_verdict
 from fleet.capacity.fixed_costs import fixed_costs
 from fleet.capacity.paid import PAID_GPU_UTILISATION_TARGET, GroupPlan, PaidPoint, paid_options, plan_groups
-from fleet.capacity.plan import PoolPlan, output_tokens, plan_pool
+from fleet.capacity.plan import PoolPlan, plan_pool
 from fleet.spec.loader import load_or_report
 from fleet.spec.stack import FleetSpec
+from llmfleet.commands.plan_pd import pd_json, render_pd
 from llmfleet.registries import all_registries
 from simulate.configs import stack_config
 from simulate.frontier import frontier_configs, frontier_table, parse_sizes
@@ -48,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pd-threshold",
         type=int,
-        default=DEFAULT_THRESHOLD_TOKENS,
+        default=None,
         help="uncached prompt tokens above which a disaggregated pool would prefill remotely "
-        f"(default {DEFAULT_THRESHOLD_TOKENS})",
+        f"(default: the pool's disaggregation.thresholdTokens, else {DEFAULT_THRESHOLD_TOKENS})",
     )
     trace = parser.add_argument_group("the frontier on a trace")
     trace.add_argument("--trace", default=None, help=f"print each pool's frontier on this trace: {TRACE_FORMATS}")
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.pd_threshold < 0:
+    if args.pd_threshold is not None and args.pd_threshold < 0:
         print(f"llmfleet plan: --pd-threshold {args.pd_threshold}: give 0 or more uncached tokens", file=sys.stderr)
         return 2
     loaded = load_or_report(args.stack, registries=all_registries())
@@ -76,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     groups = plan_groups(loaded.spec, plans)
     today = datetime.date.today()  # which EKS support the control plane's version is in
     if args.json:
-        print(json.dumps(_as_json(loaded.name, loaded.spec, plans, groups, today), indent=2))
+        found = {
+            **_as_json(loaded.name, loaded.spec, plans, groups, today),
+            "disaggregation": pd_json(loaded.spec, args.pd_threshold),
+        }
+        print(json.dumps(found, indent=2))
         return 0
     print(f"stack {loaded.name} ({loaded.spec.target}, {', '.join(loaded.spec.availability_zones)})")
     print(render_plan(plans, groups, loaded.spec, today))
@@ -84,19 +89,6 @@ def run(args: argparse.Namespace) -> int:
     for warning in loaded.warnings:
         print(f"warning: {warning.path}: {warning.message}")
     return 0
-
-
-def render_pd(spec: FleetSpec, threshold: int) -> str:
-    """Per generating pool: whether prefill/decode disaggregation pays for its declared traffic, why, and the
-    figures behind it."""
-    lines = []
-    for pool in spec.pools:
-        if output_tokens(pool) == 0:
-            continue  # a pooling engine (embeddings) only prefills: nothing to split
-        _, found = pool_verdict(spec, pool, threshold)
-        lines.append(f"\nprefill/decode disaggregation, pool {pool.name} (threshold {threshold} uncached tokens):")
-        lines += [f"  {reason}" for reason in found.reasons]
-    return "\n".join(lines)
 
 
 def _read(args: argparse.Namespace) -> list[TraceRequest]:
