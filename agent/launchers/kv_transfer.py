@@ -2,7 +2,7 @@
 
 A pool with ``disaggregation`` runs two roles (`fleet.spec.disagg`): its own replicas decode, its ``<pool>-prefill``
 role pool's replicas prefill. Each role's engine gets vLLM 0.33's ``KVTransferConfig`` as JSON
-(``vllm/config/kv_transfer.py``; docs/operations.md, "Prefill/decode disaggregation")::
+(``vllm/config/kv_transfer.py``; docs/agent.md, "A prefill or decode pool")::
 
     {"kv_connector": "NixlConnector", "kv_role": "kv_producer",        # prefill; kv_consumer for decode
      "kv_buffer_device": "cpu",                                        # only for an engine on a CPU
@@ -49,9 +49,10 @@ SIDE_CHANNEL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}  # PoolSpec.role -> KVTransferConfig.kv_role
 
 # UCX on a CPU host whose two engines talk over loopback: the one UCX setting under which vLLM's two legs have run
-# on CPU engines here (docs/operations.md; the research probe, runs 1 and 6). Unset, UCX picks among every
-# transport and interface it finds, a combination never run with the CPU build; on a cluster, loopback is wrong
-# (the engines are on different hosts), so this is set only for a side channel on a loopback address.
+# on CPU engines here (../shared/research/pd_disaggregation.md, sections 1.5 and 1.7; and two agents' engines on
+# local-vllm-pd). Unset, UCX picks among every transport and interface it finds, a combination never run with the
+# CPU build; on a cluster loopback is wrong (the engines are on different hosts), so this is set only for a side
+# channel on a loopback address.
 LOOPBACK_UCX_ENV = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
 
 
