@@ -66,7 +66,7 @@ def test_only_engine_and_gateway_containers_read_the_engine_key(stack: str) -> N
         for d in stack_run(stack).of_type(DEPLOYMENT)
         if d.props["metadata"]["labels"].get(contract.LABEL_COMPONENT) == contract.COMPONENT_ENGINE
     ]
-    assert len(engines) == len(load_spec(stack).spec.pools)  # every pool's Deployment, not just one
+    assert len(engines) == len(load_spec(stack).spec.engine_pools)  # every pool's Deployment, prefill roles too
     for engine in engines:
         (agent,) = engine.props["spec"]["template"]["spec"]["containers"]
         assert f"export {ENGINE_API_KEY_ENV}" in agent["command"][2]
