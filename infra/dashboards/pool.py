@@ -122,7 +122,8 @@ def pool_dashboard(spec: FleetSpec) -> dict[str, Any]:
             "One pool's engines (KV cache, queues, preemptions, prefix cache), restarts and replicas.",
             spec.environment,
         )
-        .with_variable(custom_variable("pool", "Pool", [p.name for p in spec.pools]))
+        # Every pool whose replicas run engines: a P/D pool's prefill role pool (`<pool>-prefill`) too.
+        .with_variable(custom_variable("pool", "Pool", [p.name for p in spec.engine_pools]))
         .with_row(dashboard_builders.Row("Engines"))
     )
     for engines in [*_engine_panels(spec), *_engine_health_panels()]:

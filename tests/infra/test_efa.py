@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fleet.protocol import contract
+from infra.dashboards.pool import pool_dashboard
 from infra.efa import EFA_ENV, EFA_NODE_LABEL, EFA_RESOURCE, SIDE_CHANNEL_HOST_ENV, efa_per_replica
 from infra.efa_cloud import EFA_CHART, EFA_CHART_VERSION
 from infra.offline import OfflineRun, RecordedResource
@@ -176,3 +177,12 @@ def test_a_replica_takes_its_gpus_share_of_the_nodes_efa_devices(instance: str, 
     assert [efa_per_replica(stack, p) for p in stack.engine_pools] == [devices, devices]
     aggregated = spec("aws", **{"gpuNodeGroups.0.instanceType": instance})
     assert efa_per_replica(aggregated, aggregated.pools[0]) == 0
+
+
+def test_the_pool_dashboard_lists_the_prefill_role_pool() -> None:
+    (pool_variable,) = [
+        v
+        for v in pool_dashboard(spec("aws", **{"pools.0.disaggregation": PD}))["templating"]["list"]
+        if v["name"] == "pool"
+    ]
+    assert pool_variable["query"] == "qwen-7b,qwen-7b-prefill"
