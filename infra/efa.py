@@ -10,8 +10,10 @@ ai-dynamo/dynamo@0c21bf2c:docs/kubernetes/cloud-providers/eks/efa.md). What an E
   (awsdocs/amazon-eks-user-guide@43d79bdb:latest/ug/ml/device-management-efa.adoc). How many a node has is its
   instance's EFA count, `EFA_DEVICES`; a replica takes its GPUs' share of them, at least one;
 * ``IPC_LOCK`` added to the container's capabilities, as llm-d's AWS overlay does for its vLLM pods
-  (llm-d/llm-d@1d0bfe7c:guides/pd-disaggregation/modelserver/gpu/vllm/aws/patch-prefill.yaml): libfabric pins the
-  memory it registers with the device;
+  (llm-d/llm-d@1d0bfe7c:guides/pd-disaggregation/modelserver/gpu/vllm/aws/patch-prefill.yaml). Dynamo runs its EFA
+  pods privileged instead ("IPC_LOCK alone is insufficient"), which the pack refuses for engines; and a capability
+  added for a non-root user may not reach its effective set (kubernetes/kubernetes#56374): docs/cloud.md, "Prefill/
+  decode pools on EFA", says what a first run has to show;
 * the libfabric environment Dynamo's EKS guide lists as required on every worker: ``FI_PROVIDER=efa``,
   ``FI_EFA_USE_DEVICE_RDMA=1``, ``FI_EFA_ENABLE_SHM_TRANSFER=0``, ``FI_EFA_ENABLE_SHM=0`` (same Dynamo file, "Required
   EFA environment variables"; its ``LD_LIBRARY_PATH`` entry names the image's own libfabric and is the image's to set);
