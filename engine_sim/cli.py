@@ -36,6 +36,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ from engine_sim.kv_events import KVEventsConfig, KVEventSettings
 from engine_sim.kv_publisher import ZmqKVEventPublisher
 from engine_sim.kv_transfer import KVTransferSettings, settings_from
 from engine_sim.lora import LoraSettings, parse_lora_modules
-from engine_sim.nixl import NixlConnector, kv_link
+from engine_sim.nixl import NixlConnector, start_nixl
 from engine_sim.platform import platform_of
 from engine_sim.responses import store_enabled
 from engine_sim.server import ServerSettings, create_app
@@ -272,29 +273,6 @@ async def _start_publisher(config: EngineConfig, engine: Engine) -> ZmqKVEventPu
     return publisher
 
 
-async def _start_nixl(opts: ServeOptions, engine: Engine) -> NixlConnector | None:
-    """The NixlConnector and its side channel, bound (None without ``--kv-transfer-config``); ConfigError when the
-    side channel's address cannot be bound."""
-    settings = opts.kv_transfer
-    if settings is None:
-        return None
-    if settings.role == "kv_both":
-        log.warning(
-            "kv_role='kv_both' is deprecated and will be removed; set kv_role='kv_producer' for prefill instances "
-            "and kv_role='kv_consumer' for decode instances"
-        )
-    config = opts.config
-    link = kv_link(config.gpu_profile, config.tensor_parallel_size, config.platform.step_costs is not None)
-    nixl = NixlConnector(settings, engine, link)
-    try:
-        await nixl.start()
-    except OSError as exc:
-        raise ConfigError(
-            f"NIXL side channel {settings.side_channel_host}:{settings.side_channel_port} cannot be bound: {exc}"
-        ) from None
-    return nixl
-
-
 async def _drain(engine: Engine, timeout_s: float) -> None:
     """The clean shutdown: refuse new requests, let in-flight ones finish for up to ``timeout_s``, abort the rest."""
     log.info("[shutdown] API server: shutdown triggered (timeout %.1f s)", timeout_s)
@@ -305,6 +283,25 @@ async def _drain(engine: Engine, timeout_s: float) -> None:
         except TimeoutError:
             log.warning("[shutdown] drain timed out; aborting %d requests", len(engine.streams))
     engine.abort_all()
+
+
+def _app(
+    opts: ServeOptions, engine: Engine, on_crash: Callable[[], None], nixl: NixlConnector | None
+) -> web.Application:
+    """The HTTP app over ``engine``, with the fault policy, sleep mode and NIXL connector the options ask for."""
+    policy = FaultPolicy(opts.faults, seed=opts.config.seed)
+    sleep = _sleep_controller(opts, engine)
+    return create_app(
+        engine,
+        opts.settings,
+        policy,
+        on_crash,
+        _die_now,
+        sleep,
+        dev_routes=opts.dev_routes,
+        runner=opts.runner,
+        nixl=nixl,
+    )
 
 
 async def serve(opts: ServeOptions) -> int:
@@ -328,7 +325,7 @@ async def serve(opts: ServeOptions) -> int:
     stop.clear()  # a SIGTERM the start ignored is lost, as on the CPU build
     engine = Engine(opts.config, time_scale=opts.time_scale)
     publisher = await _start_publisher(opts.config, engine)
-    nixl = await _start_nixl(opts, engine)
+    nixl = None if opts.kv_transfer is None else await start_nixl(opts.kv_transfer, engine)
     engine.start()
     blocks = engine.scheduler.kv.pool.num_blocks
     log.info("GPU KV cache size: %d tokens (%d blocks)", blocks * opts.config.block_tokens, blocks)
@@ -339,19 +336,7 @@ async def serve(opts: ServeOptions) -> int:
         log.error("EngineCore died (injected fault); exiting in %.1f s", opts.faults.exit_delay_s)
         loop.call_later(opts.faults.exit_delay_s, stop.set)
 
-    policy = FaultPolicy(opts.faults, seed=opts.config.seed)
-    sleep = _sleep_controller(opts, engine)
-    app = create_app(
-        engine,
-        opts.settings,
-        policy,
-        on_crash,
-        _die_now,
-        sleep,
-        dev_routes=opts.dev_routes,
-        runner=opts.runner,
-        nixl=nixl,
-    )
+    app = _app(opts, engine, on_crash, nixl)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port, reuse_address=True)

@@ -59,10 +59,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--max-lora-rank", type=int, default=16)
     v.add_argument("--max-cpu-loras", type=int, default=None)
     v.add_argument("--enable-sleep-mode", action="store_true", help="sleep/wake endpoints (VLLM_SERVER_DEV_MODE=1)")
-    v.add_argument("--kv-events-config", type=parse_kv_events_config, default=None, help="KVEventsConfig JSON")
-    v.add_argument(
-        "--kv-transfer-config", type=parse_kv_transfer_config, default=None, help="KVTransferConfig JSON (NIXL P/D)"
-    )
+    _add_kv_connector_arguments(v)
     s = p.add_argument_group("simulator flags")
     s.add_argument(
         "--gpu-profile", default="a100-80gb", choices=sorted(GPUS), help="cpu-tiny: vLLM's CPU build on two cores"
@@ -82,3 +79,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--fault-die-mid-stream-after-tokens", type=int, default=None)
     f.add_argument("--fault-wake-changes-tokens", action="store_true", help="every wake returns other weights")
     f.add_argument("--fault-exit-delay", type=float, default=0.5, help="seconds from an engine crash to exit")
+
+
+def _add_kv_connector_arguments(v: argparse._ArgumentGroup) -> None:
+    """The KV cache's outward flags: its events (`engine_sim.kv_events`) and its transfer (`engine_sim.kv_transfer`)."""
+    v.add_argument("--kv-events-config", type=parse_kv_events_config, default=None, help="KVEventsConfig JSON")
+    v.add_argument(
+        "--kv-transfer-config", type=parse_kv_transfer_config, default=None, help="KVTransferConfig JSON (NIXL P/D)"
+    )

@@ -33,6 +33,7 @@ from typing import Any
 from prometheus_client import Histogram
 
 from engine_sim.engine import Engine
+from engine_sim.errors import ConfigError
 from engine_sim.kv_transfer import KVTransferSettings
 from engine_sim.request import SimRequest
 from engine_sim.side_channel import SideChannelError, SideChannelServer, call
@@ -40,7 +41,7 @@ from fleet.capacity.catalog import INSTANCES
 from fleet.capacity.disagg import HANDSHAKE_S, KvLink, link_gbps
 from fleet.capacity.perf import kv_bytes_per_token
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "KvLoadError", "NixlConnector", "kv_link", "remote_request_id"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "KvLoadError", "NixlConnector", "kv_link", "remote_request_id", "start_nixl"]
 
 log = logging.getLogger("engine_sim")
 
@@ -63,6 +64,24 @@ def kv_link(gpu_profile: str, tensor_parallel_size: int, cpu_build: bool) -> KvL
 def remote_request_id(kind: str, base: str) -> str:
     """vLLM's internal id of a leg: ``cmpl-<id>-0-<8 hex>`` (prompt index 0) or ``chatcmpl-<id>-<8 hex>``."""
     return f"{base}-0-{secrets.token_hex(4)}" if kind == "completion" else f"{base}-{secrets.token_hex(4)}"
+
+
+async def start_nixl(settings: KVTransferSettings, engine: Engine) -> NixlConnector:
+    """The engine's connector with its side channel bound; ConfigError when the address cannot be bound."""
+    if settings.role == "kv_both":
+        log.warning(
+            "kv_role='kv_both' is deprecated and will be removed; set kv_role='kv_producer' for prefill instances "
+            "and kv_role='kv_consumer' for decode instances"
+        )
+    config = engine.config
+    link = kv_link(config.gpu_profile, config.tensor_parallel_size, config.platform.step_costs is not None)
+    nixl = NixlConnector(settings, engine, link)
+    try:
+        await nixl.start()
+    except OSError as exc:
+        host, port = settings.side_channel_host, settings.side_channel_port
+        raise ConfigError(f"NIXL side channel {host}:{port} cannot be bound: {exc}") from None
+    return nixl
 
 
 @dataclass

@@ -38,7 +38,7 @@ from engine_sim.errors import RequestError
 from engine_sim.faults import FaultPolicy, FaultSpec
 from engine_sim.messages import MessagesApi
 from engine_sim.nixl import NixlConnector
-from engine_sim.pd_legs import PLAIN, Leg, failed_leg_events, prepare_leg
+from engine_sim.pd_legs import PLAIN, Leg, base_id_of, failed_leg_response, prepare_leg
 from engine_sim.protocol import GenerationRequest, ResponseFramer, cache_salt_of, dumps, parse_generation_request
 from engine_sim.request import SimRequest
 from engine_sim.responses import ResponsesApi
@@ -236,25 +236,18 @@ class _Routes:
         if s.enable_force_include_usage and gen.stream:
             gen = GenerationRequest(**{**gen.__dict__, "include_usage": True})
         framer = ResponseFramer(gen, s.enable_prompt_tokens_details, self.fingerprint)
-        leg = await prepare_leg(self.nixl, body, gen.prompt_token_ids, gen.cache_salt)
+        base_id = base_id_of(gen.kind, request.headers.get("X-Request-Id"), framer.id)
+        leg = await prepare_leg(self.nixl, body, gen, base_id)
         if leg.error is not None:
-            return await self._failed_leg(request, gen.stream, leg.error)
+            return await failed_leg_response(request, gen.stream, leg.error)
         try:
             stream = await self.start(gen, framer.id, leg)
         except RequestError as exc:
             return error_response(exc)
-        # vLLM's internal id of the request: the client's X-Request-Id when it sends one (a P/D proxy sends the
-        # same on both legs), else a random one; the prefill leg's kv_transfer_params name it.
-        client_id = request.headers.get("X-Request-Id")
-        base_id = framer.id if not client_id else ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + client_id
         try:
             if gen.stream:
-                response = await self._stream(request, stream, framer, leg)
-            else:
-                response = await self._collect(stream, framer, leg, base_id)
-            if leg.hold and gen.stream and self.nixl is not None:
-                self.nixl.offer(stream.request, gen.kind, base_id)  # leased; a stream does not carry the params
-            return response
+                return await self._stream(request, stream, framer, leg)
+            return await self._collect(stream, framer, leg)
         finally:
             if stream.finished is None:
                 self.engine.abort(framer.id)  # client went away (handler cancelled) or write failed
@@ -276,24 +269,13 @@ class _Routes:
             arrived = leg.arrived
         return self.engine.submit(leg.apply(gen.to_sim_request(request_id)), arrived=arrived, adapter=adapter)
 
-    async def _collect(self, stream: TokenStream, framer: ResponseFramer, leg: Leg, base_id: str) -> web.Response:
+    async def _collect(self, stream: TokenStream, framer: ResponseFramer, leg: Leg) -> web.Response:
         tokens, finish = await collect(stream)
         if stream.error is not None:
             return error_response(_engine_failed(stream.error))
         req = stream.request
-        if leg.hold and self.nixl is not None:
-            framer.kv_transfer_params = self.nixl.offer(req, framer.request.kind, base_id)
+        framer.kv_transfer_params = leg.offer(req)
         return _json(framer.body(tokens, finish, req.num_prompt_tokens, leg.cached_tokens(req.num_cached_tokens)))
-
-    async def _failed_leg(self, request: web.Request, stream: bool, error: RequestError) -> web.StreamResponse:
-        """A decode leg whose pull failed under policy ``fail``: 500, or a stream's 200 and one error event."""
-        if not stream:
-            return error_response(error)
-        response = web.StreamResponse(headers=_SSE_HEADERS)
-        await response.prepare(request)
-        await response.write(failed_leg_events(error))
-        await response.write_eof()
-        return response
 
     async def _stream(
         self, request: web.Request, stream: TokenStream, framer: ResponseFramer, leg: Leg
@@ -311,6 +293,7 @@ class _Routes:
                     break
                 await response.write(framer.chunks(tokens, None if finish is None else finish.value, prompt_tokens))
                 if finish is not None:
+                    leg.offer(req)  # leased; a stream does not carry the parameters
                     await response.write(framer.closing(prompt_tokens, leg.cached_tokens(req.num_cached_tokens)))
                     break
             await response.write_eof()
