@@ -18,8 +18,10 @@ ai-dynamo/dynamo@0c21bf2c:docs/kubernetes/cloud-providers/eks/efa.md). What an E
   ``FI_EFA_USE_DEVICE_RDMA=1``, ``FI_EFA_ENABLE_SHM_TRANSFER=0``, ``FI_EFA_ENABLE_SHM=0`` (same Dynamo file, "Required
   EFA environment variables"; its ``LD_LIBRARY_PATH`` entry names the image's own libfabric and is the image's to set);
 * on every P/D pod, EFA or not: ``VLLM_NIXL_SIDE_CHANNEL_HOST`` from the downward API ``status.podIP``, as llm-d sets
-  it (llm-d/llm-d@04291b76:guides/pd-disaggregation/modelserver/gpu/vllm/base/patch-prefill.yaml): vLLM hands that
-  host to the decode replica, which connects back to it (default ``localhost``, vllm/envs.py).
+  it (llm-d/llm-d@04291b76:guides/pd-disaggregation/modelserver/gpu/vllm/base/patch-prefill.yaml). vLLM 0.33 binds
+  its NIXL handshake listener to that host and hands it to the decode replica, which connects back to it; the
+  default, ``localhost``, reaches neither (vllm@4ba787ec9, the 0.33.0 wheel: vllm/envs.py:1721,
+  vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:76-80 and 333-334).
 
 The node side (interfaces, security group, placement group, the device plugin) is `infra.efa_cloud`.
 """

@@ -6,7 +6,9 @@
   port (8000) from gateway pods, the control plane and the scraper; where a pool publishes KV-cache events
   (``engine.kvEvents``), their port (5557) from gateway pods only; where a pool runs prefill and decode apart
   (``disaggregation``), NIXL's side channel (``disaggregation.sideChannelPort``) from engine pods: a decode engine
-  opens it on the prefill engine to fetch the KV cache's metadata (EFA's own traffic bypasses the kernel and is
+  opens it on the prefill engine to fetch the KV cache's metadata (one listener per engine, on the port plus the
+  data-parallel index, which is 0 here: vllm@4ba787ec9:vllm/distributed/kv_transfer/kv_connector/v1/nixl/
+  base_scheduler.py:77-80) (EFA's own traffic bypasses the kernel and is
   governed by the EFA security group, `infra.efa_cloud`, not by NetworkPolicy).
 * the control plane: its port from agents (engine pods), gateways and the scraper.
 * the gateway: its port from anywhere, as the public entry that authenticates every request itself; its admin port
