@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from infra.stack_run import offline_run
@@ -14,7 +16,7 @@ from policies.efa import (
 from policies.pack import POLICIES
 from policies.runner import evaluate
 from tests.policies.conftest import stack_run
-from tests.policies.pd_graph import ALSO_MISSING, MISSING, PD_OVERRIDES, Graph, pd_graph
+from tests.policies.pd_graph import ALSO_MISSING, MISSING, PD_OVERRIDES, Graph, edit, pd_graph
 from tests.support.stacks import stack_document
 
 EFA_POLICIES = [
@@ -66,3 +68,16 @@ def test_a_capacity_block_group_launches_without_a_placement_group_and_passes() 
     graph = list(offline_run(document, "prod").resources)
     assert not [r for r in graph if r.type == "aws:ec2/placementGroup:PlacementGroup"]
     assert _tripped(graph) == set()
+
+
+@pytest.mark.parametrize(("port", "trips"), [(5600, False), (8001, True), (8000, True)])
+def test_engines_may_reach_engines_only_on_a_port_that_is_none_of_their_own(port: int, trips: bool) -> None:
+    def change(props: dict[str, Any]) -> None:
+        for rule in props["spec"]["ingress"]:
+            if rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "engine"}}}]:
+                rule["ports"] = [{"protocol": "TCP", "port": port}]
+
+    graph = edit("kubernetes:networking.k8s.io/v1:NetworkPolicy", change, lambda r: r.name.endswith("engine-ingress"))(
+        pd_graph()
+    )
+    assert ("network-default-deny" in {v.policy for v in evaluate(graph, POLICIES)}) is trips
