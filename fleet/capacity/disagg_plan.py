@@ -209,7 +209,10 @@ def pool_verdict(spec: FleetSpec, pool: PoolSpec, threshold: int) -> tuple[RoleS
     sizing, found = _verdict_at(spec, pool, uncached, threshold)
     if sizing.prefill == 0 and threshold > 0:  # what splitting would cost were every prompt sent to prefill
         _, every = _verdict_at(spec, pool, uncached, 0)
-        found = Verdict(found.pays, (*found.reasons, f"with every prompt prefilled remotely: {every.reasons[0]}"))
+        figures = [f"the figures then: {r}" for r in every.reasons[1:2]]
+        found = Verdict(
+            found.pays, (*found.reasons, f"with every prompt prefilled remotely: {every.reasons[0]}", *figures)
+        )
     return sizing, found
 
 

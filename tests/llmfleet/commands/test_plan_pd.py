@@ -24,6 +24,9 @@ def test_prod_short_prompts_do_not_pay_and_plan_says_why(capsys: pytest.CaptureF
     assert verdict[0].startswith("does not pay: no prompt's uncached tokens (200 on average) exceed the 1000-token")
     # and what splitting would cost even were every prompt prefilled remotely
     assert verdict[1].startswith("with every prompt prefilled remotely: does not pay")
+    # and the figures behind that
+    assert verdict[2].startswith("the figures then: aggregated: ") and "prefill + " in verdict[2]
+    assert "KV transfer" in verdict[2]
 
 
 def test_long_prompts_pay_with_the_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
