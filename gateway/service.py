@@ -61,7 +61,7 @@ from gateway.routing.base import RequestInfo
 from gateway.shares import CapacityShares
 from gateway.streams import Segment, StreamSession
 from gateway.tracing import RequestSpans, Tracing
-from gateway.two_legs import PrefillLeg, with_kv_transfer
+from gateway.two_legs import PrefillLeg, decode_opened, with_kv_transfer
 from gateway.upstream import Attempt, Upstream
 
 __all__ = ["Gateway"]
@@ -310,13 +310,17 @@ class Gateway:
             with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
                 headers = spans.headers_for(span, call.headers)
                 hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
+                ttft_s = up.timeouts.first_token_s
                 relay, first = await up.open(ep, call.path, with_kv_transfer(session.body, kv), headers, hide, ends)
-                if kv is not None and relay.error_code is not None and relay.error_code >= 500:
-                    # The decode engine could not load the KV cache (its first event is the error): nothing
-                    # reached the client, so the same replica prefills it itself.
+                opened = None if kv is None else await decode_opened(relay, first, call.parsed.kind, ttft_s)
+                if kv is not None and opened is None:
+                    # The decode engine could not load the KV cache (its first token is an error, or never came):
+                    # nothing reached the client, so the same replica prefills it itself.
                     relay.resp.close()
                     self.two_legs.counted(call, "decode_failed")
                     relay, first = await up.open(ep, call.path, session.body, headers, hide, ends)
+                elif opened is not None:
+                    first = opened
             attempt.answered()
             # From here on bytes reach the client: the session owns the attempt, no retry.
             return await session.run(Segment(attempt, relay, first), deadline)

@@ -30,6 +30,7 @@ aggregated after a leg failed).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -38,9 +39,10 @@ from fleet.capacity.disagg import should_disaggregate
 from fleet.spec.disagg import PREFILL_SUFFIX
 from gateway.call import Call
 from gateway.errors import UpstreamError, UpstreamStatus
+from gateway.proxy import SseRelay
 from gateway.upstream import Upstream
 
-__all__ = ["PD_KINDS", "PrefillLeg", "prefill_body", "with_kv_transfer"]
+__all__ = ["PD_KINDS", "PrefillLeg", "decode_opened", "prefill_body", "with_kv_transfer"]
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -78,6 +80,20 @@ def with_kv_transfer(body: bytes, params: dict[str, Any] | None) -> bytes:
     payload = json.loads(body)
     payload["kv_transfer_params"] = params
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def decode_opened(relay: SseRelay, first: bytes, kind: str, timeout_s: float) -> bytes | None:
+    """A streamed decode leg's events up to its first token, or None when the decode engine failed before it: an
+    error event of its own (a 5xx: it could not load the KV cache), no token within ``timeout_s``, or the stream's
+    end. A chat stream's first event is the assistant's role alone, sent before the engine has loaded anything,
+    so one more event is read for chat."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while kind == "chat" and relay.events < 2 and relay.error_code is None and not relay.done:
+                first += await relay.first()
+    except (TimeoutError, UpstreamError):
+        return None
+    return None if relay.error_code is not None and relay.error_code >= 500 else first
 
 
 def _transfer_params(answer: bytes) -> dict[str, Any] | None:

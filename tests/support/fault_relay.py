@@ -33,6 +33,7 @@ class FaultRelay:
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _runner: web.AppRunner | None = None
+    _session: aiohttp.ClientSession | None = None
     _thread: threading.Thread | None = None
 
     @property
@@ -64,8 +65,7 @@ class FaultRelay:
     async def _start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._relay)
-        app.on_startup.append(self._open_session)
-        app.on_cleanup.append(self._close_session)
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -74,14 +74,15 @@ class FaultRelay:
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
-    async def _open_session(self, app: web.Application) -> None:
-        app["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
-
-    async def _close_session(self, app: web.Application) -> None:
-        await app["session"].close()
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
-        session: aiohttp.ClientSession = request.app["session"]
+        session = self._session
+        assert session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         body = await request.read()
         try:
@@ -102,8 +103,7 @@ class FaultRelay:
     def close(self) -> None:
         if self._loop is None:
             return
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)

@@ -35,8 +35,10 @@ from tests.vllm.engines import Replica, start_replica
 
 POOL, PREFILL = "qwen-7b", "qwen-7b-prefill"
 ENGINE_KEY = "sk-engines-vllm-pd"
+CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU build: the cores its OpenMP threads are bound to
 THRESHOLD = 256
 MAX_TOKENS = 12
+PATHS = ("disaggregated", "aggregated", "prefill_failed", "decode_failed", "no_prefill_replica")
 WORDS = "fleet engine prefill decode gateway replica cache block token stream agent pool".split()
 
 
@@ -49,9 +51,11 @@ class PdFleet:
         """The gateway's ``pd_requests_total`` by path."""
         text = httpx.get(f"{self.gateway.logged_url(ADMIN_MARKER)}/metrics", timeout=5).text
         samples = parse(text)
+        if "llmfleet_gateway_pd_requests_total" not in samples:  # before the first request
+            return dict.fromkeys(PATHS, 0.0)
         return {
             path: counter_value(samples, "llmfleet_gateway_pd_requests_total", {"model": SERVED, "path": path})
-            for path in ("disaggregated", "aggregated", "prefill_failed", "decode_failed", "no_prefill_replica")
+            for path in PATHS
         }
 
     def engine_counter(self, replica: Replica, name: str) -> float:
@@ -90,10 +94,13 @@ def fleet(module_procs: Procs, tmp_path_factory: pytest.TempPathFactory) -> Iter
     pd = {"prefill": {"replicas": {"min": 1, "max": 1}}, "thresholdTokens": THRESHOLD, "kvLoadFailurePolicy": "fail"}
     stack = vllm_stack(folder / "Pulumi.vllm-pd.yaml", **{"pools.0.disaggregation": pd})
     env = {ENGINE_API_KEY_ENV: ENGINE_KEY}
-    # One at a time: two engines starting together on two cores take minutes, and NIXL's 5 s handshake fails on
-    # a starved machine.
-    decode = start_replica(module_procs, stack, "d0", env=env)
-    prefill = start_replica(module_procs, stack, "p0", env=env, pool=PREFILL)
+    # One at a time: two engines starting together on two cores take minutes. Each on a core of its own, as two
+    # engines on two hosts would be: vLLM's CPU build binds its OpenMP threads to every core by default, and two
+    # such engines on two cores starve the prefill engine's side-channel thread past NIXL's hard-coded 5 s
+    # handshake (measured here: the decode leg's error event after 5.03 s; with one core each, its first token
+    # after 0.2 s).
+    decode = start_replica(module_procs, stack, "d0", env={**env, CPU_BIND: "1"})
+    prefill = start_replica(module_procs, stack, "p0", env={**env, CPU_BIND: "0"}, pool=PREFILL)
     relay = FaultRelay(prefill.engine_url).start()
     argv = ["gateway", "--stack", str(stack), "--port", "0", "--seed", "1", "--no-access-log",
             "--replica", decode.engine_url, "--kv-events", decode.kv_events,
