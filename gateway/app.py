@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -189,10 +190,6 @@ def build_gateway(
         metrics.child(metrics.ready, pool).set(routable)
         upstream.changed(pool)
 
-    def ejected(ep: Endpoint, backoff_s: float) -> None:
-        del backoff_s  # Unused.
-        metrics.child(metrics.ejections, ep.pool, ep.id).inc()
-
     shares = CapacityShares(  # this gateway's part of each pool's capacity, as the control plane divides it
         controlled=settings.control_plane is not None,
         floor=1.0 / config.replicas,
@@ -200,6 +197,7 @@ def build_gateway(
         clock=clock,
         on_change=capacity_changed,
     )
+    ejected = functools.partial(_count_ejection, metrics)
     endpoints = EndpointSet(spec.engine_pools, clock, on_change=capacity_changed, on_eject=ejected)
     upstream = _upstream(settings, endpoints, session, metrics, clock)
     kv_feed = KvEventFeed({name: kv_scorers(router) for name, router in upstream.routers.items()})
@@ -225,6 +223,11 @@ def build_gateway(
         kv_feed=kv_feed,
         response_ids=ResponseIds.from_engine_key(settings.engine_api_key),
     )
+
+
+def _count_ejection(metrics: GatewayMetrics, ep: Endpoint, backoff_s: float) -> None:
+    del backoff_s  # Unused.
+    metrics.child(metrics.ejections, ep.pool, ep.id).inc()
 
 
 def kv_scorers(router: Router) -> list[KvCache]:

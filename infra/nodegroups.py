@@ -131,17 +131,7 @@ class NodeGroups(pulumi.ComponentResource):
                 parent=self, ignore_changes=cpu_scaling.ignore_changes, depends_on=role.attachments
             ),
         )
-        # CoreDNS runs on the CPU nodes (it tolerates no GPU taint): made after the group, or it never turns ACTIVE.
-        self.coredns_addon = aws.eks.Addon(
-            f"{name}-coredns",
-            cluster_name=args.cluster_name,
-            addon_name="coredns",
-            addon_version=addon_version("coredns", spec.cluster.kubernetes_version),
-            resolve_conflicts_on_create="OVERWRITE",
-            resolve_conflicts_on_update="OVERWRITE",
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cpu_group]),
-        )
+        self.coredns_addon = self._coredns(name, args, tags)
         self.efa_security_group = None
         if efa_node_groups(spec) and args.vpc_id is not None and args.cluster_security_group_id is not None:
             self.efa_security_group = EfaSecurityGroup(
@@ -161,6 +151,20 @@ class NodeGroups(pulumi.ComponentResource):
                 "cpuNodeGroup": self.cpu_group.node_group_name,
                 "gpuNodeGroups": {z: [g.node_group_name for g in gs] for z, gs in self.gpu_groups.items()},
             }
+        )
+
+    def _coredns(self, name: str, args: NodeGroupsArgs, tags: dict[str, str]) -> aws.eks.Addon:
+        """CoreDNS runs on the CPU nodes (it tolerates no GPU taint): made after the group, or it never turns
+        ACTIVE."""
+        return aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=args.cluster_name,
+            addon_name="coredns",
+            addon_version=addon_version("coredns", args.spec.cluster.kubernetes_version),
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cpu_group]),
         )
 
     def _launch_template(

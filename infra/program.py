@@ -161,19 +161,7 @@ def _aws(spec: FleetSpec, inputs: FleetInputs, tags: dict[str, str], outputs: di
     """Network, EKS, node groups, model store, IAM, the quota cache, the LB controller and the image registry;
     the Kubernetes provider is built from the new cluster's kubeconfig."""
     network, cluster = _aws_cluster(spec, tags)
-    nodes = NodeGroups(
-        "nodes",
-        NodeGroupsArgs(
-            spec=spec,
-            cluster_name=cluster.name,
-            private_subnet_ids=network.private_subnet_ids,
-            capacity_reservations=inputs.capacity_reservations,
-            tags=tags,
-            vpc_id=network.vpc_id,
-            cluster_security_group_id=cluster.security_group_id,
-        ),
-        opts=pulumi.ResourceOptions(depends_on=[cluster.cni_addon]),
-    )
+    nodes = _node_groups(spec, inputs, network, cluster, tags)
     store_args = ModelStoreArgs(
         spec.environment, spec.cluster.namespace, cluster.oidc_provider, tags, prefix=spec.model_store.prefix
     )
@@ -218,6 +206,21 @@ def _aws(spec: FleetSpec, inputs: FleetInputs, tags: dict[str, str], outputs: di
     outputs["nodeGroupsPerAz"] = {zone: [g.node_group_name for g in groups] for zone, groups in groups_per_zone}
     outputs["kubeconfig"] = cluster.kubeconfig
     return cloud
+
+
+def _node_groups(
+    spec: FleetSpec, inputs: FleetInputs, network: Network, cluster: Cluster, tags: dict[str, str]
+) -> NodeGroups:
+    args = NodeGroupsArgs(
+        spec=spec,
+        cluster_name=cluster.name,
+        private_subnet_ids=network.private_subnet_ids,
+        capacity_reservations=inputs.capacity_reservations,
+        tags=tags,
+        vpc_id=network.vpc_id,
+        cluster_security_group_id=cluster.security_group_id,
+    )
+    return NodeGroups("nodes", args, opts=pulumi.ResourceOptions(depends_on=[cluster.cni_addon]))
 
 
 def _quota_cache(
