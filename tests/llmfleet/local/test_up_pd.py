@@ -11,14 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
+from fleet.protocol.keys import DEMO_API_KEY
+from fleet.protocol.promtext import gauge_value, parse
 from tests.llmfleet.local.conftest import Fleet, running_fleet
 from tests.support.stacks import write_stack
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
 DECODE, PREFILL = "qwen-7b", "qwen-7b-prefill"
+SERVED = "qwen2.5-7b-instruct"
 
 SHORT: dict[str, Any] = {
     "pools.0.engine.sim.startupSeconds": 0.3,
@@ -53,3 +58,32 @@ def test_up_on_local_pd_runs_a_prefill_and_a_decode_replica_with_their_roles_eng
             assert config["kv_role"] == kv_role and config["kv_connector"] == "NixlConnector"
             channels.add(report["side_channel"])
         assert len(channels) == 2 and all(c.startswith("127.0.0.1:") for c in channels)  # a free port each
+        _a_long_prompt_takes_the_two_legs(fleet)
+
+
+def _a_long_prompt_takes_the_two_legs(fleet: Fleet) -> None:
+    """Through the gateway, which found the prefill role pool's replica through the control plane: a prompt over
+    the stack's threshold (256 tokens) is prefilled on the prefill replica and its KV cache read by the decode
+    replica (its engine's NIXL transfer count). Fresh prompts until the gateway has discovered the prefill replica
+    (before that, requests go aggregated), within a deadline."""
+    decode_engine = _ready_one(fleet, DECODE)["engine_url"]
+    client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key=DEMO_API_KEY, max_retries=0, timeout=60)
+    sent = iter(range(1000))
+
+    def transferred() -> bool:
+        fresh = next(sent)
+        words = " ".join(f"w{fresh}x{i}" for i in range(600))
+        answer = client.chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": words}], max_tokens=8
+        )
+        assert answer.usage is not None and answer.usage.completion_tokens == 8
+        samples = parse(httpx.get(f"{decode_engine}/metrics", timeout=5).text)
+        return (
+            "vllm:nixl_xfer_time_seconds_count" in samples
+            and gauge_value(samples, "vllm:nixl_xfer_time_seconds_count") >= 1
+        )
+
+    try:
+        wait_for(transferred, timeout_s=30, interval_s=0.5, what="a prompt prefilled on the prefill replica")
+    finally:
+        client.close()
