@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -32,7 +33,7 @@ from gateway.body import RUNNERS, Kind, ParsedRequest, parse_body
 from gateway.cache_salt import CacheSalts
 from gateway.call import REQUEST_ID, Call, new_request_id, read_body
 from gateway.dialects import credential, stream_ends
-from gateway.endpoints import EndpointSet, Refresher
+from gateway.endpoints import Endpoint, EndpointSet, Refresher
 from gateway.errors import (
     BadRequest,
     GatewayError,
@@ -53,6 +54,7 @@ from gateway.metrics import AccessLog, GatewayMetrics
 from gateway.models import Models
 from gateway.outcome import Outcome, record
 from gateway.prompt_tokens import PromptTokens
+from gateway.proxy import SseRelay
 from gateway.quota.base import QuotaBackend, QuotaLimits, check_fits
 from gateway.reporting import PoolTraffic
 from gateway.response_ids import Held, IdRewriter, ResponseIds
@@ -310,17 +312,10 @@ class Gateway:
             with spans.upstream(ep.id, call.pool.name, ep.url, out.attempts, retry_reason) as span:
                 headers = spans.headers_for(span, call.headers)
                 hide, ends = not call.parsed.client_wants_usage, stream_ends(call.parsed.kind)
-                ttft_s = up.timeouts.first_token_s
-                relay, first = await up.open(ep, call.path, with_kv_transfer(session.body, kv), headers, hide, ends)
-                opened = None if kv is None else await decode_opened(relay, first, call.parsed.kind, ttft_s)
-                if kv is not None and opened is None:
-                    # The decode engine could not load the KV cache (its first token is an error, or never came):
-                    # nothing reached the client, so the same replica prefills it itself.
-                    relay.resp.close()
-                    self.two_legs.counted(call, "decode_failed")
+                if kv is None:
                     relay, first = await up.open(ep, call.path, session.body, headers, hide, ends)
-                elif opened is not None:
-                    first = opened
+                else:
+                    relay, first = await self._decode_leg(call, ep, session.body, headers, hide, ends, kv)
             attempt.answered()
             # From here on bytes reach the client: the session owns the attempt, no retry.
             return await session.run(Segment(attempt, relay, first), deadline)
@@ -328,8 +323,8 @@ class Gateway:
             headers = spans.headers_for(span, call.headers)
             try:
                 answer = await up.send(ep, call.path, with_kv_transfer(call.body, kv), headers)
-            except UpstreamStatus as exc:
-                if kv is None or exc.status < 500:
+            except UpstreamError as exc:
+                if kv is None or (isinstance(exc, UpstreamStatus) and exc.status < 500):
                     raise
                 self.two_legs.counted(call, "decode_failed")  # as for a stream: aggregated on the same replica
                 answer = await up.send(ep, call.path, call.body, headers)
@@ -343,6 +338,32 @@ class Gateway:
         return web.Response(
             status=200, body=body, headers={"Content-Type": answer.content_type, "x-llmfleet-replica": ep.id}
         )
+
+    async def _decode_leg(
+        self,
+        call: Call,
+        ep: Endpoint,
+        body: bytes,
+        headers: dict[str, str],
+        hide: bool,
+        ends: tuple[bytes, ...],
+        kv: dict[str, Any],
+    ) -> tuple[SseRelay, bytes]:
+        """A streamed decode leg up to its first token; when the decode engine could not load the KV cache (its
+        first token is an error, never came within ``timeouts.firstTokenS``, or the leg broke before it) nothing
+        has reached the client, so the same replica prefills the request itself (``body``, aggregated)."""
+        up = self.upstream
+        try:
+            relay, first = await up.open(ep, call.path, with_kv_transfer(body, kv), headers, hide, ends)
+        except UpstreamError as exc:
+            log.info("decode leg of %s failed on %s: %s; answering it aggregated", call.out.request_id, ep.id, exc)
+        else:
+            opened = await decode_opened(relay, first, call.parsed.kind, up.timeouts.first_token_s)
+            if opened is not None:
+                return relay, opened
+            relay.resp.close()
+        self.two_legs.counted(call, "decode_failed")
+        return await up.open(ep, call.path, body, headers, hide, ends)
 
     def _rewriter(self, call: Call, replica: str) -> IdRewriter | None:
         """For a Responses answer from ``replica``: its ids as the client gets them (`gateway.response_ids`)."""

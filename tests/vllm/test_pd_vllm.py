@@ -92,7 +92,12 @@ def _prompt(seed: int, words: int = 700) -> list[ChatCompletionUserMessageParam]
 def fleet(module_procs: Procs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PdFleet]:
     folder = tmp_path_factory.mktemp("stacks")
     pd = {"prefill": {"replicas": {"min": 1, "max": 1}}, "thresholdTokens": THRESHOLD, "kvLoadFailurePolicy": "fail"}
-    stack = vllm_stack(folder / "Pulumi.vllm-pd.yaml", **{"pools.0.disaggregation": pd})
+    # A first token within 120 s, not 30: on a loaded two-core CI machine one KV transfer over UCX/TCP took 27 s
+    # (and a handshake 5 s), and a decode leg the gateway gives up on mid-transfer left the engine hung.
+    # A start that hangs is restarted after 200 s, not the stack's 300 (once here an engine's API server stopped
+    # after reading its config, and the restart came up in a minute).
+    overrides = {"pools.0.disaggregation": pd, "gateway.timeouts.firstTokenS": 120, "pools.0.coldStartSeconds": 200}
+    stack = vllm_stack(folder / "Pulumi.vllm-pd.yaml", **overrides)
     env = {ENGINE_API_KEY_ENV: ENGINE_KEY}
     # One at a time: two engines starting together on two cores take minutes. Each on a core of its own, as two
     # engines on two hosts would be: vLLM's CPU build binds its OpenMP threads to every core by default, and two
