@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.errors import UpstreamConnectError, UpstreamStatus
+from gateway.errors import UpstreamConnectError, UpstreamStatus, UpstreamTimeout
 from gateway.proxy import JsonAnswer, Usage
 from tests.gateway.test_service import POOL, Pipeline, answer, pipeline
 from tests.support.stacks import MODEL
@@ -123,6 +123,19 @@ async def test_a_decode_leg_that_cannot_load_the_cache_is_answered_aggregated_on
         _, failed, again = p.upstream.sent
         assert failed.replica == again.replica == "a"
         assert "kv_transfer_params" in failed.body and "kv_transfer_params" not in again.body
+        assert _paths(p)["decode_failed"] == 1
+
+
+async def test_a_decode_leg_that_times_out_is_answered_aggregated_on_the_same_replica() -> None:
+    # A transfer stuck on a starved machine: the decode leg's answer never came within the deadline.
+    async with pipeline(
+        [prefilled(), UpstreamTimeout("no answer within 600s"), answer(12, 5)], replicas=("a",), **_pd()
+    ) as p:
+        _with_prefill(p, "p0")
+        response = await p.chat()
+        assert isinstance(response, web.Response) and response.status == 200 and response.body == answer(12, 5).body
+        _, stuck, again = p.upstream.sent
+        assert stuck.replica == again.replica == "a" and "kv_transfer_params" not in again.body
         assert _paths(p)["decode_failed"] == 1
 
 
