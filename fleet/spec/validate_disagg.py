@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from fleet.capacity.disagg import EFA_GBPS_PER_NODE
 from fleet.spec.errors import Problem, key_error as _err, key_warning as _warn
 from fleet.spec.stack import FleetSpec, PoolSpec
 
 __all__ = ["check_disaggregation"]
 
 _MAX_NAME = 42  # fleet.spec.base's pool name pattern: a DNS label of at most 42 characters
-_EFA_INSTANCES = ("p4d.", "p4de.", "p5.", "p5e.", "p5en.")
 
 
 def check_disaggregation(spec: FleetSpec) -> Iterator[Problem]:
@@ -66,11 +66,13 @@ def _pool(spec: FleetSpec, path: str, pool: PoolSpec, names: set[str]) -> Iterat
         yield _err(f"{path}", "LoRA adapters are not prefilled apart here; allowed: a pool without adapters")
     if pool.node_group is not None and spec.target == "aws":
         instance = spec.node_group(pool.node_group).instance_type
-        if not instance.startswith(_EFA_INSTANCES):
+        # The instance types llmfleet runs EFA on (infra.efa gives their pods devices, the simulator their link).
+        if instance not in EFA_GBPS_PER_NODE:
             yield _warn(
                 f"{path}",
-                f"node group {pool.node_group!r} runs {instance}, which has no EFA: the KV cache would cross TCP, "
-                "which Dynamo measured at about 100 times the TTFT of EFA (docs/operations.md)",
+                f"node group {pool.node_group!r} runs {instance}, on which llmfleet runs no EFA (the types it does: "
+                f"{', '.join(sorted(EFA_GBPS_PER_NODE))}): the KV cache would cross TCP, which Dynamo measured at "
+                "about 100 times the TTFT of EFA (docs/operations.md)",
             )
         elif "LIBFABRIC" not in pd.backends:
             yield _warn(f"{path}.backends", f"{instance} carries EFA: NIXL reaches it through [LIBFABRIC], not UCX")

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from fleet.capacity.disagg import EFA_GBPS_PER_NODE
 from fleet.protocol import contract
 from infra.dashboards.pool import pool_dashboard
-from infra.efa import EFA_ENV, EFA_NODE_LABEL, EFA_RESOURCE, SIDE_CHANNEL_HOST_ENV, efa_per_replica
+from infra.efa import EFA_DEVICES, EFA_ENV, EFA_NODE_LABEL, EFA_RESOURCE, SIDE_CHANNEL_HOST_ENV, efa_per_replica
 from infra.efa_cloud import EFA_CHART, EFA_CHART_VERSION
 from infra.offline import OfflineRun, RecordedResource
 from infra.stack_run import offline_run
@@ -186,3 +187,9 @@ def test_the_pool_dashboard_lists_the_prefill_role_pool() -> None:
         if v["name"] == "pool"
     ]
     assert pool_variable["query"] == "qwen-7b,qwen-7b-prefill"
+
+
+def test_the_instances_given_efa_are_those_validate_and_the_simulator_take_for_efa() -> None:
+    # One list in three places: a type here but not in the simulator's link table would be priced over TCP and
+    # warned about by `llmfleet validate` while the program gives it EFA (and the reverse fails every EFA policy).
+    assert set(EFA_DEVICES) == set(EFA_GBPS_PER_NODE)
